@@ -1,0 +1,151 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Message is one received message as the engine sees it. Adapters fill every field they know;
+// the engine never looks at Raw.
+type Message struct {
+	// MessageID is the broker message id (may be empty).
+	MessageID string
+	// SessionID is the session the message belongs to.
+	SessionID string
+	// BrokerSequence is the broker-assigned sequence number, the key for receive-deferred.
+	BrokerSequence int64
+	// DeliveryCount is how often the broker has delivered the message.
+	DeliveryCount uint32
+	// EnqueuedTime is when the broker accepted the message.
+	EnqueuedTime time.Time
+	// Properties holds the application properties with the types the adapter decoded.
+	Properties map[string]any
+	// Body is the message payload.
+	Body []byte
+	// ContentType is the content type set by the publisher, if any.
+	ContentType string
+
+	// Sequence is the application sequence, set by the engine once it has parsed the message.
+	Sequence int64
+	// IsLast reports whether the message ends its session's sequence, set by the engine.
+	IsLast bool
+
+	// Raw is the adapter's own representation (for example *azservicebus.ReceivedMessage).
+	Raw any
+}
+
+// DeadLetterParams are the arguments of Session.DeadLetter.
+type DeadLetterParams struct {
+	Reason      string
+	Description string
+}
+
+// Session is a session locked for this process. Implementations: the Service Bus adapter, the
+// in-memory fake broker. All methods except ID and LockedUntil may block on I/O.
+//
+// Settlement methods return ErrLockLost (possibly wrapped) when the session or message lock is
+// gone; after that the engine settles nothing more on the session.
+type Session interface {
+	// ID returns the session id.
+	ID() string
+	// LockedUntil returns when the session lock expires unless renewed.
+	LockedUntil() time.Time
+	// Receive waits for up to max messages. It returns what arrived before ctx ends; an empty
+	// slice with a nil error means nothing arrived before ctx ended (an idle session).
+	Receive(ctx context.Context, max int) ([]*Message, error)
+	// ReceiveDeferred fetches deferred messages of this session by broker sequence number. Numbers
+	// that the broker no longer holds are left out of the result without an error.
+	ReceiveDeferred(ctx context.Context, brokerSequences []int64) ([]*Message, error)
+	Complete(ctx context.Context, m *Message) error
+	Defer(ctx context.Context, m *Message) error
+	DeadLetter(ctx context.Context, m *Message, p DeadLetterParams) error
+	Abandon(ctx context.Context, m *Message) error
+	// RenewLock renews the session lock and returns the new expiry.
+	RenewLock(ctx context.Context) (time.Time, error)
+	// Close releases the session lock. Unsettled messages return to the broker.
+	Close(ctx context.Context) error
+}
+
+// SessionSource hands out locked sessions.
+type SessionSource interface {
+	// AcceptNext locks the next available session. It returns ErrNoSession when none became
+	// available before ctx ended.
+	AcceptNext(ctx context.Context) (Session, error)
+	// Accept locks the named session. It returns ErrSessionLocked when another receiver holds it.
+	Accept(ctx context.Context, sessionID string) (Session, error)
+}
+
+// Handler processes one message, in application order within its session. A nil error means the
+// message is done; any error is retried according to the engine's retry policy.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// LoadParams are the arguments of StateStore.Load.
+type LoadParams struct {
+	// Session is the locked session whose state is loaded. Stores keyed by id use Session.ID();
+	// the Service Bus store reads the state through the session itself.
+	Session Session
+}
+
+// SaveParams are the arguments of StateStore.Save.
+type SaveParams struct {
+	Session Session
+	// State is the state to store.
+	State *State
+	// ExpectedVersion is the version returned by the last Load or Save (0: no stored state yet).
+	ExpectedVersion int64
+}
+
+// DeleteParams are the arguments of StateStore.Delete.
+type DeleteParams struct {
+	Session         Session
+	ExpectedVersion int64
+}
+
+// StateStore keeps one State per session.
+type StateStore interface {
+	// Load returns the stored state and its version. A session with no stored state returns
+	// (NewState(), 0, nil).
+	Load(ctx context.Context, p LoadParams) (*State, int64, error)
+	// Save stores p.State if the stored version still equals p.ExpectedVersion and returns the new
+	// version; otherwise it returns ErrVersionConflict and stores nothing.
+	Save(ctx context.Context, p SaveParams) (int64, error)
+	// Delete removes the state if the stored version equals p.ExpectedVersion (ErrVersionConflict
+	// otherwise). Deleting a missing state is not an error.
+	Delete(ctx context.Context, p DeleteParams) error
+}
+
+// AtomicStore is a StateStore that can run the handler and the state save in one transaction
+// (the Postgres store's transactional mode). The engine calls SaveWith instead of Handle+Save: fn
+// runs inside the transaction (with the transaction reachable from the ctx it is given), then the
+// state is saved with the version check, then the transaction commits. Either both fn's effects
+// and the state advance are committed, or neither is.
+type AtomicStore interface {
+	StateStore
+	SaveWith(ctx context.Context, p SaveParams, fn func(ctx context.Context) error) (int64, error)
+}
+
+// Errors shared by the engine and its adapters. Adapters wrap their own errors so that errors.Is
+// finds these.
+var (
+	// ErrNoSession: no session became available before the deadline.
+	ErrNoSession = errors.New("sequencer: no session available")
+	// ErrSessionLocked: the session is locked by another receiver.
+	ErrSessionLocked = errors.New("sequencer: session locked by another receiver")
+	// ErrLockLost: the session or message lock was lost; stop all work on the session.
+	ErrLockLost = errors.New("sequencer: lock lost")
+	// ErrVersionConflict: the stored state changed since it was loaded.
+	ErrVersionConflict = errors.New("sequencer: state version conflict")
+	// ErrNotFound: the entity or session does not exist.
+	ErrNotFound = errors.New("sequencer: not found")
+	// ErrStateTooLarge: the encoded state does not fit the store's limit.
+	ErrStateTooLarge = errors.New("sequencer: state too large for store")
+)
