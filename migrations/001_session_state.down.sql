@@ -1,0 +1,2 @@
+DROP TABLE seqbus_session_state;
+DROP SEQUENCE seqbus_session_state_version_seq;

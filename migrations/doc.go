@@ -1,0 +1,20 @@
+// Package migrations holds seqbus's database schema as numbered SQL files
+// (NNN_name.up.sql / NNN_name.down.sql, embedded in the binary) and the runner that applies them.
+//
+// # Running
+//
+//	m := migrations.New(pool, nil)
+//	res, err := m.Up(ctx, migrations.UpOptions{})
+//
+// Each migration and the row recording it in seqbus_migration commit in one transaction, so a
+// failed migration leaves nothing behind. A whole Up or Down run holds a Postgres advisory lock
+// (pg_advisory_lock on [DefaultLockKey]) on the connection it uses: replicas that start together
+// queue behind each other and apply each migration exactly once. The tables live in the
+// connection's search_path (the first schema in it).
+//
+// Down rolls back one migration unless told otherwise; Status lists every known migration and
+// whether it is applied.
+//
+// migrations imports pgx and the standard library only; it must never import other seqbus
+// packages (the stores depend on the schema, not the other way round).
+package migrations

@@ -1,0 +1,32 @@
+// Package postgres is a sequencer.StateStore in Postgres (pgx/v5): one row per (entity, session) in
+// seqbus_session_state, created by the migrations package.
+//
+// # Versions
+//
+// Every write takes its version from the sequence seqbus_session_state_version_seq, so versions
+// are never reused. A first save (expected version 0) inserts with ON CONFLICT DO NOTHING; later
+// saves UPDATE ... WHERE version = expected. Zero rows affected means ErrVersionConflict.
+//
+// # Sweeper and tombstones
+//
+// Besides the encoded state, each row mirrors next_seq, last_seq, parked, due_deferred and
+// ended_at, indexed for [Store.ListStranded] (sessions a sweeper must accept because the broker
+// will not offer them) and [Store.PurgeTombstones] (ended sessions whose tombstone has expired).
+//
+// # Transactional mode
+//
+// [Store.Transactional] returns a [TxStore], a sequencer.AtomicStore: SaveWith begins a
+// transaction, runs the handler with the transaction reachable through [TxFromContext], saves
+// the state with the version check in the same transaction and commits. A handler that writes
+// to the same database through that transaction gets exactly-once effects: on a handler error,
+// a version conflict, a panic or a cancelled context nothing is committed.
+//
+// # Errors
+//
+// pgx errors are translated at this edge: conflicts become sequencer.ErrVersionConflict, context
+// ends keep wrapping context.Canceled / context.DeadlineExceeded, anything else becomes an
+// [*Error] holding the SQLSTATE and message as text, so no pgx type reaches the engine.
+//
+// postgres imports sequencer, pgx and the standard library; it must not import migrations (the
+// schema is applied by the application or its tests) nor any other seqbus package.
+package postgres

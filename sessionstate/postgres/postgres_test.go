@@ -1,0 +1,242 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/internal/pgtest"
+	"github.com/seqbus/seqbus/migrations"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate/postgres"
+	"github.com/seqbus/seqbus/sessionstate/storetest"
+)
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := migrations.New(pool, nil).Up(ctx, migrations.UpOptions{})
+	return err
+}
+
+// newPool returns a pool on a fresh, migrated schema.
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return pgtest.NewPool(t, &pgtest.Options{MaxConns: 12, Setup: migrate})
+}
+
+func newStore(t testing.TB, pool *pgxpool.Pool, entity string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.New(pool, &postgres.Config{Entity: entity})
+	require.NoError(t, err)
+	return s
+}
+
+func session(id string) sequencer.Session { return storetest.NewSession(id) }
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	storetest.Run(t,
+		func(t *testing.T) sequencer.StateStore { return newStore(t, pool, "orders") },
+		func(_ *testing.T, id string) sequencer.Session { return session(id) },
+	)
+}
+
+func TestConformance_Transactional(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	storetest.Run(t,
+		func(t *testing.T) sequencer.StateStore { return newStore(t, pool, "orders").Transactional() },
+		func(_ *testing.T, id string) sequencer.Session { return session(id) },
+	)
+}
+
+func TestNew_Validation(t *testing.T) {
+	t.Parallel()
+	_, err := postgres.New(nil, &postgres.Config{Entity: "x"})
+	require.ErrorContains(t, err, "pool is nil")
+	pool := pgtest.NewPool(t, nil)
+	_, err = postgres.New(pool, nil)
+	require.ErrorContains(t, err, "Config.Entity is required")
+}
+
+func TestSave_MirrorsSweeperColumns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	store := newStore(t, pool, "orders")
+
+	ended := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name        string
+		state       func() *sequencer.State
+		wantParked  bool
+		wantDue     bool
+		wantEndedAt *time.Time
+	}{
+		{name: "fresh", state: sequencer.NewState},
+		{name: "gap, nothing due", state: func() *sequencer.State {
+			st := sequencer.NewState()
+			st.Deferred[3] = 300
+			return st
+		}},
+		{name: "due deferred", wantDue: true, state: func() *sequencer.State {
+			st := sequencer.NewState()
+			st.Deferred[1] = 100
+			return st
+		}},
+		{name: "parked", wantParked: true, state: storetest.SampleState},
+		{name: "ended", wantEndedAt: &ended, state: func() *sequencer.State {
+			st := sequencer.NewState()
+			st.Next, st.Last, st.EndedAt = 6, 5, ended
+			return st
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st := tt.state()
+			_, err := store.Save(ctx, sequencer.SaveParams{Session: session(tt.name), State: st})
+			require.NoError(t, err)
+
+			var (
+				next, last  int64
+				parked, due bool
+				endedAt     *time.Time
+			)
+			require.NoError(t, pool.QueryRow(ctx, `SELECT next_seq, last_seq, parked, due_deferred, ended_at
+				FROM seqbus_session_state WHERE entity = 'orders' AND session_id = $1`, tt.name).
+				Scan(&next, &last, &parked, &due, &endedAt))
+			require.Equal(t, st.Next, next)
+			require.Equal(t, st.Last, last)
+			require.Equal(t, tt.wantParked, parked)
+			require.Equal(t, tt.wantDue, due)
+			if tt.wantEndedAt == nil {
+				require.Nil(t, endedAt)
+			} else {
+				require.NotNil(t, endedAt)
+				require.True(t, tt.wantEndedAt.Equal(*endedAt))
+			}
+		})
+	}
+}
+
+func TestListStranded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	orders, other := newStore(t, pool, "orders"), newStore(t, pool, "other")
+
+	save := func(store *postgres.Store, id string, edit func(*sequencer.State)) int64 {
+		st := sequencer.NewState()
+		edit(st)
+		v, err := store.Save(ctx, sequencer.SaveParams{Session: session(id), State: st})
+		require.NoError(t, err)
+		return v
+	}
+	due := func(st *sequencer.State) { st.Next = 4; st.Deferred[4] = 40; st.Deferred[5] = 50 }
+	save(orders, "due", due)
+	parkedV := save(orders, "parked", func(st *sequencer.State) { st.Parked = &sequencer.Parked{Sequence: 1, Reason: "x"} })
+	save(orders, "gap", func(st *sequencer.State) { st.Deferred[3] = 30 })
+	save(orders, "ended", func(st *sequencer.State) { due(st); st.EndedAt = time.Now() })
+	save(orders, "idle", func(*sequencer.State) {})
+	save(other, "other-due", due)
+
+	ids, err := orders.ListStranded(ctx, "orders", 10)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"due", "parked"}, ids)
+
+	ids, err = orders.ListStranded(ctx, "other", 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"other-due"}, ids)
+
+	ids, err = orders.ListStranded(ctx, "orders", 1)
+	require.NoError(t, err)
+	require.Len(t, ids, 1)
+
+	// Unparking takes the session off the list.
+	_, err = orders.Save(ctx, sequencer.SaveParams{Session: session("parked"), State: sequencer.NewState(), ExpectedVersion: parkedV})
+	require.NoError(t, err)
+	ids, err = orders.ListStranded(ctx, "orders", 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"due"}, ids)
+
+	_, err = orders.ListStranded(ctx, "orders", 0)
+	require.ErrorContains(t, err, "limit must be positive")
+}
+
+func TestPurgeTombstones(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	orders, other := newStore(t, pool, "orders"), newStore(t, pool, "other")
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+	tomb := func(store *postgres.Store, id string, endedAt time.Time) {
+		st := sequencer.NewState()
+		st.Next, st.Last, st.EndedAt = 4, 3, endedAt
+		_, err := store.Save(ctx, sequencer.SaveParams{Session: session(id), State: st})
+		require.NoError(t, err)
+	}
+	tomb(orders, "old", now.Add(-2*time.Hour))
+	tomb(orders, "recent", now.Add(-time.Minute))
+	tomb(other, "other-old", now.Add(-2*time.Hour))
+	_, err := orders.Save(ctx, sequencer.SaveParams{Session: session("live"), State: sequencer.NewState()})
+	require.NoError(t, err)
+
+	n, err := orders.PurgeTombstones(ctx, "orders", now.Add(-time.Hour))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	_, v, err := orders.Load(ctx, sequencer.LoadParams{Session: session("old")})
+	require.NoError(t, err)
+	require.Zero(t, v, "the expired tombstone is gone")
+	for _, id := range []string{"recent", "live"} {
+		_, v, err = orders.Load(ctx, sequencer.LoadParams{Session: session(id)})
+		require.NoError(t, err)
+		require.NotZero(t, v, "%s is kept", id)
+	}
+	_, v, err = other.Load(ctx, sequencer.LoadParams{Session: session("other-old")})
+	require.NoError(t, err)
+	require.NotZero(t, v, "other entities are not touched")
+}
+
+func TestErrors_MissingTableNamesMigrations(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, nil) // not migrated
+	store := newStore(t, pool, "orders")
+	_, _, err := store.Load(context.Background(), sequencer.LoadParams{Session: session("s")})
+	var pgErr *postgres.Error
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42P01", pgErr.SQLState)
+	require.ErrorContains(t, err, `load session "s"`)
+	require.ErrorContains(t, err, "are the migrations applied?")
+}
+
+func TestErrors_DeadlineKeepsContextError(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	store := newStore(t, pool, "orders")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	// Hold the row lock in another transaction so the update waits until the deadline.
+	v, err := store.Save(context.Background(), sequencer.SaveParams{Session: session("s"), State: sequencer.NewState()})
+	require.NoError(t, err)
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(context.Background(), "SELECT 1 FROM seqbus_session_state WHERE session_id = 's' FOR UPDATE")
+	require.NoError(t, err)
+
+	_, err = store.Save(ctx, sequencer.SaveParams{Session: session("s"), State: sequencer.NewState(), ExpectedVersion: v})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, sequencer.ErrVersionConflict)
+}
+
+func TestTxFromContext_OutsideSaveWith(t *testing.T) {
+	t.Parallel()
+	_, ok := postgres.TxFromContext(context.Background())
+	require.False(t, ok)
+}

@@ -1,0 +1,35 @@
+package postgres
+
+// The store's SQL, parameterised. Tables are resolved through the connection's search_path.
+const (
+	sqlLoad = `SELECT version, state FROM seqbus_session_state WHERE entity = $1 AND session_id = $2`
+
+	sqlInsert = `INSERT INTO seqbus_session_state
+    (entity, session_id, version, state, next_seq, last_seq, parked, due_deferred, ended_at, updated_at)
+VALUES ($1, $2, nextval('seqbus_session_state_version_seq'), $3, $4, $5, $6, $7, $8, now())
+ON CONFLICT (entity, session_id) DO NOTHING
+RETURNING version`
+
+	sqlUpdate = `UPDATE seqbus_session_state SET
+    version = nextval('seqbus_session_state_version_seq'),
+    state = $4, next_seq = $5, last_seq = $6, parked = $7, due_deferred = $8, ended_at = $9,
+    updated_at = now()
+WHERE entity = $1 AND session_id = $2 AND version = $3
+RETURNING version`
+
+	// sqlDelete deletes on a matching version and reports, from the snapshot before the delete,
+	// whether it did and which version was stored (NULL: no row).
+	sqlDelete = `WITH deleted AS (
+    DELETE FROM seqbus_session_state WHERE entity = $1 AND session_id = $2 AND version = $3 RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM deleted),
+       (SELECT version FROM seqbus_session_state WHERE entity = $1 AND session_id = $2)`
+
+	sqlListStranded = `SELECT session_id FROM seqbus_session_state
+WHERE entity = $1 AND (due_deferred OR parked) AND ended_at IS NULL
+ORDER BY updated_at, session_id
+LIMIT $2`
+
+	sqlPurgeTombstones = `DELETE FROM seqbus_session_state
+WHERE entity = $1 AND ended_at IS NOT NULL AND ended_at < $2`
+)

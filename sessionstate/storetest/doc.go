@@ -1,0 +1,11 @@
+// Package storetest is the conformance suite for sequencer.StateStore: [Run] exercises one store
+// implementation against the contract (missing state, round trip, optimistic concurrency, delete,
+// concurrent writers, large states, isolation between sessions). Every store in sessionstate runs
+// it from its own tests.
+//
+// It also provides [Session], a minimal sequencer.Session that carries an id and a Service Bus
+// style session state (GetState/SetState), for stores that need nothing else from the session.
+//
+// storetest is for tests only; production code must never import it. It imports sequencer,
+// testify and the standard library.
+package storetest
