@@ -39,7 +39,18 @@ type Store struct {
 
 	mu    sync.Mutex
 	locks map[string]*sessionLock // held while a Save or Delete of that session runs
+	known map[string]knownVersion // the version last read or written through a session holder
 }
+
+// knownVersion is the stored version as seen through one locked session. While that session's
+// lock is held nobody else can write its state, so Save and Delete trust it and skip the read.
+type knownVersion struct {
+	sess    sequencer.Session
+	version int64
+}
+
+// maxKnown bounds the version cache; a miss only costs one GetState round trip.
+const maxKnown = 10_000
 
 // sessionLock serialises the read-compare-write of one session; refs counts its users so the
 // entry is dropped when the last one leaves.
@@ -58,7 +69,7 @@ func New(cfg *Config) *Store {
 	if cfg.MaxStateSize < 0 {
 		panic("servicebus state store: Config.MaxStateSize must not be negative")
 	}
-	return &Store{maxSize: cmp.Or(cfg.MaxStateSize, DefaultMaxStateSize), locks: map[string]*sessionLock{}}
+	return &Store{maxSize: cmp.Or(cfg.MaxStateSize, DefaultMaxStateSize), locks: map[string]*sessionLock{}, known: map[string]knownVersion{}}
 }
 
 // lock takes the lock of session id and returns its release.
@@ -113,6 +124,7 @@ func (s *Store) Load(ctx context.Context, p sequencer.LoadParams) (*sequencer.St
 	if err != nil {
 		return nil, 0, fmt.Errorf("servicebus state store: load session %q: %w", p.Session.ID(), err)
 	}
+	s.remember(p.Session, v)
 	return st, v, nil
 }
 
@@ -129,7 +141,7 @@ func (s *Store) Save(ctx context.Context, p sequencer.SaveParams) (int64, error)
 	}
 
 	defer s.lock(id)()
-	cur, err := s.storedVersion(ctx, a)
+	cur, err := s.storedVersion(ctx, p.Session, a)
 	if err != nil {
 		return 0, fmt.Errorf("servicebus state store: save session %q: %w", id, err)
 	}
@@ -149,8 +161,10 @@ func (s *Store) Save(ctx context.Context, p sequencer.SaveParams) (int64, error)
 			id, len(blob), len(p.State.Deferred), s.maxSize, sequencer.ErrStateTooLarge)
 	}
 	if err := a.SetState(ctx, blob); err != nil {
+		s.forget(id)
 		return 0, fmt.Errorf("servicebus state store: save session %q: %w", id, err)
 	}
+	s.remember(p.Session, next)
 	return next, nil
 }
 
@@ -162,7 +176,7 @@ func (s *Store) Delete(ctx context.Context, p sequencer.DeleteParams) error {
 	}
 	id := p.Session.ID()
 	defer s.lock(id)()
-	cur, err := s.storedVersion(ctx, a)
+	cur, err := s.storedVersion(ctx, p.Session, a)
 	if err != nil {
 		return fmt.Errorf("servicebus state store: delete session %q: %w", id, err)
 	}
@@ -173,20 +187,51 @@ func (s *Store) Delete(ctx context.Context, p sequencer.DeleteParams) error {
 		return fmt.Errorf("servicebus state store: delete session %q: expected version %d, stored %d: %w",
 			id, p.ExpectedVersion, cur, sequencer.ErrVersionConflict)
 	}
+	s.forget(id)
 	if err := a.SetState(ctx, nil); err != nil {
 		return fmt.Errorf("servicebus state store: delete session %q: %w", id, err)
 	}
 	return nil
 }
 
-// storedVersion reads only the envelope's version.
-func (s *Store) storedVersion(ctx context.Context, a StateAccessor) (int64, error) {
+// storedVersion returns the stored version: from the cache when it was seen through this very
+// session (whose lock keeps every other writer out), else by reading the envelope.
+func (s *Store) storedVersion(ctx context.Context, sess sequencer.Session, a StateAccessor) (int64, error) {
+	s.mu.Lock()
+	k, ok := s.known[sess.ID()]
+	s.mu.Unlock()
+	if ok && k.sess == sess {
+		return k.version, nil
+	}
 	blob, err := a.GetState(ctx)
 	if err != nil {
 		return 0, err
 	}
 	v, _, err := envelope(blob)
+	if err == nil {
+		s.remember(sess, v)
+	}
 	return v, err
+}
+
+// remember records the version seen through sess.
+func (s *Store) remember(sess sequencer.Session, v int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.known[sess.ID()]; !ok && len(s.known) >= maxKnown {
+		for id := range s.known { // evict one arbitrary entry: a miss only costs a read
+			delete(s.known, id)
+			break
+		}
+	}
+	s.known[sess.ID()] = knownVersion{sess: sess, version: v}
+}
+
+// forget drops the cached version of session id.
+func (s *Store) forget(id string) {
+	s.mu.Lock()
+	delete(s.known, id)
+	s.mu.Unlock()
 }
 
 func envelope(blob []byte) (version int64, body []byte, err error) {

@@ -165,3 +165,44 @@ func (b *blockingSession) SetState(ctx context.Context, state []byte) error {
 	<-b.release
 	return b.Session.SetState(ctx, state)
 }
+
+// A holder that loaded its state pays one SetState per Save, not a read as well: the state
+// round trips are broker calls on every handled message.
+func TestSave_HolderSkipsTheVersionRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := servicebus.New(nil)
+	sess := storetest.NewSession("s")
+
+	st, v, err := store.Load(ctx, sequencer.LoadParams{Session: sess})
+	require.NoError(t, err)
+	require.Equal(t, 1, sess.GetStateCalls())
+	for i := range 5 {
+		st.Next = int64(i + 2)
+		v, err = store.Save(ctx, sequencer.SaveParams{Session: sess, State: st, ExpectedVersion: v})
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, sess.GetStateCalls(), "saves by the holder must not read the state again")
+	require.Equal(t, 5, sess.SetStateCalls())
+
+	// A stale expected version is still refused without a read.
+	_, err = store.Save(ctx, sequencer.SaveParams{Session: sess, State: st, ExpectedVersion: v - 1})
+	require.ErrorIs(t, err, sequencer.ErrVersionConflict)
+
+	// Another session object (a new lock holder, in this process or another) is not trusted: it
+	// reads once, then sees the version the first holder wrote.
+	other := storetest.NewSession("s")
+	require.NoError(t, other.SetState(ctx, mustGetState(t, sess)))
+	_, err = store.Save(ctx, sequencer.SaveParams{Session: other, State: st, ExpectedVersion: v - 1})
+	require.ErrorIs(t, err, sequencer.ErrVersionConflict)
+	require.Equal(t, 1, other.GetStateCalls())
+	_, err = store.Save(ctx, sequencer.SaveParams{Session: other, State: st, ExpectedVersion: v})
+	require.NoError(t, err)
+}
+
+func mustGetState(t *testing.T, s *storetest.Session) []byte {
+	t.Helper()
+	b, err := s.GetState(context.Background())
+	require.NoError(t, err)
+	return b
+}

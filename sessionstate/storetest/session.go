@@ -20,6 +20,7 @@ type Session struct {
 
 	mu    sync.Mutex
 	state []byte
+	gets  int
 	sets  int
 	// FailSetState, when set, is returned by SetState (which then stores nothing).
 	failSetState error
@@ -43,6 +44,7 @@ func (s *Session) GetState(ctx context.Context) ([]byte, error) {
 	}
 	s.mu.Lock()
 	state := slices.Clone(s.state)
+	s.gets++
 	s.mu.Unlock()
 	// A real session answers over the network: let other goroutines run before the caller
 	// acts on what it read, so read-then-write races show up in tests.
@@ -74,6 +76,13 @@ func (s *Session) FailSetState(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failSetState = err
+}
+
+// GetStateCalls returns how often GetState was called.
+func (s *Session) GetStateCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets
 }
 
 // SetStateCalls returns how often SetState succeeded.
