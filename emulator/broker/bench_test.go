@@ -1,0 +1,123 @@
+package broker_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/Azure/go-amqp"
+
+	"github.com/seqbus/seqbus/emulator/broker"
+)
+
+// BenchmarkSendReceiveComplete measures one 1 KiB message through send, peek-lock
+// receive and complete on a queue, with the wall clock (so lock timers are real).
+func BenchmarkSendReceiveComplete(b *testing.B) {
+	for _, batch := range []int{1, 32} {
+		b.Run(map[int]string{1: "batch=1", 32: "batch=32"}[batch], func(b *testing.B) {
+			br := broker.New(broker.Config{})
+			defer br.Close()
+			if err := br.CreateQueue("q", broker.EntityProperties{}); err != nil {
+				b.Fatal(err)
+			}
+			q, err := br.Lookup("q")
+			if err != nil {
+				b.Fatal(err)
+			}
+			body := make([]byte, 1024)
+			msgs := make([]*amqp.Message, batch)
+			for i := range msgs {
+				msgs[i] = amqp.NewMessage(body)
+			}
+			ctx := context.Background()
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; done += batch {
+				if err := q.Send(ctx, msgs); err != nil {
+					b.Fatal(err)
+				}
+				for got := 0; got < batch; {
+					ds, err := q.Receive(ctx, batch-got, broker.ReceiveOptions{Mode: broker.PeekLock})
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, d := range ds {
+						if err := q.Complete(d.LockToken); err != nil {
+							b.Fatal(err)
+						}
+					}
+					got += len(ds)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSessionSendReceiveComplete is the same through a session queue.
+func BenchmarkSessionSendReceiveComplete(b *testing.B) {
+	br := broker.New(broker.Config{})
+	defer br.Close()
+	if err := br.CreateQueue("q", broker.EntityProperties{RequiresSession: true}); err != nil {
+		b.Fatal(err)
+	}
+	q, err := br.Lookup("q")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := q.AcceptSession(ctx, "s", "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := sessionMsg("s", string(make([]byte, 1024)))
+	b.SetBytes(1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := q.Send(ctx, []*amqp.Message{m}); err != nil {
+			b.Fatal(err)
+		}
+		ds, err := q.Receive(ctx, 1, broker.ReceiveOptions{Session: l})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := q.Complete(ds[0].LockToken); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDeepQueue measures send+receive+complete with 10,000 messages waiting
+// ahead, so per-message costs that grow with the queue show up.
+func BenchmarkDeepQueue(b *testing.B) {
+	br := broker.New(broker.Config{})
+	defer br.Close()
+	if err := br.CreateQueue("q", broker.EntityProperties{}); err != nil {
+		b.Fatal(err)
+	}
+	q, err := br.Lookup("q")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	m := amqp.NewMessage(make([]byte, 1024))
+	for range 10_000 {
+		if err := q.Send(ctx, []*amqp.Message{m}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := q.Send(ctx, []*amqp.Message{m}); err != nil {
+			b.Fatal(err)
+		}
+		ds, err := q.Receive(ctx, 1, broker.ReceiveOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := q.Complete(ds[0].LockToken); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package broker_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/emulator/broker"
+)
+
+const sampleConfig = `{
+  "UserConfig": {
+    "Namespaces": [
+      {
+        "Name": "myns",
+        "Queues": [
+          {"Name": "queue.1", "Properties": {
+            "DeadLetteringOnMessageExpiration": true, "DefaultMessageTimeToLive": "PT10M",
+            "DuplicateDetectionHistoryTimeWindow": "PT30S", "ForwardDeadLetteredMessagesTo": "",
+            "ForwardTo": "", "LockDuration": "PT45S", "MaxDeliveryCount": 7,
+            "RequiresDuplicateDetection": true, "RequiresSession": true}},
+          {"Name": "bare"}
+        ],
+        "Topics": [
+          {"Name": "topic.1", "Properties": {"DefaultMessageTimeToLive": "P1D", "RequiresDuplicateDetection": false},
+           "Subscriptions": [
+             {"Name": "subscription.1", "Properties": {"LockDuration": "PT1M", "MaxDeliveryCount": 3, "ForwardTo": "bare"},
+              "Rules": [
+                {"Name": "app-prop-filter-1", "Properties": {"FilterType": "Correlation",
+                  "CorrelationFilter": {"ContentType": "application/text", "CorrelationId": "id1", "Label": "subject1",
+                    "MessageId": "msgid1", "ReplyTo": "someQueue", "ReplyToSessionId": "sessionId",
+                    "SessionId": "session1", "To": "xyz", "Properties": {"prop1": "value1"}}}},
+                {"Name": "sql-filter-1", "Properties": {"FilterType": "Sql",
+                  "SqlFilter": {"SqlExpression": "sys.Label = 'x'"}, "Action": {"SqlExpression": "SET sys.To = 'y'"}}}
+              ]},
+             {"Name": "subscription.2"}
+           ]}
+        ]
+      }
+    ],
+    "Logging": {"Type": "File"}
+  }
+}`
+
+func TestParseUserConfig(t *testing.T) {
+	t.Parallel()
+	uc, err := broker.ParseUserConfig([]byte(sampleConfig))
+	require.NoError(t, err)
+	require.Len(t, uc.Namespaces, 1)
+	ns := uc.Namespaces[0]
+	require.Equal(t, "myns", ns.Name)
+	require.Equal(t, "File", uc.Logging.Type)
+	require.Equal(t, broker.EntityProperties{
+		DeadLetteringOnMessageExpiration: true, DefaultMessageTimeToLive: 10 * time.Minute,
+		DuplicateDetectionHistoryTimeWindow: 30 * time.Second, LockDuration: 45 * time.Second,
+		MaxDeliveryCount: 7, RequiresDuplicateDetection: true, RequiresSession: true,
+	}, ns.Queues[0].Properties)
+	require.Equal(t, broker.EntityProperties{
+		LockDuration: time.Minute, MaxDeliveryCount: 3, DefaultMessageTimeToLive: time.Hour,
+		DuplicateDetectionHistoryTimeWindow: 20 * time.Second,
+	}, ns.Queues[1].Properties, "the Config.json schema's defaults")
+	require.Equal(t, 24*time.Hour, ns.Topics[0].Properties.DefaultMessageTimeToLive)
+	sub := ns.Topics[0].Subscriptions[0]
+	require.Equal(t, "bare", sub.Properties.ForwardTo)
+	require.Equal(t, broker.Rule{Name: "app-prop-filter-1", FilterType: broker.FilterCorrelation,
+		Correlation: &broker.CorrelationFilter{ContentType: "application/text", CorrelationID: "id1", Label: "subject1",
+			MessageID: "msgid1", ReplyTo: "someQueue", ReplyToSessionID: "sessionId", SessionID: "session1", To: "xyz",
+			Properties: map[string]any{"prop1": "value1"}}}, sub.Rules[0])
+	require.Equal(t, broker.Rule{Name: "sql-filter-1", FilterType: broker.FilterSQL, SQLExpression: "sys.Label = 'x'",
+		ActionSQLExpression: "SET sys.To = 'y'"}, sub.Rules[1])
+}
+
+func TestLoadConfigFileCreatesEntities(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "Config.json")
+	require.NoError(t, os.WriteFile(path, []byte(sampleConfig), 0o600))
+	tb := setup(t)
+	require.NoError(t, tb.b.LoadConfigFile(path))
+
+	q, err := tb.b.GetQueue("QUEUE.1")
+	require.NoError(t, err)
+	require.Equal(t, 45*time.Second, q.Properties.LockDuration)
+	require.True(t, tb.lookup(t, "queue.1").RequiresSession())
+	require.Len(t, tb.b.ListQueues(), 2)
+	subs, err := tb.b.ListSubscriptions("topic.1")
+	require.NoError(t, err)
+	require.Equal(t, "subscription.1", subs[0].Name)
+	rules, err := tb.b.ListRules("topic.1", "subscription.2")
+	require.NoError(t, err)
+	require.Equal(t, []broker.Rule{{Name: broker.DefaultRuleName, FilterType: broker.FilterTrue}}, rules)
+	rules, err = tb.b.ListRules("topic.1", "subscription.1")
+	require.NoError(t, err)
+	require.Len(t, rules, 2)
+
+	// Loading it again would create duplicates: refused, naming the path.
+	err = tb.b.LoadConfigFile(path)
+	require.ErrorIs(t, err, broker.ErrEntityExists)
+	require.ErrorContains(t, err, "UserConfig.Namespaces[0].Queues[0].Name")
+
+	require.Error(t, tb.b.LoadConfigFile(filepath.Join(t.TempDir(), "missing.json")))
+}
+
+func TestParseUserConfigErrors(t *testing.T) {
+	t.Parallel()
+	ns := func(body string) string {
+		return `{"UserConfig":{"Namespaces":[{"Name":"ns",` + body + `}],"Logging":{"Type":"File"}}}`
+	}
+	queues := func(props ...string) string {
+		qs := make([]string, len(props))
+		for i, p := range props {
+			qs[i] = `{"Name":"q` + string(rune('0'+i)) + `","Properties":{` + p + `}}`
+		}
+		return ns(`"Queues":[` + strings.Join(qs, ",") + `]`)
+	}
+	rule := func(props string) string {
+		return ns(`"Topics":[{"Name":"t","Subscriptions":[{"Name":"s","Rules":[{"Name":"r","Properties":{` + props + `}}]}]}]`)
+	}
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"bad JSON", `{"UserConfig": {`, `Config.json: invalid JSON at line 1, column 17`},
+		{"not an object", `[]`, `Config.json: expected an object, got an array`},
+		{"no UserConfig", `{}`, `UserConfig: required`},
+		{"unknown top field", `{"UserConfig":{"Namespaces":[{"Name":"n"}]},"Extra":1}`, `Config.json.Extra: unknown field`},
+		{"no namespaces", `{"UserConfig":{"Namespaces":[]}}`, `UserConfig.Namespaces: at least one namespace is required`},
+		{"namespaces not an array", `{"UserConfig":{"Namespaces":{}}}`, `UserConfig.Namespaces: expected an array, got an object`},
+		{"namespace without name", `{"UserConfig":{"Namespaces":[{}]}}`, `UserConfig.Namespaces[0].Name: required`},
+		{"bad duration", queues(`"LockDuration":"PT1M"`, `"LockDuration":"PT1M"`, `"LockDuration":"1m"`),
+			`UserConfig.Namespaces[0].Queues[2].Properties.LockDuration: invalid ISO 8601 duration "1m"`},
+		{"duration of wrong type", queues(`"DefaultMessageTimeToLive":60`),
+			`UserConfig.Namespaces[0].Queues[0].Properties.DefaultMessageTimeToLive: expected a string, got a number`},
+		{"max delivery not an integer", queues(`"MaxDeliveryCount":"3"`),
+			`UserConfig.Namespaces[0].Queues[0].Properties.MaxDeliveryCount: expected an integer, got "3"`},
+		{"max delivery zero", queues(`"MaxDeliveryCount":0`),
+			`UserConfig.Namespaces[0].Queues[0].Properties.MaxDeliveryCount: must be at least 1`},
+		{"bool of wrong type", queues(`"RequiresSession":"yes"`),
+			`UserConfig.Namespaces[0].Queues[0].Properties.RequiresSession: expected a boolean, got a string`},
+		{"unknown property", queues(`"LockDuraton":"PT1M"`),
+			`UserConfig.Namespaces[0].Queues[0].Properties.LockDuraton: unknown field`},
+		{"topic property on wrong kind", ns(`"Topics":[{"Name":"t","Properties":{"RequiresSession":true}}]`),
+			`UserConfig.Namespaces[0].Topics[0].Properties.RequiresSession: unknown field`},
+		{"bad status", queues(`"Status":"Paused"`), `UserConfig.Namespaces[0].Queues[0].Properties.Status: unknown status "Paused"`},
+		{"bad name", ns(`"Queues":[{"Name":"-q"}]`), `UserConfig.Namespaces[0].Queues[0].Name: invalid name "-q"`},
+		{"duplicate queue", ns(`"Queues":[{"Name":"q"},{"Name":"Q"}]`),
+			`UserConfig.Namespaces[0].Queues[1].Name: duplicate name "Q" (first at UserConfig.Namespaces[0].Queues[0].Name)`},
+		{"queue and topic share a name", ns(`"Queues":[{"Name":"x"}],"Topics":[{"Name":"x"}]`),
+			`UserConfig.Namespaces[0].Topics[0].Name: duplicate name "x"`},
+		{"duplicate subscription", ns(`"Topics":[{"Name":"t","Subscriptions":[{"Name":"s"},{"Name":"s"}]}]`),
+			`UserConfig.Namespaces[0].Topics[0].Subscriptions[1].Name: duplicate name "s"`},
+		{"duplicate rule", ns(`"Topics":[{"Name":"t","Subscriptions":[{"Name":"s","Rules":[` +
+			`{"Name":"r","Properties":{"FilterType":"Sql","SqlFilter":{"SqlExpression":"1=1"}}},` +
+			`{"Name":"r","Properties":{"FilterType":"Sql","SqlFilter":{"SqlExpression":"1=1"}}}]}]}]`),
+			`UserConfig.Namespaces[0].Topics[0].Subscriptions[0].Rules[1].Name: duplicate name "r"`},
+		{"unknown filter type", rule(`"FilterType":"Regex"`),
+			`UserConfig.Namespaces[0].Topics[0].Subscriptions[0].Rules[0].Properties.FilterType: unknown filter type "Regex"`},
+		{"missing filter type", rule(`"SqlFilter":{"SqlExpression":"1=1"}`),
+			`UserConfig.Namespaces[0].Topics[0].Subscriptions[0].Rules[0].Properties.FilterType: required`},
+		{"sql without filter", rule(`"FilterType":"Sql"`),
+			`UserConfig.Namespaces[0].Topics[0].Subscriptions[0].Rules[0].Properties.SqlFilter: required when FilterType is Sql`},
+		{"empty correlation", rule(`"FilterType":"Correlation","CorrelationFilter":{}`),
+			`UserConfig.Namespaces[0].Topics[0].Subscriptions[0].Rules[0].Properties.CorrelationFilter: at least one property is required`},
+		{"unknown forward target", queues(`"ForwardTo":"nowhere"`),
+			`UserConfig.Namespaces[0].Queues[0].Properties.ForwardTo: forwarding target "nowhere" is not a queue or topic of the config`},
+		{"bad logging type", `{"UserConfig":{"Namespaces":[{"Name":"n"}],"Logging":{"Type":"Syslog"}}}`,
+			`UserConfig.Logging.Type: unknown logging type "Syslog"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := broker.ParseUserConfig([]byte(tt.doc))
+			require.ErrorIs(t, err, broker.ErrInvalidConfig)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+func TestISO8601Durations(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want time.Duration
+		fmt  string
+	}{
+		{"PT1M", time.Minute, "PT1M"},
+		{"PT5S", 5 * time.Second, "PT5S"},
+		{"PT0.5S", 500 * time.Millisecond, "PT0.5S"},
+		{"PT1H30M", 90 * time.Minute, "PT1H30M"},
+		{"P1DT2H", 26 * time.Hour, "P1DT2H"},
+		{"P1W", 7 * 24 * time.Hour, "P7D"},
+		{"P1D", 24 * time.Hour, "P1D"},
+		{"P10675199DT2H48M5.4775807S", time.Duration(1<<63 - 1), ""},
+	}
+	for _, tt := range tests {
+		d, err := broker.ParseISO8601Duration(tt.in)
+		require.NoError(t, err, tt.in)
+		require.Equal(t, tt.want, d, tt.in)
+		if tt.fmt != "" {
+			require.Equal(t, tt.fmt, broker.FormatISO8601Duration(d))
+		}
+	}
+	for _, bad := range []string{"", "P", "PT", "1m", "PT1X", "P1H", "PTM", "PT1M1", "P1DT", "PT1MT1S"} {
+		_, err := broker.ParseISO8601Duration(bad)
+		require.Error(t, err, bad)
+	}
+}

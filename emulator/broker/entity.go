@@ -1,0 +1,596 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/google/uuid"
+
+	"github.com/seqbus/seqbus/emulator/clock"
+)
+
+type lockKey = amqp.UUID
+
+// Entity is a queue, topic, subscription or dead-letter queue. Get one with
+// Broker.Lookup. An Entity stays valid after it is deleted, but every call then returns
+// ErrNotFound.
+type Entity struct {
+	b         *Broker
+	kind      EntityKind
+	name      string
+	topicName string
+	path      string
+	props     EntityProperties
+
+	createdAt, updatedAt, accessedAt time.Time
+	deleted                          bool
+
+	dlq    *Entity            // queues and subscriptions
+	parent *Entity            // dead-letter queues
+	subs   map[string]*Entity // topics
+	topic  *Entity            // subscriptions
+	rules  []*compiledRule    // subscriptions
+
+	nextSeq int64
+	msgs    map[int64]*stored
+	// order holds the sequence numbers of msgs, ascending, plus up to about as many of
+	// removed messages (orderDead of them), which readers skip; it is compacted when
+	// the dead outnumber the living, so removal from the head stays cheap.
+	order     []int64
+	orderDead int
+	avail     seqHeap // available messages of a non-session entity
+	sessions  map[string]*session
+	locks     map[lockKey]*stored
+	sizeBytes int64
+	scheduled int64 // count of scheduled messages
+
+	// wake is closed (and replaced) whenever a message or session may have become
+	// available, or the entity went away; waiting receivers then look again.
+	wake chan struct{}
+}
+
+type msgState int
+
+const (
+	stateActive msgState = iota
+	stateLocked
+	stateDeferred
+	stateScheduled
+)
+
+// stored is a message held by an entity.
+type stored struct {
+	seq        int64
+	msg        *amqp.Message // owned by the broker; never handed out
+	size       int64
+	state      msgState
+	enqueuedAt time.Time
+	expiresAt  time.Time // zero: never
+	scheduleAt time.Time
+	// failed is the header delivery-count: deliveries that ended without settlement.
+	failed   uint32
+	deferred bool // deferred; stays deferred when a ReceiveDeferred lock ends
+	sess     *session
+	heapIdx  int
+
+	token       lockKey
+	lockedUntil time.Time
+	sessLock    *SessionLock // the session lock this message was locked under
+	lockTimer   clock.Timer
+	ttlTimer    clock.Timer
+	schedTimer  clock.Timer
+}
+
+// Path returns the entity's address, e.g. "t/Subscriptions/s/$DeadLetterQueue".
+func (e *Entity) Path() string { return e.path }
+
+// Kind returns what the entity is.
+func (e *Entity) Kind() EntityKind { return e.kind }
+
+// RequiresSession reports whether receivers must lock a session.
+func (e *Entity) RequiresSession() bool {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	return e.sessions != nil
+}
+
+// Properties returns the entity's current properties (defaults filled in).
+func (e *Entity) Properties() EntityProperties {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	return e.props
+}
+
+// Info describes the entity, with its runtime counts.
+func (e *Entity) Info() EntityInfo {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	return e.infoLocked()
+}
+
+func (e *Entity) infoLocked() EntityInfo {
+	info := EntityInfo{
+		Kind: e.kind, Name: e.name, Topic: e.topicName, Path: e.path, Properties: e.props,
+		SubscriptionCount: len(e.subs),
+		CreatedAt:         e.createdAt, UpdatedAt: e.updatedAt, AccessedAt: e.accessedAt,
+	}
+	info.Counts = e.countsLocked()
+	return info
+}
+
+func (e *Entity) countsLocked() Counts {
+	var c Counts
+	c.Scheduled = e.scheduled
+	c.Active = int64(len(e.msgs)) - e.scheduled
+	c.SizeBytes = e.sizeBytes
+	if e.dlq != nil {
+		c.DeadLetter = int64(len(e.dlq.msgs))
+		c.SizeBytes += e.dlq.sizeBytes
+	}
+	c.Total = c.Active + c.DeadLetter + c.Scheduled
+	return c
+}
+
+func (e *Entity) checkLocked() error {
+	if e.b.closed {
+		return ErrClosed
+	}
+	if e.deleted || (e.parent != nil && e.parent.deleted) {
+		return fmt.Errorf("%s %q: %w", e.kind, e.path, ErrNotFound)
+	}
+	return nil
+}
+
+// signalLocked wakes everyone waiting on the entity.
+func (e *Entity) signalLocked() {
+	close(e.wake)
+	e.wake = make(chan struct{})
+}
+
+// shutdownLocked stops the entity's timers, fails its session locks and wakes waiters;
+// used by delete and Broker.Close.
+func (e *Entity) shutdownLocked() {
+	e.deleted = true
+	for _, s := range e.msgs {
+		stopTimers(s)
+	}
+	for _, ss := range e.sessions {
+		if ss.lock != nil {
+			ss.lock.loseLocked()
+		}
+	}
+	e.signalLocked()
+	if e.dlq != nil {
+		e.dlq.shutdownLocked()
+	}
+}
+
+func stopTimers(s *stored) {
+	for _, t := range []clock.Timer{s.lockTimer, s.ttlTimer, s.schedTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	s.lockTimer, s.ttlTimer, s.schedTimer = nil, nil, nil
+}
+
+// alive reports whether s is still held by e (timer callbacks check it).
+func (e *Entity) alive(s *stored) bool {
+	return !e.b.closed && !e.deleted && e.msgs[s.seq] == s
+}
+
+// Send enqueues a batch of messages atomically: either all are accepted or none.
+// Messages carrying x-opt-scheduled-enqueue-time in the future are scheduled. Sending
+// to a topic fans the messages out to every subscription with a matching rule; each
+// subscription numbers its copies itself. The broker keeps its own copy of each
+// message, so the caller may reuse them.
+func (e *Entity) Send(ctx context.Context, msgs []*amqp.Message) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("send to %q: %w", e.path, err)
+	}
+	_, err := e.send(msgs, time.Time{})
+	return err
+}
+
+// Schedule enqueues messages to become available at the given time and returns their
+// sequence numbers, in order (for a topic, the topic's numbers, which CancelScheduled takes).
+func (e *Entity) Schedule(msgs []*amqp.Message, at time.Time) ([]int64, error) {
+	if at.IsZero() {
+		return nil, fmt.Errorf("schedule on %q: zero time: %w", e.path, ErrNotAllowed)
+	}
+	return e.send(msgs, at)
+}
+
+type incoming struct {
+	msg  *amqp.Message
+	size int64
+}
+
+func (e *Entity) send(msgs []*amqp.Message, at time.Time) ([]int64, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	// Encode outside the lock: the size check needs the encoded length.
+	in := make([]incoming, len(msgs))
+	for i, m := range msgs {
+		if m == nil {
+			return nil, fmt.Errorf("send to %q: message %d is nil: %w", e.path, i, ErrNotAllowed)
+		}
+		c := cloneMessage(m, true)
+		c.DeliveryTag = nil
+		c.DeliveryAnnotations = nil
+		if !at.IsZero() {
+			setAnnotation(c, AnnotationScheduledEnqueueTime, at.UTC())
+		}
+		if c.Properties == nil {
+			c.Properties = &amqp.MessageProperties{}
+		}
+		raw, err := c.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("send to %q: encode message %d: %w", e.path, i, err)
+		}
+		if int64(len(raw)) > e.b.cfg.MaxMessageSize {
+			return nil, fmt.Errorf("send to %q: message %d is %d bytes, limit %d: %w",
+				e.path, i, len(raw), e.b.cfg.MaxMessageSize, ErrMessageTooLarge)
+		}
+		in[i] = incoming{msg: c, size: int64(len(raw))}
+	}
+
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if err := e.checkLocked(); err != nil {
+		return nil, fmt.Errorf("send: %w", err)
+	}
+	switch e.kind {
+	case KindSubscription, KindDeadLetterQueue:
+		return nil, fmt.Errorf("send to %s %q: %w", e.kind, e.path, ErrNotAllowed)
+	}
+	if !e.props.canSend() {
+		return nil, fmt.Errorf("send to %q (status %s): %w", e.path, e.props.Status, ErrEntityDisabled)
+	}
+	now := e.b.clk.Now()
+	// Validate the whole batch before changing anything.
+	var routes [][]route
+	if e.kind == KindTopic {
+		routes = make([][]route, len(in))
+	}
+	for i, m := range in {
+		if e.kind == KindQueue {
+			if err := e.admitLocked(m.msg); err != nil {
+				return nil, fmt.Errorf("send to %q: message %d: %w", e.path, i, err)
+			}
+			continue
+		}
+		r, err := e.routeLocked(m.msg)
+		if err != nil {
+			return nil, fmt.Errorf("send to %q: message %d: %w", e.path, i, err)
+		}
+		routes[i] = r
+	}
+	e.accessedAt = now
+	seqs := make([]int64, len(in))
+	for i, m := range in {
+		if e.kind == KindTopic {
+			if t, ok := scheduledTime(m.msg); ok && t.After(now) {
+				seqs[i] = e.scheduleTopicLocked(m, t, now)
+				continue
+			}
+			e.fanOutLocked(m, routes[i], now)
+			seqs[i] = e.nextTopicSeqLocked()
+			continue
+		}
+		seqs[i] = e.enqueueLocked(m.msg, m.size, now)
+	}
+	return seqs, nil
+}
+
+// admitLocked checks that a message fits the entity. This is where duplicate detection
+// (RequiresDuplicateDetection) and auto-forwarding (ForwardTo) will plug in: both are
+// stored today but not applied.
+func (e *Entity) admitLocked(m *amqp.Message) error {
+	if e.sessions != nil {
+		if _, ok := sessionIDOf(m); !ok {
+			return fmt.Errorf("%q requires a session id (group-id): %w", e.path, ErrNotAllowed)
+		}
+	}
+	return nil
+}
+
+// enqueueLocked stores a message in a queue or subscription and returns its number.
+func (e *Entity) enqueueLocked(m *amqp.Message, size int64, now time.Time) int64 {
+	e.nextSeq++
+	s := &stored{seq: e.nextSeq, msg: m, size: size, heapIdx: -1, enqueuedAt: now}
+	if t, ok := scheduledTime(m); ok && t.After(now) {
+		s.state = stateScheduled
+		s.scheduleAt = t
+	}
+	e.insertLocked(s)
+	if s.state == stateScheduled {
+		e.scheduled++
+		s.schedTimer = e.b.clk.AfterFunc(t0(s.scheduleAt.Sub(now)), func() { e.activate(s) })
+		return s.seq
+	}
+	e.startTTLLocked(s, now)
+	e.makeAvailableLocked(s, now)
+	return s.seq
+}
+
+func t0(d time.Duration) time.Duration { return max(d, 0) }
+
+// insertLocked adds s to the entity's indexes (not to the available heap).
+func (e *Entity) insertLocked(s *stored) {
+	e.msgs[s.seq] = s
+	if n := len(e.order); n == 0 || e.order[n-1] < s.seq {
+		e.order = append(e.order, s.seq)
+	} else {
+		if i, found := slices.BinarySearch(e.order, s.seq); found {
+			e.orderDead-- // a removed number coming back (not expected: numbers are unique)
+		} else {
+			e.order = slices.Insert(e.order, i, s.seq)
+		}
+	}
+	e.sizeBytes += s.size
+	if e.sessions != nil {
+		id, _ := sessionIDOf(s.msg)
+		ss := e.sessionLocked(id)
+		ss.count++
+		s.sess = ss
+	}
+}
+
+// removeLocked deletes s from the entity entirely.
+func (e *Entity) removeLocked(s *stored) {
+	if e.msgs[s.seq] != s {
+		return
+	}
+	e.unlockLocked(s)
+	stopTimers(s)
+	delete(e.msgs, s.seq)
+	e.orderDead++
+	if e.orderDead > 64 && e.orderDead > len(e.msgs) {
+		e.order = slices.DeleteFunc(e.order, func(n int64) bool { return e.msgs[n] == nil })
+		e.orderDead = 0
+	}
+	e.sizeBytes -= s.size
+	if s.state == stateScheduled {
+		e.scheduled--
+	}
+	if s.sess != nil {
+		s.sess.avail.remove(s)
+		s.sess.count--
+		e.maybeDropSessionLocked(s.sess)
+	} else {
+		e.avail.remove(s)
+	}
+}
+
+// startTTLLocked computes the expiry of a message entering the entity (or activated
+// from the schedule) and arms its timer.
+func (e *Entity) startTTLLocked(s *stored, now time.Time) {
+	if e.kind == KindDeadLetterQueue {
+		return
+	}
+	ttl := e.props.DefaultMessageTimeToLive
+	if e.topic != nil && e.topic.props.DefaultMessageTimeToLive > 0 {
+		ttl = minPositive(ttl, e.topic.props.DefaultMessageTimeToLive)
+	}
+	if s.msg.Header != nil {
+		ttl = minPositive(ttl, s.msg.Header.TTL)
+	}
+	if ttl <= 0 {
+		return
+	}
+	if s.msg.Header == nil {
+		s.msg.Header = &amqp.MessageHeader{}
+	}
+	s.msg.Header.TTL = ttl
+	s.expiresAt = now.Add(ttl)
+	if s.expiresAt.Before(now) { // overflow
+		s.expiresAt = time.Time{}
+		return
+	}
+	s.ttlTimer = e.b.clk.AfterFunc(ttl, func() {
+		e.b.mu.Lock()
+		defer e.b.mu.Unlock()
+		if !e.alive(s) {
+			return
+		}
+		// A locked message expires when its lock ends.
+		if s.state == stateActive || s.state == stateDeferred {
+			e.expireLocked(s)
+		}
+	})
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
+func (s *stored) expired(now time.Time) bool {
+	return !s.expiresAt.IsZero() && !now.Before(s.expiresAt)
+}
+
+// expireLocked drops an expired message, or dead-letters it when the entity says so.
+func (e *Entity) expireLocked(s *stored) {
+	if e.props.DeadLetteringOnMessageExpiration && e.dlq != nil {
+		e.deadLetterLocked(s, ReasonTTLExpired, "The message expired and was dead lettered.", nil)
+		return
+	}
+	e.b.log.Debug("broker: message expired", slog.String("entity", e.path), slog.Int64("sequence_number", s.seq))
+	e.removeLocked(s)
+}
+
+// makeAvailableLocked puts s in the active state (or expires it).
+func (e *Entity) makeAvailableLocked(s *stored, now time.Time) {
+	if s.expired(now) {
+		e.expireLocked(s)
+		return
+	}
+	s.state = stateActive
+	if s.sess != nil {
+		s.sess.avail.add(s)
+	} else {
+		e.avail.add(s)
+	}
+	e.signalLocked()
+}
+
+// activate moves a scheduled message to the active state (timer callback).
+func (e *Entity) activate(s *stored) {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if !e.alive(s) || s.state != stateScheduled {
+		return
+	}
+	now := e.b.clk.Now()
+	s.schedTimer = nil
+	if e.kind == KindTopic {
+		e.removeLocked(s)
+		r, err := e.routeLocked(s.msg)
+		if err != nil {
+			e.b.log.Warn("broker: scheduled topic message dropped", slog.String("topic", e.path),
+				slog.Int64("sequence_number", s.seq), slog.Any("error", err))
+			return
+		}
+		e.fanOutLocked(incoming{msg: s.msg, size: s.size}, r, now)
+		return
+	}
+	e.scheduled--
+	s.enqueuedAt = now
+	s.state = stateActive
+	e.startTTLLocked(s, now)
+	e.makeAvailableLocked(s, now)
+}
+
+// CancelScheduled removes scheduled messages by sequence number. The call is atomic:
+// ErrMessageNotFound (naming the number) if any is not a scheduled message.
+func (e *Entity) CancelScheduled(seqs []int64) error {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if err := e.checkLocked(); err != nil {
+		return fmt.Errorf("cancel scheduled: %w", err)
+	}
+	for _, n := range seqs {
+		if s := e.msgs[n]; s == nil || s.state != stateScheduled {
+			return fmt.Errorf("cancel scheduled on %q: sequence number %d: %w", e.path, n, ErrMessageNotFound)
+		}
+	}
+	for _, n := range seqs {
+		if s := e.msgs[n]; s != nil {
+			e.removeLocked(s)
+		}
+	}
+	return nil
+}
+
+// Topic side: scheduled topic messages live in the topic until they fan out.
+
+func (e *Entity) nextTopicSeqLocked() int64 {
+	e.nextSeq++
+	return e.nextSeq
+}
+
+func (e *Entity) scheduleTopicLocked(m incoming, at, now time.Time) int64 {
+	s := &stored{seq: e.nextTopicSeqLocked(), msg: m.msg, size: m.size, heapIdx: -1,
+		enqueuedAt: now, state: stateScheduled, scheduleAt: at}
+	e.insertLocked(s)
+	e.scheduled++
+	s.schedTimer = e.b.clk.AfterFunc(t0(at.Sub(now)), func() { e.activate(s) })
+	return s.seq
+}
+
+// route is one copy of a topic message for one subscription.
+type route struct {
+	sub    *Entity
+	action Action // nil: the message as sent
+}
+
+// routeLocked evaluates every subscription's rules. A subscription gets one copy if any
+// rule without an action matches, plus one copy per matching rule with an action.
+func (e *Entity) routeLocked(m *amqp.Message) ([]route, error) {
+	names := make([]string, 0, len(e.subs))
+	for k := range e.subs {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var out []route
+	for _, k := range names {
+		sub := e.subs[k]
+		plain := false
+		var acts []route
+		for _, r := range sub.rules {
+			ok, err := r.filter.Match(m)
+			if err != nil {
+				e.b.log.Warn("broker: rule filter failed; treated as no match", slog.String("subscription", sub.path),
+					slog.String("rule", r.rule.Name), slog.Any("error", err))
+				continue
+			}
+			if !ok {
+				continue
+			}
+			if r.action == nil {
+				plain = true
+			} else {
+				acts = append(acts, route{sub: sub, action: r.action})
+			}
+		}
+		if plain {
+			out = append(out, route{sub: sub})
+		}
+		out = append(out, acts...)
+	}
+	for _, r := range out {
+		if !r.sub.props.canSend() {
+			return nil, fmt.Errorf("subscription %q (status %s): %w", r.sub.path, r.sub.props.Status, ErrEntityDisabled)
+		}
+		if err := r.sub.admitLocked(m); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (e *Entity) fanOutLocked(m incoming, routes []route, now time.Time) {
+	for _, r := range routes {
+		c := cloneMessage(m.msg, false)
+		if r.action != nil {
+			if err := r.action.Apply(c); err != nil {
+				e.b.log.Warn("broker: rule action failed; message not delivered", slog.String("subscription", r.sub.path),
+					slog.Any("error", err))
+				continue
+			}
+		}
+		r.sub.accessedAt = now
+		r.sub.enqueueLocked(c, m.size, now)
+	}
+}
+
+// deadLetterLocked moves s to the dead-letter queue with the given reason.
+func (e *Entity) deadLetterLocked(s *stored, reason, desc string, props map[string]any) {
+	e.removeLocked(s)
+	m := s.msg
+	applyProperties(m, props)
+	if m.ApplicationProperties == nil {
+		m.ApplicationProperties = map[string]any{}
+	}
+	m.ApplicationProperties[PropertyDeadLetterReason] = reason
+	m.ApplicationProperties[PropertyDeadLetterErrorDescription] = desc
+	setAnnotation(m, AnnotationDeadLetterSource, e.path)
+	d := &stored{seq: s.seq, msg: m, size: s.size, heapIdx: -1, enqueuedAt: s.enqueuedAt, failed: s.failed}
+	e.dlq.insertLocked(d)
+	e.dlq.makeAvailableLocked(d, e.b.clk.Now())
+	e.b.log.Debug("broker: message dead-lettered", slog.String("entity", e.path),
+		slog.Int64("sequence_number", s.seq), slog.String("reason", reason))
+}
+
+func newToken() lockKey { return lockKey(uuid.New()) }
