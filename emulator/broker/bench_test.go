@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/Azure/go-amqp"
@@ -118,6 +119,48 @@ func BenchmarkDeepQueue(b *testing.B) {
 		}
 		if err := q.Complete(ds[0].LockToken); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkGjuraLayoutSend measures one message through the Gjura layout: a source
+// topic whose subscription filters with SQL, sets the session id with a rule action and
+// forwards to a sequencing topic, fanned out to a session subscription (received and
+// deleted to keep the broker small).
+func BenchmarkGjuraLayoutSend(b *testing.B) {
+	br := broker.New(broker.Config{})
+	defer br.Close()
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(br.CreateTopic("seq", broker.EntityProperties{}))
+	must(br.CreateSubscription("seq", "work", broker.EntityProperties{RequiresSession: true}))
+	must(br.CreateTopic("src", broker.EntityProperties{RequiresDuplicateDetection: true}))
+	must(br.CreateSubscriptionWithRules("src", "route", broker.EntityProperties{ForwardTo: "seq"}, []broker.Rule{{
+		Name: "gjura", FilterType: broker.FilterSQL,
+		SQLExpression:       "EXISTS(user.SessionName) AND EXISTS(user.TransactionId)",
+		ActionSQLExpression: "SET sys.SessionId = user.SessionName + '_' + user.TransactionId",
+	}}))
+	src, err := br.Lookup("src")
+	must(err)
+	work, err := br.Lookup("seq/Subscriptions/work")
+	must(err)
+	lock, err := work.AcceptNamedSession("cust_7", "bench")
+	must(err)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		m := amqp.NewMessage(make([]byte, 256))
+		m.Properties = &amqp.MessageProperties{MessageID: fmt.Sprint(i)}
+		m.ApplicationProperties = map[string]any{"SessionName": "cust", "TransactionId": int64(7)}
+		must(src.Send(ctx, []*amqp.Message{m}))
+		ds, err := work.TryReceive(1, broker.ReceiveOptions{Mode: broker.ReceiveAndDelete, Session: lock})
+		must(err)
+		if len(ds) != 1 {
+			b.Fatalf("got %d messages", len(ds))
 		}
 	}
 }

@@ -22,8 +22,7 @@ type Config struct {
 	MaxMessageSize int64
 	// Logger receives the broker's events. Default: discard.
 	Logger *slog.Logger
-	// SQL compiles SQL rule filters and actions. Nil: SQL rules are stored but match
-	// nothing (except constant expressions); see SQLCompiler.
+	// SQL replaces the built-in SQL rule language (emulator/sqlrule). Nil: built-in.
 	SQL SQLCompiler
 }
 
@@ -132,10 +131,11 @@ type Counts struct {
 	Active     int64
 	DeadLetter int64
 	Scheduled  int64
-	// Transfer and TransferDeadLetter are always 0 (no forwarding yet).
+	// Transfer is always 0 (forwarding is synchronous). TransferDeadLetter counts the
+	// transfer dead-letter queue, which holds the messages whose forwarding failed.
 	Transfer           int64
 	TransferDeadLetter int64
-	// Total is Active + DeadLetter + Scheduled (+ transfer counts).
+	// Total is Active + DeadLetter + Scheduled + TransferDeadLetter.
 	Total int64
 	// SizeBytes is the encoded size of the messages held, dead-lettered ones included.
 	SizeBytes int64
@@ -174,6 +174,9 @@ func (b *Broker) CreateQueue(name string, p EntityProperties) error {
 	}
 	if b.queues[key(name)] != nil || b.topics[key(name)] != nil {
 		return fmt.Errorf("create queue %q: %w", name, ErrEntityExists)
+	}
+	if err := b.checkForwardingLocked(name, &p); err != nil {
+		return fmt.Errorf("create queue %q: %w", name, err)
 	}
 	b.queues[key(name)] = b.newEntity(KindQueue, name, "", name, p)
 	b.log.Debug("broker: queue created", slog.String("queue", name))
@@ -241,6 +244,9 @@ func (b *Broker) CreateSubscriptionWithRules(topic, name string, p EntityPropert
 	if t.subs[key(name)] != nil {
 		return fmt.Errorf("create subscription %q/%q: %w", topic, name, ErrEntityExists)
 	}
+	if err := b.checkForwardingLocked("", &p); err != nil {
+		return fmt.Errorf("create subscription %q/%q: %w", topic, name, err)
+	}
 	s := b.newEntity(KindSubscription, name, t.name, t.name+"/Subscriptions/"+name, p)
 	s.topic = t
 	s.rules = compiled
@@ -270,22 +276,24 @@ func (b *Broker) newEntity(kind EntityKind, name, topic, path string, p EntityPr
 		if e.props.RequiresSession {
 			e.sessions = make(map[string]*session)
 		}
-		dp := e.props
-		dp.RequiresSession = false
-		e.dlq = &Entity{
-			b:         b,
-			kind:      KindDeadLetterQueue,
-			name:      name,
-			topicName: topic,
-			path:      path + "/$DeadLetterQueue",
-			props:     dp,
-			parent:    e,
-			createdAt: now,
-			updatedAt: now,
-			msgs:      make(map[int64]*stored),
-			locks:     make(map[lockKey]*stored),
-			wake:      make(chan struct{}),
+		sub := func(suffix string) *Entity {
+			return &Entity{
+				b:         b,
+				kind:      KindDeadLetterQueue,
+				name:      name,
+				topicName: topic,
+				path:      path + suffix,
+				props:     dlqProperties(e.props),
+				parent:    e,
+				createdAt: now,
+				updatedAt: now,
+				msgs:      make(map[int64]*stored),
+				locks:     make(map[lockKey]*stored),
+				wake:      make(chan struct{}),
+			}
 		}
+		e.dlq = sub("/$DeadLetterQueue")
+		e.tdlq = sub("/$Transfer/$DeadLetterQueue")
 	}
 	return e
 }
@@ -433,15 +441,33 @@ func (e *Entity) updateLocked(p EntityProperties) error {
 	if e.kind != KindTopic && p.RequiresSession != e.props.RequiresSession {
 		return fmt.Errorf("update %s %q: RequiresSession cannot be changed: %w", e.kind, e.path, ErrNotAllowed)
 	}
+	if e.kind != KindTopic {
+		self := e.name
+		if e.kind == KindSubscription {
+			self = ""
+		}
+		if err := e.b.checkForwardingLocked(self, &p); err != nil {
+			return fmt.Errorf("update %s %q: %w", e.kind, e.path, err)
+		}
+	}
 	e.props = p
 	e.updatedAt = e.b.clk.Now()
 	if e.dlq != nil {
-		dp := p
-		dp.RequiresSession = false
-		e.dlq.props = dp
+		e.dlq.props = dlqProperties(p)
+		e.tdlq.props = dlqProperties(p)
 	}
+	e.forwardBacklogLocked()
 	e.signalLocked()
 	return nil
+}
+
+// dlqProperties are the properties of a dead-letter queue: its parent's, without
+// sessions, forwarding and duplicate detection.
+func dlqProperties(p EntityProperties) EntityProperties {
+	p.RequiresSession = false
+	p.ForwardTo, p.ForwardDeadLetteredMessagesTo = "", ""
+	p.RequiresDuplicateDetection = false
+	return p
 }
 
 // DeleteQueue deletes a queue and its messages. Waiting receivers get ErrNotFound.
@@ -554,7 +580,7 @@ func (b *Broker) GetRule(topic, sub, name string) (Rule, error) {
 	if i < 0 {
 		return Rule{}, fmt.Errorf("get rule %q on %q: %w", name, s.path, ErrNotFound)
 	}
-	return s.rules[i].rule, nil
+	return s.rules[i].rule.clone(), nil
 }
 
 // ListRules returns a subscription's rules in creation order.
@@ -567,7 +593,7 @@ func (b *Broker) ListRules(topic, sub string) ([]Rule, error) {
 	}
 	out := make([]Rule, len(s.rules))
 	for i, r := range s.rules {
-		out[i] = r.rule
+		out[i] = r.rule.clone()
 	}
 	return out, nil
 }
@@ -577,13 +603,16 @@ func (e *Entity) ruleIndexLocked(name string) int {
 }
 
 const (
-	dlqSuffix     = "/$deadletterqueue"
-	subsSeparator = "/subscriptions/"
+	dlqSuffix         = "/$deadletterqueue"
+	transferDLQSuffix = "/$transfer/$deadletterqueue"
+	subsSeparator     = "/subscriptions/"
 )
 
 // Lookup resolves a link address: "q", "q/$DeadLetterQueue", "t",
-// "t/Subscriptions/s" and "t/Subscriptions/s/$DeadLetterQueue", case-insensitively.
-// A leading "/" is ignored. ErrNotFound when nothing has that address.
+// "t/Subscriptions/s" and "t/Subscriptions/s/$DeadLetterQueue", case-insensitively, and
+// the transfer dead-letter queues "q/$Transfer/$DeadLetterQueue" and
+// "t/Subscriptions/s/$Transfer/$DeadLetterQueue" (kind KindDeadLetterQueue). A leading
+// "/" is ignored. ErrNotFound when nothing has that address.
 func (b *Broker) Lookup(address string) (*Entity, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -604,6 +633,12 @@ func (b *Broker) lookupLocked(addr string) *Entity {
 	}
 	if t := b.topics[k]; t != nil {
 		return t
+	}
+	if rest, ok := strings.CutSuffix(k, transferDLQSuffix); ok {
+		if e := b.lookupLocked(rest); e != nil && e.tdlq != nil {
+			return e.tdlq
+		}
+		return nil
 	}
 	if rest, ok := strings.CutSuffix(k, dlqSuffix); ok {
 		if e := b.lookupLocked(rest); e != nil && e.dlq != nil {

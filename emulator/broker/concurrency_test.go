@@ -122,3 +122,73 @@ func TestConcurrentAcceptNextSessionIsExclusive(t *testing.T) {
 	}
 	require.Len(t, got, sessions)
 }
+
+// TestConcurrentForwardingDeliversEachMessageOnce sends concurrently into a topic whose
+// subscription forwards to a duplicate-detecting queue, while consumers drain it and
+// abandon some messages; every distinct MessageId arrives exactly once.
+func TestConcurrentForwardingDeliversEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	b := broker.New(broker.Config{})
+	t.Cleanup(b.Close)
+	require.NoError(t, b.CreateQueue("out", broker.EntityProperties{RequiresDuplicateDetection: true}))
+	require.NoError(t, b.CreateTopic("in", broker.EntityProperties{}))
+	require.NoError(t, b.CreateSubscriptionWithRules("in", "fwd", broker.EntityProperties{ForwardTo: "out"},
+		[]broker.Rule{{Name: "tag", FilterType: broker.FilterSQL, SQLExpression: "EXISTS(n)", ActionSQLExpression: "SET seen = TRUE"}}))
+	in, err := b.Lookup("in")
+	require.NoError(t, err)
+	out, err := b.Lookup("out")
+	require.NoError(t, err)
+
+	const producers, perProducer = 4, 100
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range perProducer {
+				m := withProps("", map[string]any{"n": int64(i)})
+				m.Properties = &amqp.MessageProperties{MessageID: fmt.Sprintf("%d-%d", p, i)}
+				// Each message is sent twice; the second copy is a duplicate.
+				if err := in.Send(ctx, []*amqp.Message{m, m}); err != nil {
+					t.Errorf("send: %v", err)
+					return
+				}
+			}
+		})
+	}
+	seen := map[any]int{}
+	var mu sync.Mutex
+	for range 2 {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				n := len(seen)
+				mu.Unlock()
+				if n == producers*perProducer {
+					return
+				}
+				ds, err := out.Receive(ctx, 8, peekLock)
+				if err != nil {
+					t.Errorf("receive: %v", err)
+					return
+				}
+				for i, d := range ds {
+					if d.Message.Header.DeliveryCount == 0 && i%3 == 0 {
+						require.NoError(t, out.Abandon(d.LockToken, nil))
+						continue
+					}
+					require.NoError(t, out.Complete(d.LockToken))
+					mu.Lock()
+					seen[d.Message.Properties.MessageID]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, seen, producers*perProducer)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "message %v", id)
+	}
+	require.Equal(t, int64(0), out.Info().Counts.Total)
+}

@@ -92,12 +92,60 @@ func (b *Broker) LoadConfigFile(path string) error {
 
 // ApplyUserConfig creates the queues, topics, subscriptions and rules of every namespace
 // in uc. It checks first that none exists already (ErrEntityExists, naming the JSON
-// path) and that the rules compile, so a refused config creates nothing.
+// path), that every forwarding target is an entity of uc or of the broker, and that the
+// rules compile (ErrInvalidConfig, with sqlrule's line and column), so a refused config
+// creates nothing. Entities may forward to entities declared after them: forwarding is
+// switched on once everything exists.
 func (b *Broker) ApplyUserConfig(uc *UserConfig) error {
 	if uc == nil {
 		return nil
 	}
 	b.mu.Lock()
+	declared := map[string]bool{}
+	for _, ns := range uc.Namespaces {
+		for _, q := range ns.Queues {
+			declared[key(q.Name)] = true
+		}
+		for _, t := range ns.Topics {
+			declared[key(t.Name)] = true
+		}
+	}
+	checkTarget := func(path, self, target string) error {
+		n := key(normalizeForwardTarget(target))
+		switch {
+		case n == "":
+			return nil
+		case n == key(self):
+			return fmt.Errorf("%s: %w: an entity cannot forward to itself", path, ErrInvalidConfig)
+		case declared[n] || b.queues[n] != nil || b.topics[n] != nil:
+			return nil
+		}
+		return fmt.Errorf("%s: %w: forwarding target %q is not a queue or topic", path, ErrInvalidConfig, target)
+	}
+	for ni, ns := range uc.Namespaces {
+		for qi, q := range ns.Queues {
+			path := fmt.Sprintf("UserConfig.Namespaces[%d].Queues[%d].Properties", ni, qi)
+			for _, err := range []error{checkTarget(path+".ForwardTo", q.Name, q.Properties.ForwardTo),
+				checkTarget(path+".ForwardDeadLetteredMessagesTo", q.Name, q.Properties.ForwardDeadLetteredMessagesTo)} {
+				if err != nil {
+					b.mu.Unlock()
+					return err
+				}
+			}
+		}
+		for ti, t := range ns.Topics {
+			for si, s := range t.Subscriptions {
+				path := fmt.Sprintf("UserConfig.Namespaces[%d].Topics[%d].Subscriptions[%d].Properties", ni, ti, si)
+				for _, err := range []error{checkTarget(path+".ForwardTo", "", s.Properties.ForwardTo),
+					checkTarget(path+".ForwardDeadLetteredMessagesTo", "", s.Properties.ForwardDeadLetteredMessagesTo)} {
+					if err != nil {
+						b.mu.Unlock()
+						return err
+					}
+				}
+			}
+		}
+	}
 	for ni, ns := range uc.Namespaces {
 		for qi, q := range ns.Queues {
 			if b.queues[key(q.Name)] != nil || b.topics[key(q.Name)] != nil {
@@ -124,9 +172,14 @@ func (b *Broker) ApplyUserConfig(uc *UserConfig) error {
 			}
 		}
 	}
+	noForward := func(p EntityProperties) EntityProperties {
+		p.ForwardTo, p.ForwardDeadLetteredMessagesTo = "", ""
+		return p
+	}
+	forwards := func(p EntityProperties) bool { return p.ForwardTo != "" || p.ForwardDeadLetteredMessagesTo != "" }
 	for ni, ns := range uc.Namespaces {
 		for qi, q := range ns.Queues {
-			if err := b.CreateQueue(q.Name, q.Properties); err != nil {
+			if err := b.CreateQueue(q.Name, noForward(q.Properties)); err != nil {
 				return fmt.Errorf("UserConfig.Namespaces[%d].Queues[%d]: %w", ni, qi, err)
 			}
 		}
@@ -139,8 +192,26 @@ func (b *Broker) ApplyUserConfig(uc *UserConfig) error {
 				if len(rules) == 0 {
 					rules = nil // the $Default rule
 				}
-				if err := b.CreateSubscriptionWithRules(t.Name, s.Name, s.Properties, rules); err != nil {
+				if err := b.CreateSubscriptionWithRules(t.Name, s.Name, noForward(s.Properties), rules); err != nil {
 					return fmt.Errorf("UserConfig.Namespaces[%d].Topics[%d].Subscriptions[%d]: %w", ni, ti, si, err)
+				}
+			}
+		}
+	}
+	for ni, ns := range uc.Namespaces {
+		for qi, q := range ns.Queues {
+			if forwards(q.Properties) {
+				if err := b.UpdateQueue(q.Name, q.Properties); err != nil {
+					return fmt.Errorf("UserConfig.Namespaces[%d].Queues[%d]: %w", ni, qi, err)
+				}
+			}
+		}
+		for ti, t := range ns.Topics {
+			for si, s := range t.Subscriptions {
+				if forwards(s.Properties) {
+					if err := b.UpdateSubscription(t.Name, s.Name, s.Properties); err != nil {
+						return fmt.Errorf("UserConfig.Namespaces[%d].Topics[%d].Subscriptions[%d]: %w", ni, ti, si, err)
+					}
 				}
 			}
 		}

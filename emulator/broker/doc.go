@@ -43,12 +43,34 @@
 //     takes); each subscription numbers the copies it receives, starting at 1.
 //   - Zero-valued EntityProperties get the service's defaults (lock 1 min, 10 deliveries,
 //     no TTL); Config.json files get the Config.json schema's defaults instead.
-//   - Duplicate detection and auto-forwarding are stored but not applied yet; their place
-//     is Entity.admitLocked, which every message entering a queue or subscription passes.
+//
+// # Rules, forwarding and duplicate detection
+//
+// Subscription rules are evaluated with emulator/sqlrule (SQL filters and actions with
+// their parameters, correlation filters comparing typed values). As Service Bus
+// documents it, all matching rules without an action yield one copy, and every
+// matching rule with an action yields a copy of its own, changed by the action and
+// carrying the application property RuleName.
+//
+// Auto-forwarding is synchronous: a message admitted to an entity with ForwardTo moves
+// on within the same call, so TransferMessageCount is always 0. Targets must exist when
+// the source is created or updated. As in Service Bus, a failed transfer puts the
+// message in the transfer dead-letter queue ("<entity>/$Transfer/$DeadLetterQueue") of
+// the entity where the chain stops: after MaxForwardHops transfers
+// (MaxTransferHopCountExceeded, which also ends forwarding loops), or when the target
+// was deleted or refuses messages (ForwardingFailed). A forwarded message without a
+// session id that reaches a session entity is dead-lettered there with "Session ID is
+// null". Forwarding happens on arrival, when a scheduled message is due, and when a
+// lock ends without settlement; setting ForwardTo moves the available backlog.
+//
+// Duplicate detection keeps the MessageIds a queue or topic accepted, with the time
+// from the injected clock, and silently drops repeats within the window, also within
+// one batch and for forwarded messages.
 //
 // # Imports
 //
-// The package imports the standard library, go-amqp (public API only), google/uuid and
-// emulator/clock. It must never import the AMQP engine, the $management/$cbs nodes, the
-// admin API, or anything of seqbus outside emulator/clock.
+// The package imports the standard library, go-amqp (public API only), google/uuid,
+// emulator/clock and emulator/sqlrule (which must never import the broker). It must
+// never import the AMQP engine, the $management/$cbs nodes, the admin API, or anything
+// of seqbus outside those two.
 package broker

@@ -30,6 +30,7 @@ type Entity struct {
 	deleted                          bool
 
 	dlq    *Entity            // queues and subscriptions
+	tdlq   *Entity            // queues and subscriptions: the transfer dead-letter queue
 	parent *Entity            // dead-letter queues
 	subs   map[string]*Entity // topics
 	topic  *Entity            // subscriptions
@@ -47,6 +48,10 @@ type Entity struct {
 	locks     map[lockKey]*stored
 	sizeBytes int64
 	scheduled int64 // count of scheduled messages
+
+	// dedup remembers the message ids seen within the duplicate detection window (queues
+	// and topics with RequiresDuplicateDetection); see dedup.go.
+	dedup dedupHistory
 
 	// wake is closed (and replaced) whenever a message or session may have become
 	// available, or the entity went away; waiting receivers then look again.
@@ -74,8 +79,10 @@ type stored struct {
 	// failed is the header delivery-count: deliveries that ended without settlement.
 	failed   uint32
 	deferred bool // deferred; stays deferred when a ReceiveDeferred lock ends
-	sess     *session
-	heapIdx  int
+	// hops counts the auto-forwarding transfers that brought the message here.
+	hops    int
+	sess    *session
+	heapIdx int
 
 	token       lockKey
 	lockedUntil time.Time
@@ -131,7 +138,11 @@ func (e *Entity) countsLocked() Counts {
 		c.DeadLetter = int64(len(e.dlq.msgs))
 		c.SizeBytes += e.dlq.sizeBytes
 	}
-	c.Total = c.Active + c.DeadLetter + c.Scheduled
+	if e.tdlq != nil {
+		c.TransferDeadLetter = int64(len(e.tdlq.msgs))
+		c.SizeBytes += e.tdlq.sizeBytes
+	}
+	c.Total = c.Active + c.DeadLetter + c.Scheduled + c.TransferDeadLetter
 	return c
 }
 
@@ -166,6 +177,9 @@ func (e *Entity) shutdownLocked() {
 	e.signalLocked()
 	if e.dlq != nil {
 		e.dlq.shutdownLocked()
+	}
+	if e.tdlq != nil {
+		e.tdlq.shutdownLocked()
 	}
 }
 
@@ -265,8 +279,11 @@ func (e *Entity) send(msgs []*amqp.Message, at time.Time) ([]int64, error) {
 			}
 			continue
 		}
-		r, err := e.routeLocked(m.msg)
-		if err != nil {
+		if t, ok := scheduledTime(m.msg); ok && t.After(now) {
+			continue // routed when due
+		}
+		r := e.routeLocked(m.msg)
+		if err := checkRoutesLocked(r); err != nil {
 			return nil, fmt.Errorf("send to %q: message %d: %w", e.path, i, err)
 		}
 		routes[i] = r
@@ -274,23 +291,30 @@ func (e *Entity) send(msgs []*amqp.Message, at time.Time) ([]int64, error) {
 	e.accessedAt = now
 	seqs := make([]int64, len(in))
 	for i, m := range in {
+		dup := e.duplicateLocked(m.msg, now)
 		if e.kind == KindTopic {
-			if t, ok := scheduledTime(m.msg); ok && t.After(now) {
-				seqs[i] = e.scheduleTopicLocked(m, t, now)
-				continue
+			switch t, ok := scheduledTime(m.msg); {
+			case dup:
+				seqs[i] = e.nextTopicSeqLocked()
+			case ok && t.After(now):
+				seqs[i] = e.scheduleTopicLocked(m, t, now, 0)
+			default:
+				e.fanOutLocked(routes[i], m.size, now, 0)
+				seqs[i] = e.nextTopicSeqLocked()
 			}
-			e.fanOutLocked(m, routes[i], now)
-			seqs[i] = e.nextTopicSeqLocked()
 			continue
 		}
-		seqs[i] = e.enqueueLocked(m.msg, m.size, now)
+		if dup {
+			e.nextSeq++
+			seqs[i] = e.nextSeq
+			continue
+		}
+		seqs[i] = e.enqueueLocked(m.msg, m.size, now, 0)
 	}
 	return seqs, nil
 }
 
-// admitLocked checks that a message fits the entity. This is where duplicate detection
-// (RequiresDuplicateDetection) and auto-forwarding (ForwardTo) will plug in: both are
-// stored today but not applied.
+// admitLocked checks that a message sent directly fits the entity.
 func (e *Entity) admitLocked(m *amqp.Message) error {
 	if e.sessions != nil {
 		if _, ok := sessionIDOf(m); !ok {
@@ -300,10 +324,11 @@ func (e *Entity) admitLocked(m *amqp.Message) error {
 	return nil
 }
 
-// enqueueLocked stores a message in a queue or subscription and returns its number.
-func (e *Entity) enqueueLocked(m *amqp.Message, size int64, now time.Time) int64 {
+// enqueueLocked stores a message in a queue or subscription and returns its number. An
+// entity with ForwardTo passes the message on at once (or when its schedule is due).
+func (e *Entity) enqueueLocked(m *amqp.Message, size int64, now time.Time, hops int) int64 {
 	e.nextSeq++
-	s := &stored{seq: e.nextSeq, msg: m, size: size, heapIdx: -1, enqueuedAt: now}
+	s := &stored{seq: e.nextSeq, msg: m, size: size, heapIdx: -1, enqueuedAt: now, hops: hops}
 	if t, ok := scheduledTime(m); ok && t.After(now) {
 		s.state = stateScheduled
 		s.scheduleAt = t
@@ -312,6 +337,10 @@ func (e *Entity) enqueueLocked(m *amqp.Message, size int64, now time.Time) int64
 	if s.state == stateScheduled {
 		e.scheduled++
 		s.schedTimer = e.b.clk.AfterFunc(t0(s.scheduleAt.Sub(now)), func() { e.activate(s) })
+		return s.seq
+	}
+	if e.forwardsLocked() {
+		e.forwardLocked(s, now)
 		return s.seq
 	}
 	e.startTTLLocked(s, now)
@@ -456,18 +485,16 @@ func (e *Entity) activate(s *stored) {
 	s.schedTimer = nil
 	if e.kind == KindTopic {
 		e.removeLocked(s)
-		r, err := e.routeLocked(s.msg)
-		if err != nil {
-			e.b.log.Warn("broker: scheduled topic message dropped", slog.String("topic", e.path),
-				slog.Int64("sequence_number", s.seq), slog.Any("error", err))
-			return
-		}
-		e.fanOutLocked(incoming{msg: s.msg, size: s.size}, r, now)
+		e.fanOutLocked(e.routeLocked(s.msg), s.size, now, s.hops)
 		return
 	}
 	e.scheduled--
 	s.enqueuedAt = now
 	s.state = stateActive
+	if e.forwardsLocked() {
+		e.forwardLocked(s, now)
+		return
+	}
 	e.startTTLLocked(s, now)
 	e.makeAvailableLocked(s, now)
 }
@@ -500,24 +527,32 @@ func (e *Entity) nextTopicSeqLocked() int64 {
 	return e.nextSeq
 }
 
-func (e *Entity) scheduleTopicLocked(m incoming, at, now time.Time) int64 {
+func (e *Entity) scheduleTopicLocked(m incoming, at, now time.Time, hops int) int64 {
 	s := &stored{seq: e.nextTopicSeqLocked(), msg: m.msg, size: m.size, heapIdx: -1,
-		enqueuedAt: now, state: stateScheduled, scheduleAt: at}
+		enqueuedAt: now, state: stateScheduled, scheduleAt: at, hops: hops}
 	e.insertLocked(s)
 	e.scheduled++
 	s.schedTimer = e.b.clk.AfterFunc(t0(at.Sub(now)), func() { e.activate(s) })
 	return s.seq
 }
 
-// route is one copy of a topic message for one subscription.
+// route is one copy of a topic message for one subscription, with the rule's action
+// already applied.
 type route struct {
-	sub    *Entity
-	action Action // nil: the message as sent
+	sub *Entity
+	msg *amqp.Message
 }
 
-// routeLocked evaluates every subscription's rules. A subscription gets one copy if any
-// rule without an action matches, plus one copy per matching rule with an action.
-func (e *Entity) routeLocked(m *amqp.Message) ([]route, error) {
+// PropertyRuleName is the application property naming the rule whose action produced
+// a subscription's copy of a message.
+const PropertyRuleName = "RuleName"
+
+// routeLocked evaluates every subscription's rules, as Service Bus documents it: all
+// matching rules without an action together yield one copy of the message, and each
+// matching rule with an action yields a copy of its own, changed by the action and
+// carrying the rule's name in the application property RuleName. A filter that fails
+// to evaluate counts as no match; a copy whose action fails is dropped (both logged).
+func (e *Entity) routeLocked(m *amqp.Message) []route {
 	names := make([]string, 0, len(e.subs))
 	for k := range e.subs {
 		names = append(names, k)
@@ -540,44 +575,73 @@ func (e *Entity) routeLocked(m *amqp.Message) ([]route, error) {
 			}
 			if r.action == nil {
 				plain = true
-			} else {
-				acts = append(acts, route{sub: sub, action: r.action})
+				continue
 			}
+			c := cloneMessage(m, false)
+			if err := r.action.Apply(c); err != nil {
+				e.b.log.Warn("broker: rule action failed; copy not delivered", slog.String("subscription", sub.path),
+					slog.String("rule", r.rule.Name), slog.Any("error", err))
+				continue
+			}
+			if c.ApplicationProperties == nil {
+				c.ApplicationProperties = map[string]any{}
+			}
+			c.ApplicationProperties[PropertyRuleName] = r.rule.Name
+			acts = append(acts, route{sub: sub, msg: c})
 		}
 		if plain {
-			out = append(out, route{sub: sub})
+			out = append(out, route{sub: sub, msg: cloneMessage(m, false)})
 		}
 		out = append(out, acts...)
 	}
-	for _, r := range out {
-		if !r.sub.props.canSend() {
-			return nil, fmt.Errorf("subscription %q (status %s): %w", r.sub.path, r.sub.props.Status, ErrEntityDisabled)
-		}
-		if err := r.sub.admitLocked(m); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return out
 }
 
-func (e *Entity) fanOutLocked(m incoming, routes []route, now time.Time) {
+// checkRoutesLocked refuses a direct send whose copies a subscription cannot take.
+func checkRoutesLocked(routes []route) error {
 	for _, r := range routes {
-		c := cloneMessage(m.msg, false)
-		if r.action != nil {
-			if err := r.action.Apply(c); err != nil {
-				e.b.log.Warn("broker: rule action failed; message not delivered", slog.String("subscription", r.sub.path),
-					slog.Any("error", err))
+		if !r.sub.props.canSend() {
+			return fmt.Errorf("subscription %q (status %s): %w", r.sub.path, r.sub.props.Status, ErrEntityDisabled)
+		}
+		if err := r.sub.admitLocked(r.msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fanOutLocked delivers the copies. Copies that arrive by forwarding or from the
+// schedule were not checked: a subscription that refuses sends skips its copy, and a
+// session subscription dead-letters a copy without a session id.
+func (e *Entity) fanOutLocked(routes []route, size int64, now time.Time, hops int) {
+	for _, r := range routes {
+		if !r.sub.props.canSend() {
+			e.b.log.Warn("broker: subscription refuses messages; copy dropped", slog.String("subscription", r.sub.path),
+				slog.String("status", string(r.sub.props.Status)))
+			continue
+		}
+		r.sub.accessedAt = now
+		if r.sub.sessions != nil {
+			if _, ok := sessionIDOf(r.msg); !ok {
+				r.sub.deadLetterArrivalLocked(r.msg, size, now, hops, ReasonSessionIDIsNull, descSessionIDIsNull)
 				continue
 			}
 		}
-		r.sub.accessedAt = now
-		r.sub.enqueueLocked(c, m.size, now)
+		r.sub.enqueueLocked(r.msg, size, now, hops)
 	}
 }
 
 // deadLetterLocked moves s to the dead-letter queue with the given reason.
 func (e *Entity) deadLetterLocked(s *stored, reason, desc string, props map[string]any) {
 	e.removeLocked(s)
+	e.addDeadLetterLocked(s, reason, desc, props, e.b.clk.Now())
+}
+
+// addDeadLetterLocked dead-letters s, which e no longer holds: it sets the reason,
+// description and source, then forwards the message to ForwardDeadLetteredMessagesTo
+// when the entity has one (and the hop limit allows), or else puts it in e's
+// dead-letter queue with its number and enqueued time.
+func (e *Entity) addDeadLetterLocked(s *stored, reason, desc string, props map[string]any, now time.Time) {
 	m := s.msg
 	applyProperties(m, props)
 	if m.ApplicationProperties == nil {
@@ -586,11 +650,21 @@ func (e *Entity) deadLetterLocked(s *stored, reason, desc string, props map[stri
 	m.ApplicationProperties[PropertyDeadLetterReason] = reason
 	m.ApplicationProperties[PropertyDeadLetterErrorDescription] = desc
 	setAnnotation(m, AnnotationDeadLetterSource, e.path)
-	d := &stored{seq: s.seq, msg: m, size: s.size, heapIdx: -1, enqueuedAt: s.enqueuedAt, failed: s.failed}
-	e.dlq.insertLocked(d)
-	e.dlq.makeAvailableLocked(d, e.b.clk.Now())
 	e.b.log.Debug("broker: message dead-lettered", slog.String("entity", e.path),
 		slog.Int64("sequence_number", s.seq), slog.String("reason", reason))
+	if to := e.props.ForwardDeadLetteredMessagesTo; to != "" {
+		e.forwardToLocked(s, to, now)
+		return
+	}
+	e.putLocked(e.dlq, s, now)
+}
+
+// putLocked adds s, dead-lettered by e, to one of e's dead-letter queues, keeping its
+// number and enqueued time.
+func (e *Entity) putLocked(q *Entity, s *stored, now time.Time) {
+	d := &stored{seq: s.seq, msg: s.msg, size: s.size, heapIdx: -1, enqueuedAt: s.enqueuedAt, failed: s.failed, hops: s.hops}
+	q.insertLocked(d)
+	q.makeAvailableLocked(d, now)
 }
 
 func newToken() lockKey { return lockKey(uuid.New()) }

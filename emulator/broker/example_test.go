@@ -40,3 +40,39 @@ func Example() {
 	// complete after expiry: true
 	// delivery count 3 complete: <nil>
 }
+
+// The Gjura layout: a subscription of the source topic picks the messages that carry
+// the sequencing properties, gives each its session id with a SQL rule action and
+// forwards it to the sequencing topic, whose session subscription the workers read.
+func Example_forwarding() {
+	b := broker.New(broker.Config{})
+	defer b.Close()
+	_ = b.CreateTopic("sequencing", broker.EntityProperties{})
+	_ = b.CreateSubscription("sequencing", "work", broker.EntityProperties{RequiresSession: true})
+	_ = b.CreateTopic("source", broker.EntityProperties{})
+	err := b.CreateSubscriptionWithRules("source", "route", broker.EntityProperties{ForwardTo: "sequencing"},
+		[]broker.Rule{{
+			Name:                "gjura",
+			FilterType:          broker.FilterSQL,
+			SQLExpression:       "EXISTS(SessionName) AND EXISTS(TransactionId)",
+			ActionSQLExpression: "SET sys.SessionId = SessionName + '_' + TransactionId",
+		}})
+	fmt.Println("rule:", err)
+
+	m := amqp.NewMessage([]byte("debit 10"))
+	m.ApplicationProperties = map[string]any{"SessionName": "account-9", "TransactionId": int64(17)}
+	src, _ := b.Lookup("source")
+	_ = src.Send(context.Background(), []*amqp.Message{m})
+
+	work, _ := b.Lookup("sequencing/Subscriptions/work")
+	lock, _ := work.AcceptSession(context.Background(), "", "worker")
+	ds, _ := work.TryReceive(10, broker.ReceiveOptions{Mode: broker.ReceiveAndDelete, Session: lock})
+	fmt.Println(lock.ID(), string(ds[0].Message.GetData()), ds[0].Message.Annotations[broker.AnnotationEnqueueSequenceNumber])
+
+	err = b.CreateRule("source", "route", broker.Rule{Name: "bad", FilterType: broker.FilterSQL, SQLExpression: "TransactionId >"})
+	fmt.Println(err)
+	// Output:
+	// rule: <nil>
+	// account-9_17 debit 10 1
+	// create rule on "source"/"route": invalid configuration: rule "bad" filter "TransactionId >": sqlrule: 1:16: expected expression after '>', found EOF
+}

@@ -48,12 +48,17 @@ type EntityProperties struct {
 	// DeadLetteringOnMessageExpiration moves expired messages to the dead-letter queue
 	// (reason TTLExpiredException) instead of dropping them.
 	DeadLetteringOnMessageExpiration bool
-	// RequiresDuplicateDetection and DuplicateDetectionHistoryTimeWindow are stored;
-	// duplicate detection is not applied yet.
+	// RequiresDuplicateDetection (queues and topics) drops a message whose MessageId
+	// the entity accepted within DuplicateDetectionHistoryTimeWindow (default 10
+	// minutes): the send succeeds, the message goes nowhere.
 	RequiresDuplicateDetection          bool
 	DuplicateDetectionHistoryTimeWindow time.Duration
-	// ForwardTo and ForwardDeadLetteredMessagesTo name the entity to forward to. They are
-	// stored; forwarding is not applied yet.
+	// ForwardTo (queues and subscriptions) names a queue or topic that every message
+	// admitted to the entity moves on to at once, keeping its properties; it gets a new
+	// sequence number there, and x-opt-enqueue-sequence-number keeps its first one.
+	// ForwardDeadLetteredMessagesTo does the same for dead-lettered messages. Targets
+	// may be names or absolute URIs; they must exist when the entity is created or
+	// updated (ErrInvalidConfig). See MaxForwardHops.
 	ForwardTo                     string
 	ForwardDeadLetteredMessagesTo string
 	// Status defaults to StatusActive.

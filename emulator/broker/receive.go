@@ -258,6 +258,10 @@ func (e *Entity) returnLocked(s *stored, countIt bool, props map[string]any) {
 		s.state = stateDeferred
 		return
 	}
+	if e.forwardsLocked() {
+		e.forwardLocked(s, now)
+		return
+	}
 	e.makeAvailableLocked(s, now)
 }
 
@@ -483,7 +487,7 @@ func (b *Broker) allEntitiesLocked() []*Entity {
 	add := func(e *Entity) {
 		out = append(out, e)
 		if e.dlq != nil {
-			out = append(out, e.dlq)
+			out = append(out, e.dlq, e.tdlq)
 		}
 	}
 	for _, q := range b.queues {

@@ -1,10 +1,14 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/Azure/go-amqp"
+
+	"github.com/seqbus/seqbus/emulator/sqlrule"
 )
 
 // DefaultRuleName is the name of the rule every new subscription gets, matching all messages.
@@ -22,7 +26,9 @@ const (
 )
 
 // CorrelationFilter matches messages whose system properties equal each non-empty field
-// and whose application properties contain each entry of Properties (as in Service Bus).
+// and whose application properties contain each entry of Properties, compared with
+// their types as Service Bus does (an int 5 matches 5 and 5.0, never "5"). Label is the
+// message's Subject. A filter that sets nothing is refused.
 type CorrelationFilter struct {
 	ContentType, CorrelationID, Label, MessageID, ReplyTo, ReplyToSessionID, SessionID, To string
 	Properties                                                                             map[string]any
@@ -35,10 +41,27 @@ type Rule struct {
 	FilterType FilterType
 	// SQLExpression is the filter expression when FilterType is FilterSQL.
 	SQLExpression string
+	// SQLParameters are the values of the filter's @name parameters (keyed "name" or
+	// "@name"), as the admin API's SqlFilter.Parameters.
+	SQLParameters map[string]any
 	// Correlation is the filter when FilterType is FilterCorrelation.
 	Correlation *CorrelationFilter
 	// ActionSQLExpression is the optional SQL rule action ("" for none).
 	ActionSQLExpression string
+	// ActionParameters are the values of the action's @name parameters.
+	ActionParameters map[string]any
+}
+
+// clone returns r with its maps and correlation filter copied.
+func (r Rule) clone() Rule {
+	r.SQLParameters = maps.Clone(r.SQLParameters)
+	r.ActionParameters = maps.Clone(r.ActionParameters)
+	if r.Correlation != nil {
+		c := *r.Correlation
+		c.Properties = maps.Clone(c.Properties)
+		r.Correlation = &c
+	}
+	return r
 }
 
 // Filter decides whether a rule matches a message. Implementations must not call back
@@ -52,9 +75,10 @@ type Action interface {
 	Apply(m *amqp.Message) error
 }
 
-// SQLCompiler compiles the SQL filter and action language. The broker has none built in:
-// until one is configured (Config.SQL), SQL rules are stored but match no message, except
-// the constant expressions "1=1"/"TRUE" and "1=0"/"FALSE".
+// SQLCompiler compiles the SQL filter and action language. The broker evaluates SQL
+// rules with emulator/sqlrule by default; a Config.SQL replaces it (for tests or
+// experiments) and then receives the expressions only, so rules with SQLParameters or
+// ActionParameters are refused under it.
 type SQLCompiler interface {
 	CompileFilter(expr string) (Filter, error)
 	CompileAction(expr string) (Action, error)
@@ -77,6 +101,8 @@ type compiledRule struct {
 	action Action // nil for none
 }
 
+// compileRule checks and compiles a rule. Errors wrap ErrInvalidConfig and, for SQL,
+// carry sqlrule's message with the line and column ("sqlrule: 1:5: ...").
 func (b *Broker) compileRule(r Rule) (*compiledRule, error) {
 	if r.Name == "" {
 		return nil, fmt.Errorf("%w: rule has no name", ErrInvalidConfig)
@@ -84,6 +110,7 @@ func (b *Broker) compileRule(r Rule) (*compiledRule, error) {
 	if r.FilterType == "" {
 		r.FilterType = FilterTrue
 	}
+	r = r.clone()
 	cr := &compiledRule{rule: r}
 	switch r.FilterType {
 	case FilterTrue:
@@ -94,80 +121,61 @@ func (b *Broker) compileRule(r Rule) (*compiledRule, error) {
 		if r.Correlation == nil {
 			return nil, fmt.Errorf("%w: rule %q: correlation filter without fields", ErrInvalidConfig, r.Name)
 		}
-		cr.filter = correlationMatcher{r.Correlation}
-	case FilterSQL:
-		f, err := b.compileSQLFilter(r.SQLExpression)
-		if err != nil {
+		c := r.Correlation
+		f := sqlrule.CorrelationFilter{
+			CorrelationID: c.CorrelationID, MessageID: c.MessageID, To: c.To, ReplyTo: c.ReplyTo,
+			Subject: c.Label, SessionID: c.SessionID, ReplyToSessionID: c.ReplyToSessionID,
+			ContentType: c.ContentType, Properties: c.Properties,
+		}
+		if err := f.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: rule %q: %w", ErrInvalidConfig, r.Name, err)
+		}
+		cr.filter = f
+	case FilterSQL:
+		f, err := b.compileSQLFilter(r.SQLExpression, r.SQLParameters)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rule %q filter %q: %w", ErrInvalidConfig, r.Name, r.SQLExpression, err)
 		}
 		cr.filter = f
 	default:
 		return nil, fmt.Errorf("%w: rule %q: unknown filter type %q", ErrInvalidConfig, r.Name, r.FilterType)
 	}
-	if strings.TrimSpace(r.ActionSQLExpression) != "" && b.cfg.SQL != nil {
-		a, err := b.cfg.SQL.CompileAction(r.ActionSQLExpression)
+	if strings.TrimSpace(r.ActionSQLExpression) != "" {
+		a, err := b.compileSQLAction(r.ActionSQLExpression, r.ActionParameters)
 		if err != nil {
-			return nil, fmt.Errorf("%w: rule %q action: %w", ErrInvalidConfig, r.Name, err)
+			return nil, fmt.Errorf("%w: rule %q action %q: %w", ErrInvalidConfig, r.Name, r.ActionSQLExpression, err)
 		}
 		cr.action = a
 	}
 	return cr, nil
 }
 
-func (b *Broker) compileSQLFilter(expr string) (Filter, error) {
+var errParamsUnsupported = errors.New("the configured SQL compiler takes no parameters")
+
+func (b *Broker) compileSQLFilter(expr string, params map[string]any) (Filter, error) {
 	if b.cfg.SQL != nil {
+		if len(params) > 0 {
+			return nil, errParamsUnsupported
+		}
 		return b.cfg.SQL.CompileFilter(expr)
 	}
-	switch strings.ToUpper(strings.Join(strings.Fields(expr), "")) {
-	case "1=1", "TRUE":
-		return constFilter(true), nil
-	case "1=0", "FALSE":
-		return constFilter(false), nil
+	f, err := sqlrule.CompileFilter(expr, &sqlrule.CompileOptions{Parameters: params})
+	if err != nil {
+		return nil, err
 	}
-	b.log.Warn("broker: no SQL compiler configured; SQL rule matches no message", "expression", expr)
-	return constFilter(false), nil
+	return f, nil
 }
 
-type correlationMatcher struct{ f *CorrelationFilter }
-
-func (c correlationMatcher) Match(m *amqp.Message) (bool, error) {
-	p := m.Properties
-	if p == nil {
-		p = &amqp.MessageProperties{}
-	}
-	str := func(s *string) string {
-		if s == nil {
-			return ""
+func (b *Broker) compileSQLAction(expr string, params map[string]any) (Action, error) {
+	if b.cfg.SQL != nil {
+		if len(params) > 0 {
+			return nil, errParamsUnsupported
 		}
-		return *s
+		return b.cfg.SQL.CompileAction(expr)
 	}
-	sym := func(s *string) string { return str(s) }
-	anyStr := func(v any) string {
-		if v == nil {
-			return ""
-		}
-		return fmt.Sprint(v)
+	a, err := sqlrule.CompileAction(expr, &sqlrule.CompileOptions{Parameters: params})
+	if err != nil {
+		return nil, err
 	}
-	checks := []struct{ want, got string }{
-		{c.f.ContentType, sym(p.ContentType)},
-		{c.f.CorrelationID, anyStr(p.CorrelationID)},
-		{c.f.Label, str(p.Subject)},
-		{c.f.MessageID, anyStr(p.MessageID)},
-		{c.f.ReplyTo, str(p.ReplyTo)},
-		{c.f.ReplyToSessionID, str(p.ReplyToGroupID)},
-		{c.f.SessionID, str(p.GroupID)},
-		{c.f.To, str(p.To)},
-	}
-	for _, ch := range checks {
-		if ch.want != "" && ch.want != ch.got {
-			return false, nil
-		}
-	}
-	for k, want := range c.f.Properties {
-		got, ok := m.ApplicationProperties[k]
-		if !ok || fmt.Sprint(got) != fmt.Sprint(want) {
-			return false, nil
-		}
-	}
-	return true, nil
+	return a, nil
 }

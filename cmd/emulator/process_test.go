@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestMain lets the test binary act as the emulator binary when asked to,
+// so the process-level test needs no separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("SEQBUS_EMULATOR_RUN_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func TestProcessPrintsConnectionStringAndStopsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	amqpAddr := freeAddr(t)
+	cmd := exec.Command(os.Args[0], "-amqp-addr", amqpAddr, "-http-addr", freeAddr(t), "-key-name", "flagname")
+	cmd.Env = append(os.Environ(), "SEQBUS_EMULATOR_RUN_MAIN=1", "SEQBUS_EMULATOR_KEY_NAME=envname", "SEQBUS_EMULATOR_KEY=envkey")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 2*time.Second)
+	require.Equal(t, "Endpoint=sb://"+amqpAddr+";SharedAccessKeyName=flagname;SharedAccessKey=envkey;UseDevelopmentEmulator=true\n", line,
+		"the flag wins over the environment, the environment over the default")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "exit status after SIGTERM")
+		require.Contains(t, stderr.String(), "emulator: ready")
+	case <-time.After(5 * time.Second):
+		t.Fatal("emulator did not stop on SIGTERM")
+	}
+}

@@ -1,0 +1,109 @@
+package emulator_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/broker"
+)
+
+// BenchmarkSendReceiveComplete measures end-to-end throughput through the
+// real SDK: 4 senders and 4 peek-lock receivers on one queue, 1 KiB
+// messages, each received message completed. One op is one message.
+func BenchmarkSendReceiveComplete(b *testing.B) {
+	b.Run("single", func(b *testing.B) { benchmarkThroughput(b, 1) })
+	b.Run("batch100", func(b *testing.B) { benchmarkThroughput(b, 100) })
+}
+
+// benchmarkThroughput sends in batches of batchSize (1: SendMessage).
+func benchmarkThroughput(b *testing.B, batchSize int) {
+	const senders, receivers = 4, 4
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
+	require.NoError(b, err)
+	defer srv.Close()
+	require.NoError(b, srv.Broker().CreateQueue("bench", broker.EntityProperties{}))
+
+	newBenchClient := func() *azservicebus.Client {
+		c, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
+		require.NoError(b, err)
+		return c
+	}
+	body := make([]byte, 1024)
+	total := int64(b.N)
+	var sent, received atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range senders {
+		c := newBenchClient()
+		defer c.Close(ctx)
+		s, err := c.NewSender("bench", nil)
+		require.NoError(b, err)
+		wg.Go(func() {
+			for {
+				n := min(int64(batchSize), total-(sent.Add(int64(batchSize))-int64(batchSize)))
+				if n <= 0 {
+					return
+				}
+				if batchSize == 1 {
+					if err := s.SendMessage(ctx, &azservicebus.Message{Body: body}, nil); err != nil {
+						b.Error(err)
+						return
+					}
+					continue
+				}
+				batch, err := s.NewMessageBatch(ctx, nil)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for range n {
+					if err := batch.AddMessage(&azservicebus.Message{Body: body}, nil); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				if err := s.SendMessageBatch(ctx, batch, nil); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for range receivers {
+		c := newBenchClient()
+		defer c.Close(ctx)
+		r, err := c.NewReceiverForQueue("bench", nil)
+		require.NoError(b, err)
+		wg.Go(func() {
+			for received.Load() < total {
+				rctx, rcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				msgs, err := r.ReceiveMessages(rctx, 100, nil)
+				rcancel()
+				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					b.Error(err)
+					return
+				}
+				for _, m := range msgs {
+					if err := r.CompleteMessage(ctx, m, nil); err != nil {
+						b.Error(err)
+						return
+					}
+					received.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}

@@ -1,0 +1,596 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/Azure/go-amqp"
+
+	"github.com/seqbus/seqbus/emulator/amqpwire"
+	"github.com/seqbus/seqbus/emulator/broker"
+)
+
+type linkKind int
+
+const (
+	kindCBS    linkKind = iota // client sender to $cbs
+	kindMgmt                   // client sender to <entity>/$management
+	kindReply                  // client receiver of $cbs / $management replies
+	kindEntity                 // client sender to, or receiver from, an entity
+)
+
+type linkState int
+
+const (
+	linkPending    linkState = iota // attach received, reply not yet sent (accept-next)
+	linkAttached                    // attach answered
+	linkDetachSent                  // we detached; waiting for the client's detach
+	linkClosed                      // torn down
+)
+
+const (
+	// linkCreditWindow is the credit granted to client senders.
+	linkCreditWindow = 1000
+	// maxReceiveBatch bounds one broker receive call of a pump.
+	maxReceiveBatch = 256
+
+	sessionFilterKey   amqpwire.Symbol = "com.microsoft:session-filter"
+	lockedUntilKey     amqpwire.Symbol = "com.microsoft:locked-until-utc"
+	timeoutPropertyKey amqpwire.Symbol = "com.microsoft:timeout"
+)
+
+// link is one link endpoint. All fields are guarded by conn.mu.
+type link struct {
+	s       *session
+	name    string
+	handle  uint32
+	role    amqpwire.Role // our role
+	kind    linkKind
+	address string // the entity-side address (target of a client sender, source of a client receiver)
+	state   linkState
+	attach  *amqpwire.Attach
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Our receiver side (client senders).
+	rcvDeliveryCount uint32
+	rcvCredit        uint32
+	cur              *partialDelivery
+
+	// Our sender side (client receivers).
+	sndDeliveryCount uint32
+	sndCredit        uint32
+	replies          []*amqp.Message
+	wake             chan struct{}
+	nextTag          uint64
+
+	// Entity links.
+	entity      *broker.Entity
+	mode        broker.ReceiveMode
+	sessionLock *broker.SessionLock
+}
+
+type partialDelivery struct {
+	id       uint32
+	settled  bool
+	format   uint32
+	payload  []byte
+	tooLarge bool
+}
+
+func (s *session) attachLocked(a *amqpwire.Attach) *amqpwire.Error {
+	if _, dup := s.links[a.Handle]; dup {
+		return &amqpwire.Error{Condition: "amqp:session:handle-in-use", Description: fmt.Sprintf("handle %d is in use", a.Handle)}
+	}
+	c := s.c
+	ctx, cancel := context.WithCancel(c.ctx)
+	l := &link{
+		s:      s,
+		name:   a.Name,
+		handle: a.Handle,
+		role:   !a.Role,
+		attach: a,
+		ctx:    ctx,
+		cancel: cancel,
+		wake:   make(chan struct{}, 1),
+		state:  linkPending,
+	}
+	s.links[a.Handle] = l
+	c.log.Debug("engine: attach", slog.String("link", a.Name), slog.Bool("client_receives", bool(a.Role)), slog.Any("source", a.Source), slog.Any("target", a.Target))
+	if a.Role == amqpwire.RoleSender {
+		s.attachIncomingLocked(l)
+	} else {
+		s.attachOutgoingLocked(l)
+	}
+	return nil
+}
+
+// attachIncomingLocked handles a client sender: $cbs, $management or an entity.
+func (s *session) attachIncomingLocked(l *link) {
+	c := s.c
+	a := l.attach
+	if a.Target != nil {
+		l.address = a.Target.Address
+	}
+	lower := strings.ToLower(l.address)
+	switch {
+	case l.address == "$cbs":
+		l.kind = kindCBS
+	case strings.HasSuffix(lower, "/$management"):
+		l.kind = kindMgmt
+		e, err := c.srv.cfg.Broker.Lookup(l.address[:len(l.address)-len("/$management")])
+		if err != nil {
+			l.refuseLocked(brokerError(err))
+			return
+		}
+		if !c.claimedLocked(l.address) {
+			l.refuseLocked(errUnauthorized(l.address))
+			return
+		}
+		l.entity = e
+	default:
+		l.kind = kindEntity
+		e, err := c.srv.cfg.Broker.Lookup(l.address)
+		if err != nil {
+			l.refuseLocked(brokerError(err))
+			return
+		}
+		if k := e.Kind(); k != broker.KindQueue && k != broker.KindTopic {
+			l.refuseLocked(&amqpwire.Error{Condition: condNotAllowed, Description: fmt.Sprintf("cannot send to %s %q", k, l.address)})
+			return
+		}
+		if !c.claimedLocked(l.address) {
+			l.refuseLocked(errUnauthorized(l.address))
+			return
+		}
+		l.entity = e
+		c.linksByName[l.name] = l
+	}
+	reply := &amqpwire.Attach{
+		Name:          a.Name,
+		Handle:        l.handle,
+		Role:          amqpwire.RoleReceiver,
+		SndSettleMode: a.SndSettleMode,
+		RcvSettleMode: a.RcvSettleMode,
+		Source:        a.Source,
+		Target:        a.Target,
+	}
+	if reply.Target == nil {
+		reply.Target = &amqpwire.Target{}
+	}
+	// A non-zero max-message-size is what lets the SDK build batches (§3.1).
+	reply.MaxMessageSize = uint64(c.srv.cfg.MaxMessageSize)
+	if l.kind == kindEntity {
+		reply.Properties = map[amqpwire.Symbol]any{"com.microsoft:max-message-batch-size": uint64(c.srv.cfg.MaxMessageSize)}
+	}
+	l.state = linkAttached
+	s.send(reply, nil)
+	l.rcvCredit = linkCreditWindow
+	l.sendFlowLocked()
+}
+
+// attachOutgoingLocked handles a client receiver: a reply link or an entity.
+func (s *session) attachOutgoingLocked(l *link) {
+	c := s.c
+	a := l.attach
+	if a.Source != nil {
+		l.address = a.Source.Address
+	}
+	lower := strings.ToLower(l.address)
+	if l.address == "$cbs" || strings.HasSuffix(lower, "/$management") {
+		l.kind = kindReply
+		if a.Target == nil || a.Target.Address == "" {
+			l.refuseLocked(&amqpwire.Error{Condition: "amqp:invalid-field", Description: "reply link needs a target address"})
+			return
+		}
+		c.replyLinks[a.Target.Address] = l
+		l.state = linkAttached
+		s.send(&amqpwire.Attach{
+			Name: a.Name, Handle: l.handle, Role: amqpwire.RoleSender,
+			SndSettleMode: a.SndSettleMode, RcvSettleMode: a.RcvSettleMode,
+			Source: a.Source, Target: a.Target,
+		}, nil)
+		return
+	}
+	l.kind = kindEntity
+	e, err := c.srv.cfg.Broker.Lookup(l.address)
+	if err != nil {
+		l.refuseLocked(brokerError(err))
+		return
+	}
+	if !c.claimedLocked(l.address) {
+		l.refuseLocked(errUnauthorized(l.address))
+		return
+	}
+	l.entity = e
+	if a.SndSettleMode == amqpwire.SenderSettleModeSettled {
+		l.mode = broker.ReceiveAndDelete
+	} else {
+		l.mode = broker.PeekLock
+	}
+	filter, wantsSession := sessionFilter(a.Source)
+	switch {
+	case wantsSession && !e.RequiresSession():
+		l.refuseLocked(&amqpwire.Error{Condition: condNotAllowed, Description: fmt.Sprintf("%q is not session-enabled", l.address)})
+		return
+	case !wantsSession && e.RequiresSession():
+		l.refuseLocked(&amqpwire.Error{Condition: condNotAllowed, Description: fmt.Sprintf("%q requires a session receiver", l.address)})
+		return
+	case !wantsSession:
+		l.completeReceiverAttachLocked()
+		return
+	}
+	if id, named := filter.Value.(string); named {
+		lock, err := e.AcceptNamedSession(id, l.name)
+		if err != nil {
+			l.refuseLocked(brokerError(err))
+			return
+		}
+		l.sessionLock = lock
+		l.completeReceiverAttachLocked()
+		return
+	}
+	// Accept next available session: wait without blocking the connection.
+	timeout := c.srv.cfg.AcceptNextTimeout
+	if v, ok := a.Properties[timeoutPropertyKey]; ok {
+		if ms, ok := toInt64(v); ok && ms > 0 {
+			// Answer a little before the client's own deadline so that it
+			// sees com.microsoft:timeout rather than its context expiring.
+			timeout = msDuration(ms)
+			timeout -= min(timeout/10, time.Second)
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(l.ctx, timeout)
+		defer cancel()
+		lock, err := e.AcceptSession(ctx, "", l.name)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if l.state != linkPending {
+			if lock != nil {
+				lock.Release()
+			}
+			return
+		}
+		if err != nil {
+			l.refuseLocked(brokerError(err))
+			return
+		}
+		l.sessionLock = lock
+		l.completeReceiverAttachLocked()
+	}()
+}
+
+// sessionFilter returns the session filter of a receiver's source.
+func sessionFilter(src *amqpwire.Source) (amqpwire.Described, bool) {
+	if src == nil {
+		return amqpwire.Described{}, false
+	}
+	v, ok := src.Filter[sessionFilterKey]
+	if !ok {
+		return amqpwire.Described{}, false
+	}
+	if d, ok := v.(amqpwire.Described); ok {
+		return d, true
+	}
+	if d, ok := v.(*amqpwire.Described); ok && d != nil {
+		return *d, true
+	}
+	return amqpwire.Described{Descriptor: uint64(0x137000000c), Value: v}, true
+}
+
+// completeReceiverAttachLocked answers an entity receiver's attach and starts
+// its pump.
+func (l *link) completeReceiverAttachLocked() {
+	c := l.s.c
+	a := l.attach
+	src := &amqpwire.Source{Address: l.address}
+	if a.Source != nil {
+		cp := *a.Source
+		src = &cp
+	}
+	var props map[amqpwire.Symbol]any
+	if l.sessionLock != nil {
+		f, _ := sessionFilter(a.Source)
+		src.Filter = map[amqpwire.Symbol]any{
+			sessionFilterKey: amqpwire.Described{Descriptor: f.Descriptor, Value: l.sessionLock.ID()},
+		}
+		props = map[amqpwire.Symbol]any{lockedUntilKey: dotnetTicks(l.sessionLock.LockedUntil())}
+	}
+	tgt := a.Target
+	if tgt == nil {
+		tgt = &amqpwire.Target{}
+	}
+	l.state = linkAttached
+	l.s.send(&amqpwire.Attach{
+		Name: a.Name, Handle: l.handle, Role: amqpwire.RoleSender,
+		SndSettleMode: a.SndSettleMode, RcvSettleMode: a.RcvSettleMode,
+		Source: src, Target: tgt, Properties: props,
+	}, nil)
+	c.linksByName[l.name] = l
+	c.wg.Add(1)
+	go l.pump()
+	if lock := l.sessionLock; lock != nil {
+		c.wg.Add(1)
+		go l.watchSessionLock(lock)
+	}
+}
+
+// refuseLocked answers an attach with a null terminus and detaches with e.
+func (l *link) refuseLocked(e *amqpwire.Error) {
+	a := l.attach
+	l.s.c.log.Debug("engine: attach refused", slog.String("link", l.name), slog.String("address", l.address), slog.String("condition", string(e.Condition)))
+	reply := &amqpwire.Attach{
+		Name: a.Name, Handle: l.handle, Role: l.role,
+		SndSettleMode: a.SndSettleMode, RcvSettleMode: a.RcvSettleMode,
+	}
+	l.s.send(reply, nil)
+	l.state = linkAttached
+	l.detachLocked(e)
+}
+
+// detachLocked detaches the link from our side (closed=true) with e.
+func (l *link) detachLocked(e *amqpwire.Error) {
+	if l.state != linkAttached {
+		return
+	}
+	l.releaseResourcesLocked()
+	l.state = linkDetachSent
+	if !l.s.ended {
+		l.s.send(&amqpwire.Detach{Handle: l.handle, Closed: true, Error: e}, nil)
+	}
+}
+
+// teardownLocked forgets the link after the client's detach or the end of its
+// session or connection.
+func (l *link) teardownLocked() {
+	l.releaseResourcesLocked()
+	l.state = linkClosed
+}
+
+func (l *link) releaseResourcesLocked() {
+	l.cancel()
+	c := l.s.c
+	if c.linksByName[l.name] == l {
+		delete(c.linksByName, l.name)
+	}
+	if l.kind == kindReply && l.attach.Target != nil && c.replyLinks[l.attach.Target.Address] == l {
+		delete(c.replyLinks, l.attach.Target.Address)
+	}
+	if l.sessionLock != nil {
+		l.sessionLock.Release()
+	}
+	l.replies = nil
+	l.cur = nil
+	// Transfers still waiting for the session window die with the link.
+	kept := l.s.held[:0]
+	for _, h := range l.s.held {
+		if h.t.Handle != l.handle {
+			kept = append(kept, h)
+		}
+	}
+	clear(l.s.held[len(kept):])
+	l.s.held = kept
+	// Forget our unsettled deliveries on this link; their message locks stay
+	// until they expire, so $management settlement still works (§8).
+	for id, d := range l.s.unsettled {
+		if d.l == l {
+			delete(l.s.unsettled, id)
+		}
+	}
+}
+
+func (l *link) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendFlowLocked tells a client sender our delivery count and credit.
+func (l *link) sendFlowLocked() {
+	h, dc, cr := l.handle, l.rcvDeliveryCount, l.rcvCredit
+	l.s.send(l.s.flowFields(&amqpwire.Flow{Handle: &h, DeliveryCount: &dc, LinkCredit: &cr}), nil)
+}
+
+// flowLocked applies a link flow from the client.
+func (l *link) flowLocked(f *amqpwire.Flow) {
+	if l.role == amqpwire.RoleReceiver {
+		if f.Echo {
+			l.sendFlowLocked()
+		}
+		return
+	}
+	var dc uint32 // the client's delivery-count; before its first flow, our initial count 0
+	if f.DeliveryCount != nil {
+		dc = *f.DeliveryCount
+	}
+	var credit uint32
+	if f.LinkCredit != nil {
+		credit = dc + *f.LinkCredit - l.sndDeliveryCount
+		if int32(credit) < 0 {
+			credit = 0
+		}
+	}
+	l.sndCredit = credit
+	if f.Echo {
+		h, sdc, cr := l.handle, l.sndDeliveryCount, l.sndCredit
+		l.s.send(l.s.flowFields(&amqpwire.Flow{Handle: &h, DeliveryCount: &sdc, LinkCredit: &cr}), nil)
+	}
+	if l.kind == kindReply {
+		l.flushRepliesLocked()
+		return
+	}
+	l.signal()
+}
+
+// transferLocked takes one transfer frame of a client sender.
+func (l *link) transferLocked(t *amqpwire.Transfer, payload []byte) *amqpwire.Error {
+	if l.role != amqpwire.RoleReceiver {
+		return &amqpwire.Error{Condition: "amqp:not-allowed", Description: "transfer on a link where the client receives"}
+	}
+	if l.state != linkAttached {
+		return nil // detached by us; the client will notice
+	}
+	if l.cur == nil {
+		if t.DeliveryID == nil {
+			return &amqpwire.Error{Condition: "amqp:not-allowed", Description: "first transfer of a delivery without delivery-id"}
+		}
+		d := &partialDelivery{id: *t.DeliveryID}
+		if t.Settled != nil {
+			d.settled = *t.Settled
+		}
+		if t.MessageFormat != nil {
+			d.format = *t.MessageFormat
+		}
+		l.cur = d
+	} else if t.Settled != nil && *t.Settled {
+		l.cur.settled = true
+	}
+	d := l.cur
+	if t.Aborted {
+		l.cur = nil
+		return nil
+	}
+	limit := int(l.s.c.srv.cfg.MaxMessageSize) + 64*1024
+	if !d.tooLarge {
+		if len(d.payload)+len(payload) > limit {
+			d.tooLarge = true
+			d.payload = nil
+		} else {
+			d.payload = append(d.payload, payload...)
+		}
+	}
+	if t.More {
+		return nil
+	}
+	l.cur = nil
+	l.rcvDeliveryCount++
+	if l.rcvCredit > 0 {
+		l.rcvCredit--
+	}
+	state := l.deliveryLocked(d)
+	if !d.settled {
+		l.s.send(&amqpwire.Disposition{Role: amqpwire.RoleReceiver, First: d.id, Settled: true, State: state}, nil)
+	}
+	if l.state == linkAttached && l.rcvCredit < linkCreditWindow/2 {
+		l.rcvCredit = linkCreditWindow
+		l.sendFlowLocked()
+	}
+	return nil
+}
+
+// deliveryLocked processes a complete message from a client sender and
+// returns the outcome.
+func (l *link) deliveryLocked(d *partialDelivery) amqpwire.DeliveryState {
+	c := l.s.c
+	if d.tooLarge {
+		return &amqpwire.Rejected{Error: &amqpwire.Error{Condition: condMessageSizeExceeded, Description: fmt.Sprintf("message larger than %d bytes", c.srv.cfg.MaxMessageSize)}}
+	}
+	switch l.kind {
+	case kindCBS:
+		req, err := decodeMessage(d.payload)
+		if err != nil {
+			return rejectDecode(err)
+		}
+		c.replyLocked(req, c.handleCBSLocked(req))
+	case kindMgmt:
+		req, err := decodeMessage(d.payload)
+		if err != nil {
+			return rejectDecode(err)
+		}
+		c.replyLocked(req, c.handleManagementLocked(l, req))
+	case kindEntity:
+		return l.sendToEntityLocked(d)
+	}
+	return &amqpwire.Accepted{}
+}
+
+func rejectDecode(err error) amqpwire.DeliveryState {
+	return &amqpwire.Rejected{Error: &amqpwire.Error{Condition: "amqp:decode-error", Description: err.Error()}}
+}
+
+func decodeMessage(b []byte) (*amqp.Message, error) {
+	m := &amqp.Message{}
+	if err := m.UnmarshalBinary(b); err != nil {
+		return nil, fmt.Errorf("decode message: %w", err)
+	}
+	return m, nil
+}
+
+// replyLocked routes a $cbs or $management response to the reply link named
+// by the request's reply-to.
+func (c *conn) replyLocked(req, resp *amqp.Message) {
+	if req.Properties == nil || req.Properties.ReplyTo == nil {
+		c.log.Debug("engine: request without reply-to dropped")
+		return
+	}
+	if resp.Properties == nil {
+		resp.Properties = &amqp.MessageProperties{}
+	}
+	resp.Properties.CorrelationID = req.Properties.MessageID
+	rl := c.replyLinks[*req.Properties.ReplyTo]
+	if rl == nil {
+		c.log.Debug("engine: no reply link", slog.String("reply_to", *req.Properties.ReplyTo))
+		return
+	}
+	rl.replies = append(rl.replies, resp)
+	rl.flushRepliesLocked()
+}
+
+func (l *link) flushRepliesLocked() {
+	for len(l.replies) > 0 && l.sndCredit > 0 && l.state == linkAttached {
+		m := l.replies[0]
+		l.replies = l.replies[1:]
+		b, err := m.MarshalBinary()
+		if err != nil {
+			l.s.c.log.Error("engine: encode reply", slog.Any("error", err))
+			continue
+		}
+		l.nextTag++
+		l.transferOutLocked(b, tag8(l.nextTag), true)
+	}
+}
+
+func tag8(n uint64) []byte {
+	return []byte{byte(n >> 56), byte(n >> 48), byte(n >> 40), byte(n >> 32), byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+}
+
+// transferOutLocked sends one delivery to the client, split into frames no
+// larger than the client's max-frame-size. It returns the delivery-id.
+func (l *link) transferOutLocked(payload, tag []byte, settled bool) uint32 {
+	s := l.s
+	id := s.nextDeliveryID
+	s.nextDeliveryID++
+	format := uint32(0)
+	first := &amqpwire.Transfer{Handle: l.handle, DeliveryID: &id, DeliveryTag: tag, MessageFormat: &format, Settled: &settled, More: true}
+	hdr, err := amqpwire.AppendValue(nil, first)
+	if err != nil {
+		s.c.log.Error("engine: encode transfer", slog.Any("error", err))
+		return id
+	}
+	room := int(s.c.peerMaxFrame) - 8 - len(hdr) - 8
+	for off := 0; ; {
+		end := min(off+room, len(payload))
+		t := &amqpwire.Transfer{Handle: l.handle, More: end < len(payload)}
+		if off == 0 {
+			t.DeliveryID, t.DeliveryTag, t.MessageFormat, t.Settled = &id, tag, &format, &settled
+		}
+		s.sendTransferLocked(t, payload[off:end])
+		off = end
+		if off >= len(payload) {
+			break
+		}
+	}
+	l.sndDeliveryCount++
+	if l.sndCredit > 0 {
+		l.sndCredit--
+	}
+	return id
+}
