@@ -52,7 +52,7 @@ func intValue(n int64) value     { return value{k: kInt, n: n} }
 func floatValue(f float64) value { return value{k: kFloat, f: f} }
 func stringValue(s string) value { return value{k: kString, s: s} }
 
-func (v value) isTrue() bool  { return v.k == kBool && v.n != 0 }
+func (v value) isTrue() bool { return v.k == kBool && v.n != 0 }
 
 // typeName names v's type in error messages, as .NET would.
 func (v value) typeName() string {

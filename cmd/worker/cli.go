@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: worker [run | migrate up|down|status | demo | help]
+
+  run (default)   run the worker; configured by SEQBUS_* environment variables
+  migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL)
+  migrate down    roll back the latest migration
+  migrate status  list migrations and whether they are applied
+  demo            publish shuffled sessions to an in-process emulator and restore their order
+`
+
+// errUsage marks a command line the CLI does not understand (exit code 2).
+var errUsage = errors.New("usage")
+
+// cli holds what every subcommand writes to, so tests can capture it.
+type cli struct {
+	stdout, stderr io.Writer
+	// signals delivers shutdown signals (SIGINT, SIGTERM in production).
+	signals func() (<-chan os.Signal, func())
+}
+
+func newCLI(stdout, stderr io.Writer) *cli {
+	return &cli{stdout: stdout, stderr: stderr, signals: osSignals}
+}
+
+func osSignals() (<-chan os.Signal, func()) {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	return ch, func() { signal.Stop(ch) }
+}
+
+func (c *cli) logger(level slog.Leveler) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// run dispatches args and returns the process exit code.
+func (c *cli) run(ctx context.Context, args []string) int {
+	cmd := "run"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "run", "worker":
+		err = c.runWorker(ctx)
+	case "migrate":
+		err = c.migrate(ctx, args)
+	case "demo":
+		err = c.demo(ctx, args)
+	case "help", "-h", "-help", "--help":
+		_, _ = fmt.Fprint(c.stdout, usage)
+		return 0
+	default:
+		err = fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	}
+	if err == nil {
+		return 0
+	}
+	if errors.Is(err, errUsage) {
+		_, _ = fmt.Fprintf(c.stderr, "worker: %v\n\n%s", err, usage)
+		return 2
+	}
+	_, _ = fmt.Fprintf(c.stderr, "worker: %v\n", err)
+	return 1
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func newTestCLI() (*cli, *bytes.Buffer, *bytes.Buffer) {
+	var out, errOut bytes.Buffer
+	c := newCLI(&out, &errOut)
+	c.signals = func() (<-chan os.Signal, func()) { return make(chan os.Signal), func() {} }
+	return c, &out, &errOut
+}
+
+// Tests that set environment variables cannot run in parallel.
+func clearEnv(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if len(kv) > 7 && kv[:7] == "SEQBUS_" {
+			k := kv[:bytes.IndexByte([]byte(kv), '=')]
+			t.Setenv(k, "")
+			require.NoError(t, os.Unsetenv(k))
+		}
+	}
+}
+
+func TestCLIUsage(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+		wantErr  string
+	}{
+		{"help", []string{"help"}, 0, "usage: worker", ""},
+		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{"migrate without action", []string{"migrate"}, 2, "", "migrate needs one of up, down, status"},
+		{"migrate bad action", []string{"migrate", "sideways"}, 2, "", `unknown migrate action "sideways"`},
+		{"demo bad flag", []string{"demo", "-bogus"}, 2, "", "flag provided but not defined"},
+		{"demo extra args", []string{"demo", "x"}, 2, "", "demo takes no arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, out, errOut := newTestCLI()
+			code := c.run(context.Background(), tt.args)
+			require.Equal(t, tt.wantCode, code, errOut.String())
+			require.Contains(t, out.String(), tt.wantOut)
+			require.Contains(t, errOut.String(), tt.wantErr)
+		})
+	}
+}
+
+func TestRunRejectsInvalidConfiguration(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr []string
+	}{
+		{"nothing set", nil, []string{"SEQBUS_CONNECTION_STRING", "SEQBUS_QUEUE"}},
+		{"postgres without url", map[string]string{
+			"SEQBUS_CONNECTION_STRING": "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=topsecret;UseDevelopmentEmulator=true",
+			"SEQBUS_QUEUE":             "q",
+			"SEQBUS_STATE_STORE":       "postgres",
+		}, []string{"SEQBUS_DATABASE_URL"}},
+		{"bad number", map[string]string{"SEQBUS_MAX_CONCURRENT_SESSIONS": "lots"}, []string{"SEQBUS_MAX_CONCURRENT_SESSIONS"}},
+		{"bad enum", map[string]string{
+			"SEQBUS_CONNECTION_STRING": "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=topsecret;UseDevelopmentEmulator=true",
+			"SEQBUS_QUEUE":             "q",
+			"SEQBUS_HANDLER":           "kafka",
+		}, []string{"SEQBUS_HANDLER"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			c, _, errOut := newTestCLI()
+			code := c.run(context.Background(), nil)
+			require.Equal(t, 1, code)
+			for _, w := range tt.wantErr {
+				require.Contains(t, errOut.String(), w)
+			}
+			require.NotContains(t, errOut.String(), "topsecret")
+		})
+	}
+}
+
+func TestMigrateNeedsDatabaseURL(t *testing.T) {
+	clearEnv(t)
+	c, _, errOut := newTestCLI()
+	require.Equal(t, 1, c.run(context.Background(), []string{"migrate", "status"}))
+	require.Contains(t, errOut.String(), "SEQBUS_DATABASE_URL: required")
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/internal/pgtest"
+)
+
+// TestPostgresMigrateAndRun drives `worker migrate` and a worker with the Postgres store on a
+// schema of its own.
+func TestPostgresMigrateAndRun(t *testing.T) {
+	_, schema := pgtest.NewPoolWithSchema(t, nil)
+	dsn := pgtest.DSN()
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	clearEnv(t)
+	t.Setenv("SEQBUS_DATABASE_URL", dsn+sep+"search_path="+schema)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	migrate := func(action string) string {
+		t.Helper()
+		c, out, errOut := newTestCLI()
+		require.Equal(t, 0, c.run(ctx, []string{"migrate", action}), errOut.String())
+		return out.String()
+	}
+	require.Contains(t, migrate("status"), "false")
+	require.Contains(t, migrate("up"), "UP 001_")
+	require.Contains(t, migrate("up"), "nothing to do")
+	st := migrate("status")
+	require.Contains(t, st, "001")
+	require.Contains(t, st, "true")
+	require.Contains(t, migrate("down"), "DOWN 001_")
+
+	// The worker migrates on start and keeps its state in Postgres.
+	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, srv.Close()) })
+	require.NoError(t, srv.Broker().CreateQueue("orders", broker.EntityProperties{RequiresSession: true}))
+	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
+	require.NoError(t, err)
+	defer client.Close(ctx)
+	sender, err := client.NewSender("orders", nil)
+	require.NoError(t, err)
+	for _, n := range []int64{2, 3, 1} {
+		sid := "pg-1"
+		require.NoError(t, sender.SendMessage(ctx, &azservicebus.Message{
+			SessionID: &sid, Body: fmt.Appendf(nil, "%d", n),
+			ApplicationProperties: map[string]any{"Sequence": n},
+		}, nil))
+	}
+	t.Setenv("SEQBUS_CONNECTION_STRING", srv.ConnectionString())
+	t.Setenv("SEQBUS_QUEUE", "orders")
+	t.Setenv("SEQBUS_STATE_STORE", "postgres")
+	t.Setenv("SEQBUS_MIGRATE_ON_START", "true")
+
+	var stdout, stderr syncBuffer
+	c := newCLI(&stdout, &stderr)
+	sigs := make(chan os.Signal, 2)
+	c.signals = func() (<-chan os.Signal, func()) { return sigs, func() {} }
+	exit := make(chan int, 1)
+	go func() { exit <- c.run(ctx, nil) }()
+	require.Eventually(t, func() bool { return strings.Count(stdout.String(), "\n") >= 3 }, 20*time.Second, 20*time.Millisecond,
+		"stderr: %s", stderr.String())
+	sigs <- syscall.SIGTERM
+	require.Equal(t, 0, <-exit, stderr.String())
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	for i, l := range lines {
+		require.Contains(t, l, fmt.Sprintf(`"sequence":%d`, i+1))
+	}
+	require.Contains(t, stderr.String(), "worker: migrated")
+	require.NotContains(t, stderr.String(), emulator.DefaultKey)
+}

@@ -1,0 +1,403 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/handler"
+	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/sequencer"
+	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
+)
+
+// Options configure a demo run. Zero fields take the defaults in brackets.
+type Options struct {
+	Sessions   int    // sessions to publish [8]
+	Messages   int    // messages per session [50]
+	Duplicates int    // extra copies per session [3]
+	Replicas   int    // worker replicas, each with its own connection [2]
+	Seed       uint64 // shuffle seed [1]
+	// Crash hard-stops replica 0 once a third of the messages are handled (in-flight work is
+	// cancelled, nothing more is settled, its connection closes) and starts a replacement.
+	Crash bool
+	// Timeout bounds the whole run [2m].
+	Timeout time.Duration
+	// Out receives the log handler's lines when Verbose is set.
+	Out     io.Writer
+	Verbose bool
+	// Logger receives the components' logs [discard].
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Sessions <= 0 {
+		o.Sessions = 8
+	}
+	if o.Messages <= 0 {
+		o.Messages = 50
+	}
+	if o.Duplicates < 0 {
+		o.Duplicates = 0
+	} else if o.Duplicates == 0 {
+		o.Duplicates = 3
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 2
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Summary is what a demo run found.
+type Summary struct {
+	Sessions  int
+	Messages  int // distinct messages (sessions × messages)
+	Published int // including duplicates
+	Handled   uint64
+	// Redelivered counts handler calls that repeated a session's previous sequence after a
+	// crash (at-least-once delivery); they are in Handled.
+	Redelivered uint64
+	Crashes     int
+	Deferred    uint64
+	Held        uint64
+	Duplicates  uint64
+	// Violations lists every order violation the checker saw (must be empty).
+	Violations []string
+	// Incomplete lists sessions not finished when the run ended, with the next expected sequence.
+	Incomplete map[string]int64
+	Replicas   int
+	// PerReplica is how many messages each replica handled.
+	PerReplica []uint64
+	Elapsed    time.Duration
+}
+
+// OK reports whether every message was handled in order, and exactly once unless a crash forced
+// a redelivery.
+func (s Summary) OK() bool {
+	if s.Crashes == 0 && s.Redelivered > 0 {
+		return false
+	}
+	return len(s.Violations) == 0 && len(s.Incomplete) == 0 && s.Handled-s.Redelivered == uint64(s.Messages)
+}
+
+// Print writes the summary for people.
+func (s Summary) Print(w io.Writer) {
+	_, _ = fmt.Fprintf(w, "seqbus demo: %d sessions × %d messages on the in-process emulator, %d replicas\n",
+		s.Sessions, s.Messages/max(s.Sessions, 1), s.Replicas)
+	_, _ = fmt.Fprintf(w, "  published           %d (%d duplicates, shuffled)\n", s.Published, s.Published-s.Messages)
+	_, _ = fmt.Fprintf(w, "  handled             %d of %d %v\n", s.Handled-s.Redelivered, s.Messages, s.PerReplica)
+	if s.Crashes > 0 {
+		_, _ = fmt.Fprintf(w, "  crashes             %d (replica restarted; %d messages handled again)\n", s.Crashes, s.Redelivered)
+	}
+	_, _ = fmt.Fprintf(w, "  deferred            %d (held in memory: %d)\n", s.Deferred, s.Held)
+	_, _ = fmt.Fprintf(w, "  duplicates dropped  %d\n", s.Duplicates)
+	_, _ = fmt.Fprintf(w, "  order violations    %d\n", len(s.Violations))
+	_, _ = fmt.Fprintf(w, "  elapsed             %s\n", s.Elapsed.Round(time.Millisecond))
+	for i, v := range s.Violations {
+		if i == 10 {
+			_, _ = fmt.Fprintf(w, "  … %d more violations\n", len(s.Violations)-10)
+			break
+		}
+		_, _ = fmt.Fprintf(w, "  violation: %s\n", v)
+	}
+	for id, next := range s.Incomplete {
+		_, _ = fmt.Fprintf(w, "  incomplete: session %s stopped before sequence %d\n", id, next)
+	}
+	if s.OK() && s.Crashes > 0 {
+		_, _ = fmt.Fprintln(w, "OK: every session was handled in order, despite the crash")
+	} else if s.OK() {
+		_, _ = fmt.Fprintln(w, "OK: every session was handled exactly once, in order")
+	} else {
+		_, _ = fmt.Fprintln(w, "FAILED")
+	}
+}
+
+const queueName = "demo-orders"
+
+// Run starts the emulator, publishes, runs the replicas until every session is handled (or the
+// timeout), stops everything and returns the summary. The error is about the run itself (the
+// emulator did not start, publishing failed, ...); order violations are in the summary.
+func Run(ctx context.Context, opts Options) (Summary, error) {
+	o := opts.withDefaults()
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	start := time.Now()
+	sum := Summary{Sessions: o.Sessions, Messages: o.Sessions * o.Messages, Replicas: o.Replicas}
+
+	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-", Logger: o.Logger.With(slog.String("component", "emulator"))})
+	if err != nil {
+		return sum, fmt.Errorf("demo: start emulator: %w", err)
+	}
+	defer srv.Close()
+	if err := srv.Broker().CreateQueue(queueName, broker.EntityProperties{RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 10}); err != nil {
+		return sum, fmt.Errorf("demo: create queue: %w", err)
+	}
+
+	plan := Plan(o.Sessions, o.Messages, o.Duplicates, o.Seed)
+	sum.Published = len(plan)
+	if err := publish(ctx, srv.ConnectionString(), plan); err != nil {
+		return sum, err
+	}
+
+	ids := make([]string, o.Sessions)
+	for i := range ids {
+		ids[i] = SessionID(i)
+	}
+	checker := NewChecker(ids, o.Messages)
+	var logHandler sequencer.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	if o.Verbose {
+		logHandler = handler.NewLog(o.Out)
+	}
+
+	replicas := make([]*replica, 0, o.Replicas)
+	defer func() {
+		stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer stopCancel()
+		for _, r := range replicas {
+			r.stop(stopCtx)
+		}
+	}()
+	for i := range o.Replicas {
+		r, err := startReplica(ctx, i, srv.ConnectionString(), checker, logHandler, o.Logger)
+		if err != nil {
+			return sum, err
+		}
+		replicas = append(replicas, r)
+	}
+
+	if err := waitDone(ctx, o, checker, &replicas, &sum, srv.ConnectionString(), logHandler); err != nil {
+		return sum, err
+	}
+	for _, r := range replicas {
+		stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		r.stop(stopCtx)
+		stopCancel()
+		st := r.runner.Stats()
+		sum.Deferred += st.Deferred
+		sum.Held += st.Held
+		sum.Duplicates += st.Duplicates
+		sum.PerReplica = append(sum.PerReplica, r.handled())
+	}
+	sum.Handled = checker.Handled()
+	sum.Redelivered = checker.Redelivered()
+	sum.Violations = checker.Violations()
+	sum.Incomplete = checker.Incomplete()
+	sum.Elapsed = time.Since(start)
+	return sum, nil
+}
+
+// waitDone waits until every session is handled or ctx ends; with o.Crash it crashes replica 0
+// on the way and starts a replacement.
+func waitDone(ctx context.Context, o Options, checker *Checker, replicas *[]*replica, sum *Summary, conn string, out sequencer.Handler) error {
+	if !o.Crash {
+		select {
+		case <-checker.Done():
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	crashAt := uint64(sum.Messages / 3)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-checker.Done():
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if sum.Crashes > 0 || checker.Handled() < crashAt {
+			continue
+		}
+		crashCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		(*replicas)[0].crash(crashCtx)
+		cancel()
+		sum.Crashes++
+		o.Logger.WarnContext(ctx, "demo: crashed replica 0; starting a replacement")
+		r, err := startReplica(ctx, len(*replicas), conn, checker, out, o.Logger)
+		if err != nil {
+			return err
+		}
+		*replicas = append(*replicas, r)
+	}
+}
+
+func publish(ctx context.Context, conn string, plan []Publication) error {
+	client, err := azservicebus.NewClientFromConnectionString(conn, nil)
+	if err != nil {
+		return fmt.Errorf("demo: publisher client: %w", err)
+	}
+	defer client.Close(context.WithoutCancel(ctx))
+	sender, err := client.NewSender(queueName, nil)
+	if err != nil {
+		return fmt.Errorf("demo: sender: %w", err)
+	}
+	defer sender.Close(context.WithoutCancel(ctx))
+
+	var batch *azservicebus.MessageBatch
+	flush := func() error {
+		if batch != nil && batch.NumMessages() > 0 {
+			if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
+				return fmt.Errorf("demo: send batch: %w", err)
+			}
+		}
+		b, err := sender.NewMessageBatch(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("demo: new batch: %w", err)
+		}
+		batch = b
+		return nil
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	for _, p := range plan {
+		sid, mid := p.SessionID, p.SessionID+"/"+strconv.FormatInt(p.Sequence, 10)
+		m := &azservicebus.Message{
+			SessionID:             &sid,
+			MessageID:             &mid,
+			Body:                  fmt.Appendf(nil, `{"order":%q,"step":%d}`, p.SessionID, p.Sequence),
+			ApplicationProperties: map[string]any{"Sequence": p.Sequence, "IsLast": p.Last},
+		}
+		err := batch.AddMessage(m, nil)
+		if errors.Is(err, azservicebus.ErrMessageTooLarge) {
+			if err := flush(); err != nil {
+				return err
+			}
+			err = batch.AddMessage(m, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("demo: add message %s: %w", mid, err)
+		}
+		if batch.NumMessages() >= 100 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// replica is one in-process worker: its own client, source, store, runner and sweeper.
+type replica struct {
+	client  *azservicebus.Client
+	runner  *sequencer.Runner
+	metrics *handler.Metrics
+	cancel  context.CancelFunc // stops the sweeper
+	done    chan struct{}      // closed when the sweeper returned
+	once    sync.Once
+}
+
+func startReplica(ctx context.Context, n int, conn string, checker *Checker, out sequencer.Handler, logger *slog.Logger) (*replica, error) {
+	logger = logger.With(slog.Int("replica", n))
+	client, err := azservicebus.NewClientFromConnectionString(conn, nil)
+	if err != nil {
+		return nil, fmt.Errorf("demo: replica %d client: %w", n, err)
+	}
+	source, err := sbadapter.NewSource(client, sbadapter.Config{Entity: sbadapter.Entity{Queue: queueName}, Logger: logger})
+	if err != nil {
+		_ = client.Close(ctx)
+		return nil, fmt.Errorf("demo: replica %d: %w", n, err)
+	}
+	metrics := &handler.Metrics{}
+	h := handler.Chain(sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+		if err := checker.Handle(ctx, m); err != nil {
+			return err
+		}
+		return out.Handle(ctx, m)
+	}), metrics.Middleware(), handler.WithRecover(logger))
+	store := sbstate.New(nil)
+	runner, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source:  source,
+		Store:   store,
+		Handler: h,
+		Engine: sequencer.EngineConfig{
+			SequenceProperty: "Sequence",
+			LastProperty:     "IsLast",
+			// A small reorder window, so that some early messages are deferred at the broker.
+			WindowMessages: 8,
+			IdleTimeout:    time.Second,
+		},
+		MaxConcurrentSessions: 4,
+		AcceptTimeout:         2 * time.Second,
+		Logger:                logger,
+	})
+	if err != nil {
+		_ = client.Close(ctx)
+		return nil, fmt.Errorf("demo: replica %d: %w", n, err)
+	}
+	if err := runner.Start(context.WithoutCancel(ctx)); err != nil {
+		_ = client.Close(ctx)
+		return nil, fmt.Errorf("demo: replica %d: %w", n, err)
+	}
+	lister, err := sbadapter.StrandedFilter(sbadapter.StrandedFilterConfig{Lister: sbadapter.SessionListerFunc(source.ListSessionsWithState), Source: source, Store: store, Logger: logger})
+	if err != nil {
+		_ = runner.StopAndCancel(ctx)
+		_ = client.Close(ctx)
+		return nil, err
+	}
+	sweeper, err := sbadapter.NewSweeper(sbadapter.SweeperConfig{
+		Lister:   lister,
+		Handoff:  func(_ context.Context, id string) { runner.Wake(id) },
+		Interval: 2 * time.Second,
+		Logger:   logger,
+	})
+	if err != nil {
+		_ = runner.StopAndCancel(ctx)
+		_ = client.Close(ctx)
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	r := &replica{client: client, runner: runner, metrics: metrics, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		_ = sweeper.Run(sctx)
+	}()
+	return r, nil
+}
+
+func (r *replica) handled() uint64 { return r.metrics.Snapshot().Succeeded }
+
+// crash ends the replica as a killed process would: in-flight work is cancelled and nothing more
+// is settled or saved; the connection closes, so the broker releases its session locks.
+func (r *replica) crash(ctx context.Context) {
+	r.once.Do(func() {
+		r.cancel()
+		<-r.done
+		_ = r.runner.StopAndCancel(ctx)
+		_ = r.client.Close(ctx)
+	})
+}
+
+func (r *replica) stop(ctx context.Context) {
+	r.once.Do(func() {
+		r.cancel()
+		<-r.done
+		if err := r.runner.Stop(ctx); err != nil {
+			_ = r.runner.StopAndCancel(ctx)
+		}
+		_ = r.client.Close(ctx)
+	})
+}

@@ -1,0 +1,343 @@
+package workerconfig
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Prefix is the prefix of every environment variable the worker reads.
+const Prefix = "SEQBUS"
+
+// State stores.
+const (
+	StateStoreServiceBus = "servicebus"
+	StateStorePostgres   = "postgres"
+)
+
+// Poison policies: what the engine does with a message the handler keeps failing.
+const (
+	// PoisonPark dead-letters the message and parks the session until an operator acts (the
+	// values match sequencer.PoisonPolicy).
+	PoisonPark = "park"
+	// PoisonSkip dead-letters the message and moves on to the next sequence.
+	PoisonSkip = "skip"
+	// PoisonBlock keeps retrying the message forever, holding up its session.
+	PoisonBlock = "block"
+)
+
+var (
+	stateStores    = []string{StateStoreServiceBus, StateStorePostgres}
+	poisonPolicies = []string{PoisonPark, PoisonSkip, PoisonBlock}
+	logLevels      = []string{"debug", "info", "warn", "error"}
+)
+
+// Config is the worker's whole configuration. Each field's envconfig tag, prefixed with SEQBUS_,
+// is the environment variable that sets it.
+type Config struct {
+	// ConnectionString is a Service Bus connection string (SharedAccessKey or SharedAccessSignature).
+	ConnectionString string `envconfig:"CONNECTION_STRING"`
+	// Namespace is a fully qualified namespace (ns.servicebus.windows.net) reached with Entra ID
+	// through DefaultAzureCredential. Exclusive with ConnectionString.
+	Namespace string `envconfig:"NAMESPACE"`
+
+	Queue        string `envconfig:"QUEUE"`
+	Topic        string `envconfig:"TOPIC"`
+	Subscription string `envconfig:"SUBSCRIPTION"`
+
+	StateStore     string `envconfig:"STATE_STORE" default:"servicebus"`
+	DatabaseURL    string `envconfig:"DATABASE_URL"`
+	MigrateOnStart bool   `envconfig:"MIGRATE_ON_START" default:"false"`
+
+	MaxConcurrentSessions int           `envconfig:"MAX_CONCURRENT_SESSIONS" default:"8"`
+	SessionIdleTimeout    time.Duration `envconfig:"SESSION_IDLE_TIMEOUT" default:"5s"`
+	SequenceProperty      string        `envconfig:"SEQUENCE_PROPERTY" default:"Sequence"`
+	LastProperty          string        `envconfig:"LAST_PROPERTY" default:"IsLast"`
+	PoisonPolicy          string        `envconfig:"POISON_POLICY" default:"park"`
+	MaxHandlerAttempts    int           `envconfig:"MAX_HANDLER_ATTEMPTS" default:"5"`
+	SweepInterval         time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s"`
+
+	Handler        string        `envconfig:"HANDLER" default:"log"`
+	HandlerURL     string        `envconfig:"HANDLER_URL"`
+	HandlerTimeout time.Duration `envconfig:"HANDLER_TIMEOUT" default:"30s"`
+
+	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+}
+
+// Load reads the configuration from the environment and validates it. handlers lists the
+// handler names the binary knows (for SEQBUS_HANDLER).
+func Load(handlers []string) (*Config, error) {
+	var c Config
+	if err := envconfig.Process(Prefix, &c); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	if err := c.Validate(handlers); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate checks c and returns every problem at once, each naming its variable. handlers lists
+// the known handler names (nil: any non-empty name).
+func (c *Config) Validate(handlers []string) error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s_%s: %s", Prefix, name, fmt.Sprintf(format, args...)))
+	}
+	oneOf := func(name, value string, allowed []string) {
+		if !slices.Contains(allowed, value) {
+			bad(name, "%q is not one of %s", value, strings.Join(allowed, ", "))
+		}
+	}
+
+	switch {
+	case c.ConnectionString == "" && c.Namespace == "":
+		bad("CONNECTION_STRING", "set it, or SEQBUS_NAMESPACE to use Entra ID")
+	case c.ConnectionString != "" && c.Namespace != "":
+		bad("NAMESPACE", "set either SEQBUS_CONNECTION_STRING or SEQBUS_NAMESPACE, not both")
+	case c.ConnectionString != "":
+		if err := checkConnectionString(c.ConnectionString); err != nil {
+			bad("CONNECTION_STRING", "%v", err)
+		}
+	default:
+		if strings.Contains(c.Namespace, "/") || strings.ContainsAny(c.Namespace, " ;") {
+			bad("NAMESPACE", "%q is not a fully qualified namespace such as myns.servicebus.windows.net", c.Namespace)
+		}
+	}
+
+	switch {
+	case c.Queue != "" && (c.Topic != "" || c.Subscription != ""):
+		bad("QUEUE", "set either SEQBUS_QUEUE or SEQBUS_TOPIC with SEQBUS_SUBSCRIPTION, not both")
+	case c.Queue != "":
+	case c.Topic != "" && c.Subscription == "":
+		bad("SUBSCRIPTION", "required with SEQBUS_TOPIC")
+	case c.Topic == "" && c.Subscription != "":
+		bad("TOPIC", "required with SEQBUS_SUBSCRIPTION")
+	case c.Topic == "":
+		bad("QUEUE", "set it, or SEQBUS_TOPIC with SEQBUS_SUBSCRIPTION")
+	}
+
+	oneOf("STATE_STORE", c.StateStore, stateStores)
+	if c.StateStore == StateStorePostgres && c.DatabaseURL == "" {
+		bad("DATABASE_URL", "required when SEQBUS_STATE_STORE=postgres")
+	}
+	if c.DatabaseURL != "" {
+		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+			bad("DATABASE_URL", "%v", err)
+		}
+	}
+	if c.MigrateOnStart && c.StateStore != StateStorePostgres {
+		bad("MIGRATE_ON_START", "only applies with SEQBUS_STATE_STORE=postgres")
+	}
+
+	if c.MaxConcurrentSessions <= 0 {
+		bad("MAX_CONCURRENT_SESSIONS", "must be positive, got %d", c.MaxConcurrentSessions)
+	}
+	if c.SessionIdleTimeout <= 0 {
+		bad("SESSION_IDLE_TIMEOUT", "must be positive, got %s", c.SessionIdleTimeout)
+	}
+	if c.MaxHandlerAttempts <= 0 {
+		bad("MAX_HANDLER_ATTEMPTS", "must be positive, got %d", c.MaxHandlerAttempts)
+	}
+	if c.SweepInterval <= 0 {
+		bad("SWEEP_INTERVAL", "must be positive, got %s", c.SweepInterval)
+	}
+	if strings.TrimSpace(c.SequenceProperty) == "" {
+		bad("SEQUENCE_PROPERTY", "must not be empty")
+	}
+	if strings.TrimSpace(c.LastProperty) == "" {
+		bad("LAST_PROPERTY", "must not be empty")
+	}
+	if c.SequenceProperty != "" && c.SequenceProperty == c.LastProperty {
+		bad("LAST_PROPERTY", "must differ from SEQBUS_SEQUENCE_PROPERTY (%q)", c.SequenceProperty)
+	}
+	oneOf("POISON_POLICY", c.PoisonPolicy, poisonPolicies)
+
+	if handlers != nil {
+		oneOf("HANDLER", c.Handler, handlers)
+	} else if c.Handler == "" {
+		bad("HANDLER", "must not be empty")
+	}
+	if c.Handler == "http" {
+		if c.HandlerURL == "" {
+			bad("HANDLER_URL", "required when SEQBUS_HANDLER=http")
+		} else if u, err := url.Parse(c.HandlerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("HANDLER_URL", "%q is not an http(s) URL", c.HandlerURL)
+		}
+	}
+	if c.HandlerTimeout <= 0 {
+		bad("HANDLER_TIMEOUT", "must be positive, got %s", c.HandlerTimeout)
+	}
+
+	oneOf("LOG_LEVEL", strings.ToLower(c.LogLevel), logLevels)
+	if c.ShutdownTimeout <= 0 {
+		bad("SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// SlogLevel returns LogLevel as a slog level (info when unknown).
+func (c *Config) SlogLevel() slog.Level {
+	switch strings.ToLower(c.LogLevel) {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// LogValue renders c for logs with its secrets redacted.
+func (c Config) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("connection_string", RedactConnectionString(c.ConnectionString)),
+		slog.String("namespace", c.Namespace),
+		slog.String("queue", c.Queue),
+		slog.String("topic", c.Topic),
+		slog.String("subscription", c.Subscription),
+		slog.String("state_store", c.StateStore),
+		slog.String("database_url", RedactDatabaseURL(c.DatabaseURL)),
+		slog.Bool("migrate_on_start", c.MigrateOnStart),
+		slog.Int("max_concurrent_sessions", c.MaxConcurrentSessions),
+		slog.Duration("session_idle_timeout", c.SessionIdleTimeout),
+		slog.String("sequence_property", c.SequenceProperty),
+		slog.String("last_property", c.LastProperty),
+		slog.String("poison_policy", c.PoisonPolicy),
+		slog.Int("max_handler_attempts", c.MaxHandlerAttempts),
+		slog.Duration("sweep_interval", c.SweepInterval),
+		slog.String("handler", c.Handler),
+		slog.String("handler_url", RedactDatabaseURL(c.HandlerURL)),
+		slog.Duration("handler_timeout", c.HandlerTimeout),
+		slog.String("log_level", c.LogLevel),
+		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// String renders c with its secrets redacted, so printing a Config never leaks them.
+func (c Config) String() string { return c.LogValue().String() }
+
+const redacted = "REDACTED"
+
+var secretKV = regexp.MustCompile(`(?i)((?:SharedAccessKey|SharedAccessSignature|password)\s*=\s*)('[^']*'|[^;\s]*)`)
+
+// RedactConnectionString hides the SharedAccessKey and SharedAccessSignature values of a Service
+// Bus connection string.
+func RedactConnectionString(s string) string {
+	return secretKV.ReplaceAllString(s, "${1}"+redacted)
+}
+
+// RedactDatabaseURL hides the password of a Postgres URL (postgres://u:p@h/db) or keyword/value
+// string (password=p).
+func RedactDatabaseURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" && u.Host != "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), redacted)
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", redacted)
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return secretKV.ReplaceAllString(s, "${1}"+redacted)
+}
+
+func checkConnectionString(s string) error {
+	var endpoint bool
+	var key bool
+	for part := range strings.SplitSeq(s, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(k) {
+		case "endpoint":
+			u, err := url.Parse(v)
+			if err != nil || u.Host == "" {
+				return fmt.Errorf("Endpoint %q is not a URL such as sb://myns.servicebus.windows.net/", v)
+			}
+			endpoint = true
+		case "sharedaccesskey", "sharedaccesssignature":
+			key = v != ""
+		}
+	}
+	if !endpoint {
+		return errors.New("no Endpoint=sb://... in the connection string")
+	}
+	if !key {
+		return errors.New("no SharedAccessKey or SharedAccessSignature in the connection string")
+	}
+	return nil
+}
+
+func checkDatabaseURL(s string) error {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		if _, err := url.Parse(s); err != nil {
+			return fmt.Errorf("not a valid URL (%s)", RedactDatabaseURL(s))
+		}
+		return nil
+	}
+	if strings.Contains(s, "=") {
+		return nil // keyword/value form, checked by pgx when connecting
+	}
+	return errors.New("expected postgres://user:password@host/db or host=... dbname=...")
+}
+
+// MigrateConfig is what `worker migrate` needs: only the database.
+type MigrateConfig struct {
+	DatabaseURL string `envconfig:"DATABASE_URL"`
+	LogLevel    string `envconfig:"LOG_LEVEL" default:"info"`
+}
+
+// LoadMigrate reads the migrate subcommand's configuration from the environment.
+func LoadMigrate() (*MigrateConfig, error) {
+	var c MigrateConfig
+	if err := envconfig.Process(Prefix, &c); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate checks c, naming the offending variable.
+func (c *MigrateConfig) Validate() error {
+	var errs []error
+	switch {
+	case c.DatabaseURL == "":
+		errs = append(errs, fmt.Errorf("%s_DATABASE_URL: required for migrate", Prefix))
+	default:
+		if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+			errs = append(errs, fmt.Errorf("%s_DATABASE_URL: %w", Prefix, err))
+		}
+	}
+	if !slices.Contains(logLevels, strings.ToLower(c.LogLevel)) {
+		errs = append(errs, fmt.Errorf("%s_LOG_LEVEL: %q is not one of %s", Prefix, c.LogLevel, strings.Join(logLevels, ", ")))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// SlogLevel returns LogLevel as a slog level.
+func (c *MigrateConfig) SlogLevel() slog.Level { return (&Config{LogLevel: c.LogLevel}).SlogLevel() }

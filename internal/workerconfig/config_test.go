@@ -1,0 +1,205 @@
+package workerconfig
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const testConn = "Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=s3cr3tKey==;UseDevelopmentEmulator=true"
+
+var handlers = []string{"http", "log", "noop"}
+
+func valid() Config {
+	return Config{
+		ConnectionString:      testConn,
+		Queue:                 "orders",
+		StateStore:            "servicebus",
+		MaxConcurrentSessions: 8,
+		SessionIdleTimeout:    5 * time.Second,
+		SequenceProperty:      "Sequence",
+		LastProperty:          "IsLast",
+		PoisonPolicy:          "park",
+		MaxHandlerAttempts:    5,
+		SweepInterval:         30 * time.Second,
+		Handler:               "log",
+		HandlerTimeout:        30 * time.Second,
+		LogLevel:              "info",
+		ShutdownTimeout:       30 * time.Second,
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		mutate  func(c *Config)
+		wantErr string // "" means valid
+	}{
+		{"defaults with queue", func(*Config) {}, ""},
+		{"topic subscription", func(c *Config) { c.Queue, c.Topic, c.Subscription = "", "t", "s" }, ""},
+		{"entra id namespace", func(c *Config) { c.ConnectionString, c.Namespace = "", "myns.servicebus.windows.net" }, ""},
+		{"postgres store", func(c *Config) {
+			c.StateStore, c.DatabaseURL, c.MigrateOnStart = "postgres", "postgres://u:p@localhost/seqbus", true
+		}, ""},
+		{"postgres keyword dsn", func(c *Config) { c.StateStore, c.DatabaseURL = "postgres", "host=localhost dbname=x" }, ""},
+		{"http handler", func(c *Config) { c.Handler, c.HandlerURL = "http", "https://example.com/hook" }, ""},
+		{"log level upper case", func(c *Config) { c.LogLevel = "DEBUG" }, ""},
+
+		{"no credentials", func(c *Config) { c.ConnectionString = "" }, "SEQBUS_CONNECTION_STRING: set it"},
+		{"both credentials", func(c *Config) { c.Namespace = "x.servicebus.windows.net" }, "SEQBUS_NAMESPACE: set either"},
+		{"connection string without endpoint", func(c *Config) { c.ConnectionString = "SharedAccessKey=abc" }, "SEQBUS_CONNECTION_STRING: no Endpoint"},
+		{"connection string without key", func(c *Config) { c.ConnectionString = "Endpoint=sb://x/" }, "SEQBUS_CONNECTION_STRING: no SharedAccessKey"},
+		{"namespace is a URL", func(c *Config) { c.ConnectionString, c.Namespace = "", "sb://x.servicebus.windows.net/" }, "SEQBUS_NAMESPACE"},
+		{"no entity", func(c *Config) { c.Queue = "" }, "SEQBUS_QUEUE: set it"},
+		{"queue and topic", func(c *Config) { c.Topic, c.Subscription = "t", "s" }, "SEQBUS_QUEUE: set either"},
+		{"topic without subscription", func(c *Config) { c.Queue, c.Topic = "", "t" }, "SEQBUS_SUBSCRIPTION: required"},
+		{"subscription without topic", func(c *Config) { c.Queue, c.Subscription = "", "s" }, "SEQBUS_TOPIC: required"},
+		{"unknown store", func(c *Config) { c.StateStore = "redis" }, `SEQBUS_STATE_STORE: "redis" is not one of servicebus, postgres`},
+		{"postgres without url", func(c *Config) { c.StateStore = "postgres" }, "SEQBUS_DATABASE_URL: required"},
+		{"bad database url", func(c *Config) { c.StateStore, c.DatabaseURL = "postgres", "localhost" }, "SEQBUS_DATABASE_URL: expected"},
+		{"migrate without postgres", func(c *Config) { c.MigrateOnStart = true }, "SEQBUS_MIGRATE_ON_START"},
+		{"zero sessions", func(c *Config) { c.MaxConcurrentSessions = 0 }, "SEQBUS_MAX_CONCURRENT_SESSIONS: must be positive"},
+		{"negative sessions", func(c *Config) { c.MaxConcurrentSessions = -3 }, "SEQBUS_MAX_CONCURRENT_SESSIONS: must be positive, got -3"},
+		{"zero idle timeout", func(c *Config) { c.SessionIdleTimeout = 0 }, "SEQBUS_SESSION_IDLE_TIMEOUT: must be positive"},
+		{"zero attempts", func(c *Config) { c.MaxHandlerAttempts = 0 }, "SEQBUS_MAX_HANDLER_ATTEMPTS"},
+		{"zero sweep", func(c *Config) { c.SweepInterval = 0 }, "SEQBUS_SWEEP_INTERVAL"},
+		{"empty sequence property", func(c *Config) { c.SequenceProperty = " " }, "SEQBUS_SEQUENCE_PROPERTY: must not be empty"},
+		{"empty last property", func(c *Config) { c.LastProperty = "" }, "SEQBUS_LAST_PROPERTY: must not be empty"},
+		{"same properties", func(c *Config) { c.LastProperty = "Sequence" }, "SEQBUS_LAST_PROPERTY: must differ"},
+		{"unknown poison policy", func(c *Config) { c.PoisonPolicy = "ignore" }, `SEQBUS_POISON_POLICY: "ignore" is not one of`},
+		{"unknown handler", func(c *Config) { c.Handler = "kafka" }, `SEQBUS_HANDLER: "kafka" is not one of http, log, noop`},
+		{"http without url", func(c *Config) { c.Handler = "http" }, "SEQBUS_HANDLER_URL: required"},
+		{"http with bad url", func(c *Config) { c.Handler, c.HandlerURL = "http", "ftp://x" }, "SEQBUS_HANDLER_URL: \"ftp://x\" is not"},
+		{"zero handler timeout", func(c *Config) { c.HandlerTimeout = 0 }, "SEQBUS_HANDLER_TIMEOUT"},
+		{"unknown log level", func(c *Config) { c.LogLevel = "verbose" }, "SEQBUS_LOG_LEVEL"},
+		{"zero shutdown timeout", func(c *Config) { c.ShutdownTimeout = 0 }, "SEQBUS_SHUTDOWN_TIMEOUT: must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := valid()
+			tt.mutate(&c)
+			err := c.Validate(handlers)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+			require.NotContains(t, err.Error(), "s3cr3tKey", "errors never show the key")
+		})
+	}
+}
+
+func TestValidateReportsAllProblems(t *testing.T) {
+	t.Parallel()
+	c := valid()
+	c.Queue = ""
+	c.MaxConcurrentSessions = 0
+	c.PoisonPolicy = "x"
+	err := c.Validate(handlers)
+	require.ErrorContains(t, err, "SEQBUS_QUEUE")
+	require.ErrorContains(t, err, "SEQBUS_MAX_CONCURRENT_SESSIONS")
+	require.ErrorContains(t, err, "SEQBUS_POISON_POLICY")
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want string
+		redact         func(string) string
+	}{
+		{"sas key", testConn, "Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=REDACTED;UseDevelopmentEmulator=true", RedactConnectionString},
+		{"sas signature", "Endpoint=sb://x/;SharedAccessSignature=SharedAccessSignature sr=a&sig=b", "Endpoint=sb://x/;SharedAccessSignature=REDACTED sr=a&sig=b", RedactConnectionString},
+		{"empty", "", "", RedactConnectionString},
+		{"url password", "postgres://app:hunter2@db:5432/seqbus?sslmode=disable", "postgres://app:REDACTED@db:5432/seqbus?sslmode=disable", RedactDatabaseURL},
+		{"url without password", "postgres://app@db/seqbus", "postgres://app@db/seqbus", RedactDatabaseURL},
+		{"url query password", "postgres://db/seqbus?password=hunter2", "postgres://db/seqbus?password=REDACTED", RedactDatabaseURL},
+		{"keyword password", "host=db user=app password=hunter2 dbname=x", "host=db user=app password=REDACTED dbname=x", RedactDatabaseURL},
+		{"quoted keyword password", "host=db password='hun ter2' dbname=x", "host=db password=REDACTED dbname=x", RedactDatabaseURL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, tt.redact(tt.in))
+		})
+	}
+}
+
+func TestConfigLogsNoSecrets(t *testing.T) {
+	t.Parallel()
+	c := valid()
+	c.StateStore, c.DatabaseURL = "postgres", "postgres://app:hunter2@db/seqbus"
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("worker: starting", slog.Any("config", c))
+	out := buf.String() + fmt.Sprint(c) + fmt.Sprintf("%v %+v", c, &c)
+	require.NotContains(t, out, "s3cr3tKey")
+	require.NotContains(t, out, "hunter2")
+	require.Contains(t, buf.String(), `"queue":"orders"`)
+}
+
+func TestSlogLevel(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError} {
+		c := Config{LogLevel: in}
+		require.Equal(t, want, c.SlogLevel(), in)
+	}
+}
+
+// TestLoadFromEnvironment uses t.Setenv, so it cannot run in parallel.
+func TestLoadFromEnvironment(t *testing.T) {
+	t.Setenv("SEQBUS_CONNECTION_STRING", testConn)
+	t.Setenv("SEQBUS_TOPIC", "orders")
+	t.Setenv("SEQBUS_SUBSCRIPTION", "billing")
+	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "32")
+	t.Setenv("SEQBUS_SESSION_IDLE_TIMEOUT", "1500ms")
+	t.Setenv("SEQBUS_POISON_POLICY", "skip")
+	c, err := Load(handlers)
+	require.NoError(t, err)
+	require.Equal(t, "orders", c.Topic)
+	require.Equal(t, "billing", c.Subscription)
+	require.Equal(t, 32, c.MaxConcurrentSessions)
+	require.Equal(t, 1500*time.Millisecond, c.SessionIdleTimeout)
+	require.Equal(t, "skip", c.PoisonPolicy)
+	require.Equal(t, "servicebus", c.StateStore, "default")
+	require.Equal(t, "log", c.Handler, "default")
+	require.Equal(t, 30*time.Second, c.ShutdownTimeout, "default")
+
+	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "many")
+	_, err = Load(handlers)
+	require.ErrorContains(t, err, "SEQBUS_MAX_CONCURRENT_SESSIONS")
+
+	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "4")
+	t.Setenv("SEQBUS_SHUTDOWN_TIMEOUT", "soon")
+	_, err = Load(handlers)
+	require.ErrorContains(t, err, "SEQBUS_SHUTDOWN_TIMEOUT")
+}
+
+func TestMigrateConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		c       MigrateConfig
+		wantErr string
+	}{
+		{"ok", MigrateConfig{DatabaseURL: "postgres://u:p@h/db", LogLevel: "info"}, ""},
+		{"missing url", MigrateConfig{LogLevel: "info"}, "SEQBUS_DATABASE_URL: required"},
+		{"bad url", MigrateConfig{DatabaseURL: "h", LogLevel: "info"}, "SEQBUS_DATABASE_URL: expected"},
+		{"bad level", MigrateConfig{DatabaseURL: "postgres://h/db", LogLevel: "loud"}, "SEQBUS_LOG_LEVEL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.c.Validate()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+}

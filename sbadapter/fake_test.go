@@ -1,0 +1,230 @@
+package sbadapter
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// fakeReceiver is an in-memory sessionReceiver for one session.
+type fakeReceiver struct {
+	mu          sync.Mutex
+	id          string
+	lockedUntil time.Time
+	active      []*azservicebus.ReceivedMessage
+	deferred    map[int64]*azservicebus.ReceivedMessage
+	state       []byte
+	settled     map[int64]string // broker sequence → "complete", "defer", ...
+	dlReason    string
+	dlDesc      string
+	failWith    error // returned by every call except Close
+	closed      bool
+	deferredReq [][]int64
+}
+
+func newFakeReceiver(id string) *fakeReceiver {
+	return &fakeReceiver{
+		id:          id,
+		lockedUntil: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
+		deferred:    map[int64]*azservicebus.ReceivedMessage{},
+		settled:     map[int64]string{},
+	}
+}
+
+func (f *fakeReceiver) SessionID() string { return f.id }
+
+func (f *fakeReceiver) LockedUntil() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lockedUntil
+}
+
+func (f *fakeReceiver) ReceiveMessages(ctx context.Context, max int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	f.mu.Lock()
+	if f.failWith != nil {
+		defer f.mu.Unlock()
+		return nil, f.failWith
+	}
+	if len(f.active) > 0 {
+		defer f.mu.Unlock()
+		n := min(max, len(f.active))
+		out := f.active[:n]
+		f.active = f.active[n:]
+		return out, nil
+	}
+	f.mu.Unlock()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (f *fakeReceiver) ReceiveDeferredMessages(_ context.Context, seqs []int64, _ *azservicebus.ReceiveDeferredMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deferredReq = append(f.deferredReq, slices.Clone(seqs))
+	if f.failWith != nil {
+		return nil, f.failWith
+	}
+	var out []*azservicebus.ReceivedMessage
+	for _, s := range seqs {
+		m, ok := f.deferred[s]
+		if !ok {
+			return nil, &azservicebus.Error{Code: azservicebus.CodeNotFound}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (f *fakeReceiver) settle(m *azservicebus.ReceivedMessage, how string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failWith != nil {
+		return f.failWith
+	}
+	f.settled[*m.SequenceNumber] = how
+	if how == "defer" {
+		f.deferred[*m.SequenceNumber] = m
+	}
+	return nil
+}
+
+func (f *fakeReceiver) CompleteMessage(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	return f.settle(m, "complete")
+}
+
+func (f *fakeReceiver) AbandonMessage(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.AbandonMessageOptions) error {
+	return f.settle(m, "abandon")
+}
+
+func (f *fakeReceiver) DeferMessage(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.DeferMessageOptions) error {
+	return f.settle(m, "defer")
+}
+
+func (f *fakeReceiver) DeadLetterMessage(_ context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.DeadLetterOptions) error {
+	f.mu.Lock()
+	if o != nil && o.Reason != nil {
+		f.dlReason = *o.Reason
+	}
+	if o != nil && o.ErrorDescription != nil {
+		f.dlDesc = *o.ErrorDescription
+	}
+	f.mu.Unlock()
+	return f.settle(m, "deadletter")
+}
+
+func (f *fakeReceiver) RenewSessionLock(context.Context, *azservicebus.RenewSessionLockOptions) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failWith != nil {
+		return f.failWith
+	}
+	f.lockedUntil = f.lockedUntil.Add(time.Minute)
+	return nil
+}
+
+func (f *fakeReceiver) GetSessionState(context.Context, *azservicebus.GetSessionStateOptions) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failWith != nil {
+		return nil, f.failWith
+	}
+	return f.state, nil
+}
+
+func (f *fakeReceiver) SetSessionState(_ context.Context, b []byte, _ *azservicebus.SetSessionStateOptions) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failWith != nil {
+		return f.failWith
+	}
+	f.state = slices.Clone(b)
+	return nil
+}
+
+func (f *fakeReceiver) Close(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return &azservicebus.Error{Code: azservicebus.CodeClosed}
+	}
+	f.closed = true
+	return nil
+}
+
+func sbMsg(session string, brokerSeq int64, body string) *azservicebus.ReceivedMessage {
+	enq := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
+	ct := "text/plain"
+	var token [16]byte
+	token[0], token[15] = byte(brokerSeq), byte(brokerSeq>>8)
+	return &azservicebus.ReceivedMessage{
+		LockToken:             token,
+		MessageID:             "m" + body,
+		SessionID:             &session,
+		SequenceNumber:        &brokerSeq,
+		DeliveryCount:         1,
+		EnqueuedTime:          &enq,
+		ContentType:           &ct,
+		ApplicationProperties: map[string]any{"seq": int64(brokerSeq)},
+		Body:                  []byte(body),
+	}
+}
+
+// fakeAccepter hands out fake receivers.
+type fakeAccepter struct {
+	mu        sync.Mutex
+	next      []*fakeReceiver
+	byID      map[string]*fakeReceiver
+	locked    map[string]bool
+	err       error
+	sessions  []string
+	deadlines []bool
+}
+
+func (a *fakeAccepter) acceptNext(ctx context.Context) (sessionReceiver, error) {
+	a.mu.Lock()
+	_, has := ctx.Deadline()
+	a.deadlines = append(a.deadlines, has)
+	if a.err != nil {
+		defer a.mu.Unlock()
+		return nil, a.err
+	}
+	if len(a.next) > 0 {
+		defer a.mu.Unlock()
+		r := a.next[0]
+		a.next = a.next[1:]
+		return r, nil
+	}
+	a.mu.Unlock()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (a *fakeAccepter) accept(_ context.Context, id string) (sessionReceiver, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return nil, a.err
+	}
+	if a.locked[id] {
+		return nil, amqpErr(condSessionCannotBeLocked)
+	}
+	if r, ok := a.byID[id]; ok {
+		return r, nil
+	}
+	return newFakeReceiver(id), nil
+}
+
+func (a *fakeAccepter) listSessions(_ context.Context, limit int, _ *time.Time) ([]string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return nil, a.err
+	}
+	if limit > 0 && len(a.sessions) > limit {
+		return a.sessions[:limit], nil
+	}
+	return a.sessions, nil
+}

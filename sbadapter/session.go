@@ -1,0 +1,265 @@
+package sbadapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// sessionReceiver is the part of *azservicebus.SessionReceiver the adapter uses, so tests can
+// replace it.
+type sessionReceiver interface {
+	SessionID() string
+	LockedUntil() time.Time
+	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	ReceiveDeferredMessages(ctx context.Context, sequenceNumbers []int64, options *azservicebus.ReceiveDeferredMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	CompleteMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
+	AbandonMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.AbandonMessageOptions) error
+	DeferMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeferMessageOptions) error
+	DeadLetterMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeadLetterOptions) error
+	RenewSessionLock(ctx context.Context, options *azservicebus.RenewSessionLockOptions) error
+	GetSessionState(ctx context.Context, options *azservicebus.GetSessionStateOptions) ([]byte, error)
+	SetSessionState(ctx context.Context, state []byte, options *azservicebus.SetSessionStateOptions) error
+	Close(ctx context.Context) error
+}
+
+var _ sessionReceiver = (*azservicebus.SessionReceiver)(nil)
+
+// Session is a Service Bus session locked by this process. It implements sequencer.Session and
+// the GetState/SetState pair the Service Bus state store uses.
+type Session struct {
+	r      sessionReceiver
+	id     string
+	logger *slog.Logger
+
+	mu sync.Mutex
+	// settled holds the lock tokens of messages settled through this session. The SDK treats a
+	// second settlement of the same delivery as a silent no-op; the contract wants ErrLockLost.
+	settled map[[16]byte]struct{}
+}
+
+// errAlreadySettled is wrapped with sequencer.ErrLockLost when a message is settled twice.
+var errAlreadySettled = errors.New("message already settled through this session")
+
+var _ sequencer.Session = (*Session)(nil)
+
+func newSession(r sessionReceiver, logger *slog.Logger) *Session {
+	return &Session{r: r, id: r.SessionID(), logger: logger, settled: map[[16]byte]struct{}{}}
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// LockedUntil returns when the session lock expires unless renewed.
+func (s *Session) LockedUntil() time.Time { return s.r.LockedUntil() }
+
+// Receive waits for up to max messages. When ctx ends before anything arrived it returns an empty
+// slice and a nil error.
+func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, error) {
+	if max <= 0 {
+		max = 1
+	}
+	msgs, err := s.r.ReceiveMessages(ctx, max, nil)
+	if err != nil {
+		if ctx.Err() != nil && len(msgs) == 0 {
+			return []*sequencer.Message{}, nil
+		}
+		return nil, s.mapErr("receive", err)
+	}
+	return s.convert(msgs), nil
+}
+
+// ReceiveDeferred fetches deferred messages by broker sequence number. Numbers the broker no
+// longer holds are left out.
+func (s *Session) ReceiveDeferred(ctx context.Context, brokerSequences []int64) ([]*sequencer.Message, error) {
+	if len(brokerSequences) == 0 {
+		return []*sequencer.Message{}, nil
+	}
+	msgs, err := s.r.ReceiveDeferredMessages(ctx, brokerSequences, nil)
+	if err == nil {
+		return s.convert(msgs), nil
+	}
+	if !errors.Is(mapError(opSession, "", err), sequencer.ErrNotFound) {
+		return nil, s.mapErr("receive deferred", err)
+	}
+	// Service Bus fails the whole request when one number is unknown: ask one by one and leave
+	// out the missing ones.
+	out := []*sequencer.Message{}
+	for _, seq := range brokerSequences {
+		one, err := s.r.ReceiveDeferredMessages(ctx, []int64{seq}, nil)
+		if err != nil {
+			if errors.Is(mapError(opSession, "", err), sequencer.ErrNotFound) {
+				s.logger.DebugContext(ctx, "sbadapter: deferred message gone", slog.String("session_id", s.id), slog.Int64("broker_sequence", seq))
+				continue
+			}
+			return nil, s.mapErr(fmt.Sprintf("receive deferred %d", seq), err)
+		}
+		out = append(out, s.convert(one)...)
+	}
+	return out, nil
+}
+
+// Complete removes m from the broker.
+func (s *Session) Complete(ctx context.Context, m *sequencer.Message) error {
+	return s.settle("complete", m, func(rm *azservicebus.ReceivedMessage) error {
+		return s.r.CompleteMessage(ctx, rm, nil)
+	})
+}
+
+// Defer sets m aside at the broker; it comes back only through ReceiveDeferred.
+func (s *Session) Defer(ctx context.Context, m *sequencer.Message) error {
+	return s.settle("defer", m, func(rm *azservicebus.ReceivedMessage) error {
+		return s.r.DeferMessage(ctx, rm, nil)
+	})
+}
+
+// DeadLetter moves m to the dead-letter sub-queue with a reason and description.
+func (s *Session) DeadLetter(ctx context.Context, m *sequencer.Message, p sequencer.DeadLetterParams) error {
+	opts := &azservicebus.DeadLetterOptions{}
+	if p.Reason != "" {
+		opts.Reason = &p.Reason
+	}
+	if p.Description != "" {
+		opts.ErrorDescription = &p.Description
+	}
+	return s.settle("dead-letter", m, func(rm *azservicebus.ReceivedMessage) error {
+		return s.r.DeadLetterMessage(ctx, rm, opts)
+	})
+}
+
+// Abandon releases m's lock; the broker delivers it again (with a higher delivery count).
+func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
+	return s.settle("abandon", m, func(rm *azservicebus.ReceivedMessage) error {
+		return s.r.AbandonMessage(ctx, rm, nil)
+	})
+}
+
+// settle runs one settlement of m, refusing a second settlement of the same delivery.
+func (s *Session) settle(what string, m *sequencer.Message, fn func(*azservicebus.ReceivedMessage) error) error {
+	rm, err := raw(m)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	_, done := s.settled[rm.LockToken]
+	s.mu.Unlock()
+	if done {
+		return fmt.Errorf("%s session %q broker sequence %d: %w: %w", what, s.id, m.BrokerSequence, sequencer.ErrLockLost, errAlreadySettled)
+	}
+	if err := fn(rm); err != nil {
+		return s.mapMsgErr(what, m, err)
+	}
+	s.mu.Lock()
+	s.settled[rm.LockToken] = struct{}{}
+	s.mu.Unlock()
+	return nil
+}
+
+// RenewLock renews the session lock and returns the new expiry.
+func (s *Session) RenewLock(ctx context.Context) (time.Time, error) {
+	if err := s.r.RenewSessionLock(ctx, nil); err != nil {
+		return time.Time{}, s.mapErr("renew session lock", err)
+	}
+	return s.r.LockedUntil(), nil
+}
+
+// GetState returns the session state stored at the broker (nil when none).
+func (s *Session) GetState(ctx context.Context) ([]byte, error) {
+	b, err := s.r.GetSessionState(ctx, nil)
+	if err != nil {
+		return nil, s.mapErr("get session state", err)
+	}
+	if len(b) == 0 {
+		return nil, nil
+	}
+	return b, nil
+}
+
+// SetState stores the session state at the broker; nil or empty clears it.
+func (s *Session) SetState(ctx context.Context, state []byte) error {
+	return s.mapErr("set session state", s.r.SetSessionState(ctx, state, nil))
+}
+
+// Close releases the session lock. Closing twice is not an error.
+func (s *Session) Close(ctx context.Context) error {
+	err := s.r.Close(ctx)
+	if err == nil {
+		return nil
+	}
+	var sbErr *azservicebus.Error
+	if errors.As(err, &sbErr) && sbErr.Code == azservicebus.CodeClosed {
+		return nil
+	}
+	return s.mapErr("close", err)
+}
+
+func (s *Session) mapErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return mapError(opSession, fmt.Sprintf("%s session %q", what, s.id), err)
+}
+
+func (s *Session) mapMsgErr(what string, m *sequencer.Message, err error) error {
+	if err == nil {
+		return nil
+	}
+	return mapError(opSession, fmt.Sprintf("%s session %q broker sequence %d", what, s.id, m.BrokerSequence), err)
+}
+
+func (s *Session) convert(msgs []*azservicebus.ReceivedMessage) []*sequencer.Message {
+	out := make([]*sequencer.Message, 0, len(msgs))
+	for _, rm := range msgs {
+		m := ToMessage(rm)
+		if m.SessionID == "" {
+			m.SessionID = s.id
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func raw(m *sequencer.Message) (*azservicebus.ReceivedMessage, error) {
+	if m == nil {
+		return nil, errors.New("sbadapter: nil message")
+	}
+	rm, ok := m.Raw.(*azservicebus.ReceivedMessage)
+	if !ok || rm == nil {
+		return nil, fmt.Errorf("sbadapter: message %q was not received through this adapter (Raw is %T)", m.MessageID, m.Raw)
+	}
+	return rm, nil
+}
+
+// ToMessage converts an SDK message into the sequencer's view of it. Raw keeps rm for settlement.
+func ToMessage(rm *azservicebus.ReceivedMessage) *sequencer.Message {
+	m := &sequencer.Message{
+		MessageID:     rm.MessageID,
+		DeliveryCount: rm.DeliveryCount,
+		Properties:    rm.ApplicationProperties,
+		Body:          rm.Body,
+		Raw:           rm,
+	}
+	if rm.SessionID != nil {
+		m.SessionID = *rm.SessionID
+	}
+	if rm.SequenceNumber != nil {
+		m.BrokerSequence = *rm.SequenceNumber
+	}
+	if rm.EnqueuedTime != nil {
+		m.EnqueuedTime = *rm.EnqueuedTime
+	}
+	if rm.ContentType != nil {
+		m.ContentType = *rm.ContentType
+	}
+	if m.Properties == nil {
+		m.Properties = map[string]any{}
+	}
+	return m
+}

@@ -1,0 +1,187 @@
+package sbadapter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+func TestSessionReceiveConvertsMessages(t *testing.T) {
+	t.Parallel()
+	f := newFakeReceiver("s1")
+	f.active = []*azservicebus.ReceivedMessage{sbMsg("s1", 10, "a"), sbMsg("s1", 11, "b"), sbMsg("s1", 12, "c")}
+	first := f.active[0]
+	s := newSession(f, discard())
+
+	got, err := s.Receive(context.Background(), 2)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	m := got[0]
+	require.Equal(t, "s1", m.SessionID)
+	require.Equal(t, int64(10), m.BrokerSequence)
+	require.Equal(t, "ma", m.MessageID)
+	require.Equal(t, uint32(1), m.DeliveryCount)
+	require.Equal(t, []byte("a"), m.Body)
+	require.Equal(t, "text/plain", m.ContentType)
+	require.Equal(t, int64(10), m.Properties["seq"])
+	require.Equal(t, time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC), m.EnqueuedTime)
+	require.Same(t, first, m.Raw, "Raw keeps the SDK message for settlement")
+
+	got, err = s.Receive(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+}
+
+func TestSessionReceiveIdleReturnsEmpty(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 20*time.Millisecond)
+		}},
+		{"canceled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx, cancel
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSession(newFakeReceiver("s1"), discard())
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			got, err := s.Receive(ctx, 5)
+			require.NoError(t, err)
+			require.NotNil(t, got)
+			require.Empty(t, got)
+		})
+	}
+}
+
+func TestSessionErrorsMapToSentinels(t *testing.T) {
+	t.Parallel()
+	f := newFakeReceiver("s1")
+	f.active = []*azservicebus.ReceivedMessage{sbMsg("s1", 1, "a")}
+	s := newSession(f, discard())
+	msgs, err := s.Receive(context.Background(), 1)
+	require.NoError(t, err)
+	f.failWith = &azservicebus.Error{Code: azservicebus.CodeLockLost}
+
+	ctx := context.Background()
+	calls := map[string]func() error{
+		"receive":          func() error { _, err := s.Receive(ctx, 1); return err },
+		"receive deferred": func() error { _, err := s.ReceiveDeferred(ctx, []int64{1}); return err },
+		"complete":         func() error { return s.Complete(ctx, msgs[0]) },
+		"defer":            func() error { return s.Defer(ctx, msgs[0]) },
+		"abandon":          func() error { return s.Abandon(ctx, msgs[0]) },
+		"dead-letter":      func() error { return s.DeadLetter(ctx, msgs[0], sequencer.DeadLetterParams{}) },
+		"renew":            func() error { _, err := s.RenewLock(ctx); return err },
+		"get state":        func() error { _, err := s.GetState(ctx); return err },
+		"set state":        func() error { return s.SetState(ctx, []byte("x")) },
+	}
+	for name, call := range calls {
+		err := call()
+		require.ErrorIs(t, err, sequencer.ErrLockLost, name)
+		require.Contains(t, err.Error(), `"s1"`, name)
+		require.Equal(t, ClassLockLost, Classify(err), name)
+	}
+}
+
+func TestSessionSettlement(t *testing.T) {
+	t.Parallel()
+	f := newFakeReceiver("s1")
+	f.active = []*azservicebus.ReceivedMessage{sbMsg("s1", 1, "a"), sbMsg("s1", 2, "b"), sbMsg("s1", 3, "c"), sbMsg("s1", 4, "d")}
+	s := newSession(f, discard())
+	ctx := context.Background()
+	msgs, err := s.Receive(ctx, 4)
+	require.NoError(t, err)
+	require.Len(t, msgs, 4)
+
+	require.NoError(t, s.Complete(ctx, msgs[0]))
+	require.NoError(t, s.Defer(ctx, msgs[1]))
+	require.NoError(t, s.Abandon(ctx, msgs[2]))
+	require.NoError(t, s.DeadLetter(ctx, msgs[3], sequencer.DeadLetterParams{Reason: "InvalidSequence", Description: "no seq property"}))
+	require.Equal(t, map[int64]string{1: "complete", 2: "defer", 3: "abandon", 4: "deadletter"}, f.settled)
+	require.Equal(t, "InvalidSequence", f.dlReason)
+	require.Equal(t, "no seq property", f.dlDesc)
+
+	// A delivery is settled once: the second attempt reports the lock as gone.
+	for name, settle := range map[string]func() error{
+		"complete":    func() error { return s.Complete(ctx, msgs[0]) },
+		"defer":       func() error { return s.Defer(ctx, msgs[1]) },
+		"abandon":     func() error { return s.Abandon(ctx, msgs[2]) },
+		"dead-letter": func() error { return s.DeadLetter(ctx, msgs[3], sequencer.DeadLetterParams{}) },
+	} {
+		err := settle()
+		require.ErrorIs(t, err, sequencer.ErrLockLost, name)
+		require.ErrorContains(t, err, "already settled", name)
+	}
+	require.Equal(t, map[int64]string{1: "complete", 2: "defer", 3: "abandon", 4: "deadletter"}, f.settled, "the SDK was not asked twice")
+
+	// A message that did not come from this adapter cannot be settled.
+	err = s.Complete(ctx, &sequencer.Message{MessageID: "x", Raw: "nope"})
+	require.ErrorContains(t, err, "not received through this adapter")
+	require.Error(t, s.Complete(ctx, nil))
+}
+
+func TestSessionReceiveDeferredSkipsMissing(t *testing.T) {
+	t.Parallel()
+	f := newFakeReceiver("s1")
+	f.deferred[5] = sbMsg("s1", 5, "five")
+	f.deferred[7] = sbMsg("s1", 7, "seven")
+	s := newSession(f, discard())
+	ctx := context.Background()
+
+	got, err := s.ReceiveDeferred(ctx, []int64{5, 7})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, [][]int64{{5, 7}}, f.deferredReq, "one request when all exist")
+
+	got, err = s.ReceiveDeferred(ctx, []int64{5, 6, 7})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, int64(5), got[0].BrokerSequence)
+	require.Equal(t, int64(7), got[1].BrokerSequence)
+
+	got, err = s.ReceiveDeferred(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+func TestSessionStateLockAndClose(t *testing.T) {
+	t.Parallel()
+	f := newFakeReceiver("s1")
+	s := newSession(f, discard())
+	ctx := context.Background()
+
+	require.Equal(t, "s1", s.ID())
+	b, err := s.GetState(ctx)
+	require.NoError(t, err)
+	require.Nil(t, b)
+	require.NoError(t, s.SetState(ctx, []byte{1, 2, 3}))
+	b, err = s.GetState(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []byte{1, 2, 3}, b)
+	require.NoError(t, s.SetState(ctx, nil))
+	b, err = s.GetState(ctx)
+	require.NoError(t, err)
+	require.Nil(t, b, "an empty state reads as none")
+
+	before := s.LockedUntil()
+	until, err := s.RenewLock(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.Add(time.Minute), until)
+	require.Equal(t, until, s.LockedUntil())
+
+	require.NoError(t, s.Close(ctx))
+	require.NoError(t, s.Close(ctx), "closing twice is fine")
+	require.True(t, f.closed)
+}

@@ -1,0 +1,203 @@
+package sbadapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// Entity names a session-enabled queue, or a topic subscription. Exactly one of Queue and
+// Topic+Subscription is set.
+type Entity struct {
+	Queue        string
+	Topic        string
+	Subscription string
+}
+
+// Validate reports whether e names exactly one entity.
+func (e Entity) Validate() error {
+	switch {
+	case e.Queue != "" && (e.Topic != "" || e.Subscription != ""):
+		return errors.New("sbadapter: set either a queue or a topic with a subscription, not both")
+	case e.Queue != "":
+		return nil
+	case e.Topic != "" && e.Subscription != "":
+		return nil
+	case e.Topic != "" || e.Subscription != "":
+		return errors.New("sbadapter: a topic needs a subscription and a subscription needs a topic")
+	default:
+		return errors.New("sbadapter: no queue or topic subscription given")
+	}
+}
+
+// String returns the entity path, "queue" or "topic/Subscriptions/sub".
+func (e Entity) String() string {
+	if e.Queue != "" {
+		return e.Queue
+	}
+	return e.Topic + "/Subscriptions/" + e.Subscription
+}
+
+// Config configures a Source.
+type Config struct {
+	Entity Entity
+	// AcceptNextWait bounds how long AcceptNext waits for a session when ctx has no deadline
+	// (default 30s; Service Bus itself gives up after about 60s).
+	AcceptNextWait time.Duration
+	// Logger receives debug events (default: discard).
+	Logger *slog.Logger
+}
+
+// accepter locks sessions; *azservicebus.Client through clientAccepter in production.
+type accepter interface {
+	acceptNext(ctx context.Context) (sessionReceiver, error)
+	accept(ctx context.Context, sessionID string) (sessionReceiver, error)
+	// listSessions lists session ids; limit > 0 stops after the page that reaches it. With
+	// stateAfter set, it lists only sessions whose state was updated after that time.
+	listSessions(ctx context.Context, limit int, stateAfter *time.Time) ([]string, error)
+}
+
+// Source hands out locked Service Bus sessions of one entity. It implements
+// sequencer.SessionSource.
+type Source struct {
+	a      accepter
+	cfg    Config
+	logger *slog.Logger
+}
+
+var _ sequencer.SessionSource = (*Source)(nil)
+
+// NewSource returns a source for cfg.Entity on client. The client stays owned by the caller.
+func NewSource(client *azservicebus.Client, cfg Config) (*Source, error) {
+	if client == nil {
+		return nil, errors.New("sbadapter: nil client")
+	}
+	if err := cfg.Entity.Validate(); err != nil {
+		return nil, err
+	}
+	return newSource(clientAccepter{c: client, e: cfg.Entity}, cfg), nil
+}
+
+func newSource(a accepter, cfg Config) *Source {
+	if cfg.AcceptNextWait <= 0 {
+		cfg.AcceptNextWait = 30 * time.Second
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Source{a: a, cfg: cfg, logger: logger}
+}
+
+// Entity returns the entity the source reads.
+func (s *Source) Entity() Entity { return s.cfg.Entity }
+
+// AcceptNext locks the next available session. It returns an error matching
+// sequencer.ErrNoSession when none became available before ctx ended (or before AcceptNextWait
+// when ctx has no deadline).
+func (s *Source) AcceptNext(ctx context.Context) (sequencer.Session, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.AcceptNextWait)
+		defer cancel()
+	}
+	r, err := s.a.acceptNext(ctx)
+	if err != nil {
+		return nil, mapError(opAcceptNext, fmt.Sprintf("accept next session on %s", s.cfg.Entity), err)
+	}
+	sess := newSession(r, s.logger)
+	s.logger.DebugContext(ctx, "sbadapter: accepted session", slog.String("session_id", sess.ID()), slog.Time("locked_until", sess.LockedUntil()))
+	return sess, nil
+}
+
+// Accept locks the named session. It returns an error matching sequencer.ErrSessionLocked when
+// another receiver holds it.
+func (s *Source) Accept(ctx context.Context, sessionID string) (sequencer.Session, error) {
+	r, err := s.a.accept(ctx, sessionID)
+	if err != nil {
+		return nil, mapError(opAccept, fmt.Sprintf("accept session %q on %s", sessionID, s.cfg.Entity), err)
+	}
+	return newSession(r, s.logger), nil
+}
+
+// ListSessions returns the ids of the entity's sessions that have active messages or stored
+// session state (the SDK's list-sessions pager).
+func (s *Source) ListSessions(ctx context.Context) ([]string, error) {
+	ids, err := s.a.listSessions(ctx, 0, nil)
+	if err != nil {
+		return nil, mapError(opList, fmt.Sprintf("list sessions on %s", s.cfg.Entity), err)
+	}
+	return ids, nil
+}
+
+// ListSessionsWithState returns the ids of the entity's sessions that have stored session
+// state, whatever their messages. A stranded session always has state (its deferred entries), so
+// this is the sweeper's candidate list in Service Bus mode.
+func (s *Source) ListSessionsWithState(ctx context.Context) ([]string, error) {
+	epoch := time.Unix(0, 0).UTC()
+	ids, err := s.a.listSessions(ctx, 0, &epoch)
+	if err != nil {
+		return nil, mapError(opList, fmt.Sprintf("list sessions with state on %s", s.cfg.Entity), err)
+	}
+	return ids, nil
+}
+
+// Probe checks that the entity exists and the credentials may read it, with one management
+// call (the first page of the session list). Workers call it at start to fail fast on a wrong
+// name or key: Classify gives ClassFatal for those.
+func (s *Source) Probe(ctx context.Context) error {
+	if _, err := s.a.listSessions(ctx, 1, nil); err != nil {
+		return mapError(opList, fmt.Sprintf("probe %s", s.cfg.Entity), err)
+	}
+	return nil
+}
+
+type clientAccepter struct {
+	c *azservicebus.Client
+	e Entity
+}
+
+func (a clientAccepter) acceptNext(ctx context.Context) (sessionReceiver, error) {
+	if a.e.Queue != "" {
+		return a.c.AcceptNextSessionForQueue(ctx, a.e.Queue, nil)
+	}
+	return a.c.AcceptNextSessionForSubscription(ctx, a.e.Topic, a.e.Subscription, nil)
+}
+
+func (a clientAccepter) accept(ctx context.Context, sessionID string) (sessionReceiver, error) {
+	if a.e.Queue != "" {
+		return a.c.AcceptSessionForQueue(ctx, a.e.Queue, sessionID, nil)
+	}
+	return a.c.AcceptSessionForSubscription(ctx, a.e.Topic, a.e.Subscription, sessionID, nil)
+}
+
+func (a clientAccepter) listSessions(ctx context.Context, limit int, stateAfter *time.Time) ([]string, error) {
+	var ids []string
+	var pager interface {
+		More() bool
+		NextPage(ctx context.Context) (azservicebus.ListSessionsResponse, error)
+	}
+	opts := &azservicebus.ListSessionsOptions{SessionStateUpdatedAfter: stateAfter}
+	if a.e.Queue != "" {
+		pager = a.c.NewListSessionsForQueuePager(a.e.Queue, opts)
+	} else {
+		pager = a.c.NewListSessionsForSubscriptionPager(a.e.Topic, a.e.Subscription, opts)
+	}
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, page.Sessions...)
+		if limit > 0 && len(ids) >= limit {
+			break
+		}
+	}
+	return ids, nil
+}
