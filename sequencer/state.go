@@ -20,6 +20,10 @@ type State struct {
 	// GapSince is when the engine started waiting for Next while later messages were waiting
 	// (zero when there is no gap).
 	GapSince time.Time
+	// SkippedPoison maps application sequence → broker sequence number of poison messages that
+	// PoisonSkip skipped and whose dead-lettering is not yet known to have happened. A redelivered
+	// copy with that broker sequence number is dead-lettered, not completed as a duplicate.
+	SkippedPoison map[int64]int64
 	// Counters are running totals for the session.
 	Counters Counters
 	// UpdatedAt is when the state was last changed.
@@ -54,10 +58,52 @@ func NewState() *State {
 	return &State{Next: 1, Deferred: map[int64]int64{}}
 }
 
-// DueDeferred reports whether a deferred message is due, that is whether the broker holds the
-// message for Next as deferred. A sweeper accepts such sessions, since the broker does not offer a
-// session that has only deferred messages to accept-next.
+// DueDeferred reports whether the session needs a run although the broker may not offer it to
+// accept-next: the message for Next is deferred (and the session is not parked), or the deferred
+// index still lists messages that were handled (below Next) or lie beyond the last sequence, whose
+// settlement a crash interrupted. A sweeper accepts such sessions by id, since the broker does not
+// offer a session that has only deferred messages to accept-next.
 func (s *State) DueDeferred() bool {
-	_, ok := s.Deferred[s.Next]
-	return ok
+	if _, ok := s.Deferred[s.Next]; ok && s.Parked == nil {
+		return true
+	}
+	for k := range s.Deferred {
+		if k < s.Next || (s.Last != 0 && k > s.Last) {
+			return true
+		}
+	}
+	return false
+}
+
+// GapExpired reports whether the engine has waited at least timeout for Next while later
+// messages wait; a sweeper may wake such sessions so that the engine's gap timeout skips ahead.
+func (s *State) GapExpired(now time.Time, timeout time.Duration) bool {
+	return timeout > 0 && !s.GapSince.IsZero() && now.Sub(s.GapSince) >= timeout
+}
+
+// TombstoneExpired reports whether s is the tombstone of an ended session older than ttl; such
+// state may be deleted.
+func (s *State) TombstoneExpired(now time.Time, ttl time.Duration) bool {
+	return !s.EndedAt.IsZero() && now.Sub(s.EndedAt) >= ttl
+}
+
+// Unpark clears the parked mark and reports whether there was one. With skip, Next moves past
+// the dead-lettered message (and the session ends if it was the last); without, the engine waits
+// for the message's replay. Runner.Resume does this and then runs the session; a tool that edits
+// stored state directly can call it itself, after which the session needs a wake (DueDeferred).
+func (s *State) Unpark(skip bool, now time.Time) bool {
+	p := s.Parked
+	if p == nil {
+		return false
+	}
+	if skip {
+		s.Next = p.Sequence + 1
+		s.Counters.Skipped++
+		if s.Last == p.Sequence {
+			s.EndedAt = now
+		}
+	}
+	s.Parked = nil
+	s.UpdatedAt = now
+	return true
 }

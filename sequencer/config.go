@@ -1,0 +1,150 @@
+package sequencer
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PoisonPolicy says what happens to a message whose handler still fails after all retries.
+type PoisonPolicy string
+
+const (
+	// PoisonPark dead-letters the message (reason HandlerFailed), marks the session parked and
+	// defers every later message of the session until an operator resumes or skips (the default).
+	PoisonPark PoisonPolicy = "park"
+	// PoisonSkip dead-letters the message and advances past it.
+	PoisonSkip PoisonPolicy = "skip"
+	// PoisonBlock abandons the message and releases the session; the broker's max delivery count
+	// eventually dead-letters it.
+	PoisonBlock PoisonPolicy = "block"
+)
+
+// Dead-letter reasons set by the engine.
+const (
+	ReasonInvalidSequence = "InvalidSequence"
+	ReasonHandlerFailed   = "HandlerFailed"
+)
+
+// RetryPolicy bounds handler retries: attempt n (from 1) waits min(Base·2^(n-1), Cap) before the
+// next call. Attempts counts handler calls, the first included.
+type RetryPolicy struct {
+	Attempts int
+	Base     time.Duration
+	Cap      time.Duration
+}
+
+// Backoff returns the wait after the given failed attempt (1-based).
+func (p RetryPolicy) Backoff(attempt int) time.Duration {
+	d := p.Base
+	for i := 1; i < attempt && d < p.Cap; i++ {
+		d *= 2
+	}
+	return min(d, p.Cap)
+}
+
+// EngineConfig holds the sequencing policy. Zero fields take the defaults documented on each field;
+// use NoWindow and NoTombstone to ask for a real zero.
+type EngineConfig struct {
+	// SequenceProperty names the application property carrying the sequence (default "Sequence").
+	SequenceProperty string
+	// LastProperty names the application property marking the last message (default "IsLast").
+	LastProperty string
+	// WindowMessages bounds how many early messages are held in memory, unsettled, while the
+	// session is locked (default 256; NoWindow disables the window). The bound is applied after
+	// each receive batch: the messages of one batch are always looked at together.
+	WindowMessages int
+	// WindowBytes bounds the bodies held in the window (default 8 MiB).
+	WindowBytes int
+	// ReceiveBatch is the maximum number of messages asked for per receive (default 32).
+	ReceiveBatch int
+	// DeferredBatch caps the broker sequence numbers per receive-deferred call (default 32).
+	DeferredBatch int
+	// Retry is the handler retry policy (when entirely zero: 5 attempts, 1s base, 30s cap; a
+	// zero Base means no wait between attempts).
+	Retry RetryPolicy
+	// Poison is the policy once retries are exhausted (default PoisonPark).
+	Poison PoisonPolicy
+	// IdleTimeout is how long a receive waits before the session counts as idle and is released
+	// (default 30s).
+	IdleTimeout time.Duration
+	// GapTimeout, when positive, skips a missing sequence once the engine has waited that long
+	// for it while later messages wait (default 0: wait forever and report the wait).
+	GapTimeout time.Duration
+	// MaxGap is how far ahead of the next expected sequence a message may be (default 10,000);
+	// messages further ahead are dead-lettered as invalid. It also bounds the deferred index,
+	// whose encoding takes 2–4 bytes per entry (a store may reject large states with
+	// ErrStateTooLarge; the session then fails and is retried later).
+	MaxGap int64
+	// TombstoneTTL is how long the state of an ended session is kept as a tombstone that makes
+	// late copies duplicates (default 24h; NoTombstone deletes the state at once).
+	TombstoneTTL time.Duration
+	// LockRenewInterval is how often the session lock is renewed (default: half of the
+	// remaining lock time, at least 100ms; 10s when Session.LockedUntil is zero).
+	LockRenewInterval time.Duration
+}
+
+// NoWindow disables the reorder window (EngineConfig.WindowMessages), giving the plain defer flow.
+const NoWindow = -1
+
+// NoTombstone deletes the state of an ended session at once (EngineConfig.TombstoneTTL).
+const NoTombstone time.Duration = -1
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c EngineConfig) WithDefaults() EngineConfig {
+	c.SequenceProperty = cmp.Or(c.SequenceProperty, "Sequence")
+	c.LastProperty = cmp.Or(c.LastProperty, "IsLast")
+	c.WindowMessages = cmp.Or(c.WindowMessages, 256)
+	c.WindowBytes = cmp.Or(c.WindowBytes, 8<<20)
+	c.ReceiveBatch = cmp.Or(c.ReceiveBatch, 32)
+	c.DeferredBatch = cmp.Or(c.DeferredBatch, 32)
+	if c.Retry == (RetryPolicy{}) {
+		c.Retry = RetryPolicy{Attempts: 5, Base: time.Second, Cap: 30 * time.Second}
+	}
+	c.Retry.Attempts = cmp.Or(c.Retry.Attempts, 1)
+	c.Retry.Cap = max(c.Retry.Cap, c.Retry.Base)
+	c.Poison = cmp.Or(c.Poison, PoisonPark)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, 30*time.Second)
+	c.MaxGap = cmp.Or(c.MaxGap, 10_000)
+	c.TombstoneTTL = cmp.Or(c.TombstoneTTL, 24*time.Hour)
+	return c
+}
+
+// Validate reports the first invalid field of a configuration with defaults applied.
+func (c EngineConfig) Validate() error {
+	var errs []error
+	if c.SequenceProperty == c.LastProperty {
+		errs = append(errs, fmt.Errorf("SequenceProperty and LastProperty are both %q", c.SequenceProperty))
+	}
+	if c.WindowMessages < NoWindow || c.WindowBytes < 0 {
+		errs = append(errs, fmt.Errorf("window bounds %d messages, %d bytes must not be negative", c.WindowMessages, c.WindowBytes))
+	}
+	if c.ReceiveBatch < 1 || c.DeferredBatch < 1 {
+		errs = append(errs, fmt.Errorf("ReceiveBatch %d and DeferredBatch %d must be positive", c.ReceiveBatch, c.DeferredBatch))
+	}
+	if c.Retry.Attempts < 1 || c.Retry.Base < 0 {
+		errs = append(errs, fmt.Errorf("Retry: %d attempts, base %s: need at least one attempt and a base ≥ 0", c.Retry.Attempts, c.Retry.Base))
+	}
+	switch c.Poison {
+	case PoisonPark, PoisonSkip, PoisonBlock:
+	default:
+		errs = append(errs, fmt.Errorf("Poison %q: want park, skip or block", c.Poison))
+	}
+	if c.IdleTimeout < 0 || c.GapTimeout < 0 || c.LockRenewInterval < 0 {
+		errs = append(errs, errors.New("IdleTimeout, GapTimeout and LockRenewInterval must not be negative"))
+	}
+	if c.MaxGap < 1 {
+		errs = append(errs, fmt.Errorf("MaxGap %d must be positive", c.MaxGap))
+	}
+	if c.TombstoneTTL < NoTombstone {
+		errs = append(errs, fmt.Errorf("TombstoneTTL %s must not be negative", c.TombstoneTTL))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sequencer: invalid engine config: %w", err)
+	}
+	return nil
+}
+
+func (c EngineConfig) windowMessages() int         { return max(c.WindowMessages, 0) }
+func (c EngineConfig) tombstoneTTL() time.Duration { return max(c.TombstoneTTL, 0) }

@@ -1,0 +1,83 @@
+// Package sequencer restores the application order of messages within a broker session: the
+// sequencing core of seqbus. It holds the Engine (one session's state machine: in order, early,
+// duplicate, invalid, drain, end, retry, park), the Runner (many sessions at once, lock renewal,
+// graceful stop), the per-session State with its compact binary codec, and the small interfaces
+// the core needs from the outside: Session, SessionSource, StateStore, AtomicStore, Handler,
+// Clock.
+//
+// It imports only the standard library. It must never import the Service Bus SDK, a database
+// driver, or any other seqbus package; adapters (the Service Bus adapter, sessionstate/*)
+// implement its interfaces. Test fakes live in sequencertest.
+//
+// # Message contract
+//
+// The application sequence is the application property named by EngineConfig.SequenceProperty
+// (default "Sequence"): any integer type or a base-10 string, the first message of a session is
+// 1. The property named by LastProperty (default "IsLast", bool or "true") ends the sequence. The
+// broker sequence number (Message.BrokerSequence) is the key of receive-deferred.
+//
+// # What happens to a message
+//
+// The engine parses the message and compares it with the stored State:
+//
+//   - invalid (missing, not an integer, below 1, more than MaxGap ahead, after the last sequence):
+//     dead-lettered with reason InvalidSequence and a description naming property and value;
+//   - duplicate or late (below Next, or another copy is held or deferred): completed unhandled;
+//   - in order (equal to Next): handled, then State.Next is advanced and saved, then the message
+//     is completed; then whatever is now in order is handled from the reorder window or drained
+//     from the deferred messages, one receive-deferred call per consecutive run of at most
+//     DeferredBatch;
+//   - early: held in the reorder window, unsettled (its lock is the session lock), up to
+//     WindowMessages/WindowBytes. What does not fit, and what is still early when the session
+//     is released (idle, shutdown, parked), is deferred and recorded in State.Deferred.
+//
+// # Ordering of handler, save and settlement (crash consistency)
+//
+// The stored state, not a settlement result, decides what has been handled; every run re-derives
+// its decisions from the state and the message. The order of steps, and why a crash after any
+// single step loses nothing and hands nothing to the handler twice except in one window:
+//
+//  1. In-order message: handler → save(Next+1) → complete. A crash before the handler returns, or
+//     after it returned but before the save, leaves the message unsettled and Next unchanged:
+//     it is redelivered and handled again. This is the one documented at-least-once window
+//     (use an AtomicStore, whose SaveWith runs the handler and the save in one transaction, to
+//     close it). A crash after the save leaves the message unsettled with Next past it: it is
+//     redelivered, classified as a duplicate and completed.
+//  2. Deferral: save(Deferred[seq] = broker sequence) → defer. A crash between leaves an index
+//     entry whose message is still active; when it is redelivered its broker sequence number
+//     matches the entry and it is treated as the recorded message (held or handled), never as a
+//     duplicate. Deferring first would risk a deferred message nobody knows about.
+//  3. Drain: a deferred message keeps its index entry when it is handled (save(Next+1) keeps
+//     the entry below Next) and loses it only in a save after its completion. A crash between
+//     save and completion leaves an entry below Next, which the next run settles (it fetches the
+//     message and completes it as a duplicate); State.DueDeferred reports it.
+//  4. Waking: the broker never offers a session whose messages are all deferred to accept-next.
+//     So the active message that made Next reach a deferred sequence (the anchor) is kept
+//     unsettled until the drain is durable: only after the drained messages are handled, saved,
+//     completed and removed from the index is the anchor completed. A crash at any point of the
+//     drain leaves the anchor, which the broker redelivers, which wakes the session, which drains.
+//     Runs started by id (an operator's Resume, a sweeper) have no anchor: if they crash, the
+//     state says so (State.DueDeferred) and a sweeper hands the session to Runner.Wake.
+//  5. Poison, park: save(Parked) → dead-letter. A crash between finds the parked mark on the next
+//     run: the redelivered (or still deferred) message with the parked broker sequence number is
+//     dead-lettered then. Poison, skip: save(Next+1 and State.SkippedPoison[seq]) → dead-letter;
+//     a redelivered message matching the SkippedPoison entry is dead-lettered, not completed as
+//     a duplicate, and the entry goes in a save after the dead-lettering. Like a handled message,
+//     a skipped active message is the anchor while a drain depends on it.
+//  6. End: after the last message is handled and saved, leftovers are settled, then the state
+//     becomes a tombstone (State.EndedAt) kept for TombstoneTTL so late copies of the ended
+//     sequence are duplicates; the first run after expiry deletes it. With NoTombstone the state
+//     is deleted at once and a late copy starts a new sequence.
+//
+// A lost session lock (from RenewLock, which runs in the background for the whole run, or from
+// any call) cancels the run's context at once: the handler's ctx ends, nothing more is saved or
+// settled, and the broker offers the session again once the lock has expired.
+//
+// # Gaps
+//
+// When Next is missing while later messages wait, State.GapSince records since when. After the
+// idle timeout the session is released with its state kept, and the gap wait is reported
+// (Stats.GapWait, EventGapResolved) once Next arrives. With a GapTimeout the engine skips to the
+// lowest waiting sequence once the wait is that long (checked when the session idles or is
+// accepted; State.GapExpired lets a sweeper wake such sessions).
+package sequencer

@@ -1,0 +1,413 @@
+package sequencer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sequencer/sequencertest"
+)
+
+// propCase is one random scenario: sessions published in a random interleaving with duplicates
+// and invalid messages, some poison sequences, transient handler failures, and process crashes
+// or injected errors at random calls.
+type propCase struct {
+	rng      *rand.Rand
+	sessions map[string]int64          // session → N
+	poison   map[string]map[int64]bool // session → poisoned sequences
+	flaky    map[string]map[int64]int  // session → sequence → failures before success
+	invalid  map[int64]bool            // broker sequences of invalid messages
+	chunks   [][]func(*sequencertest.Broker)
+	cfg      sequencer.EngineConfig
+	faults   int
+	// faultPlan, when set, replaces the random faults: process i fails at call faultPlan[i],
+	// crashing when crashPlan is set.
+	faultPlan []int
+	crashPlan bool
+	// atomic runs the engine on the store's AtomicStore view.
+	atomic bool
+}
+
+func newPropCase(seed uint64) *propCase {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	c := &propCase{
+		rng:      rng,
+		sessions: map[string]int64{},
+		poison:   map[string]map[int64]bool{},
+		flaky:    map[string]map[int64]int{},
+		invalid:  map[int64]bool{},
+		faults:   rng.IntN(4),
+		atomic:   rng.IntN(4) == 0,
+	}
+	c.cfg = sequencer.EngineConfig{
+		WindowMessages: []int{sequencer.NoWindow, 1, 3, 256}[rng.IntN(4)],
+		ReceiveBatch:   []int{1, 3, 32}[rng.IntN(3)],
+		DeferredBatch:  []int{1, 2, 32}[rng.IntN(3)],
+		Retry:          sequencer.RetryPolicy{Attempts: 3},
+		Poison:         []sequencer.PoisonPolicy{sequencer.PoisonPark, sequencer.PoisonSkip}[rng.IntN(2)],
+		TombstoneTTL:   1000 * time.Hour,
+	}
+	var pubs []func(*sequencertest.Broker)
+	for i := range 1 + rng.IntN(3) {
+		id := fmt.Sprintf("s%d", i)
+		n := int64(1 + rng.IntN(20))
+		c.sessions[id] = n
+		c.poison[id] = map[int64]bool{}
+		c.flaky[id] = map[int64]int{}
+		for s := int64(1); s <= n; s++ {
+			copies := 1
+			if rng.IntN(8) == 0 {
+				copies = 2
+			}
+			for range copies {
+				pubs = append(pubs, func(b *sequencertest.Broker) { b.PublishSeq(id, s, s == n) })
+			}
+			switch rng.IntN(25) {
+			case 0:
+				c.poison[id][s] = true
+			case 1:
+				c.flaky[id][s] = 1 + rng.IntN(2)
+			}
+		}
+		for range rng.IntN(2) {
+			props := []map[string]any{{"Sequence": "x"}, {}, {"Sequence": 0}}[rng.IntN(3)]
+			pubs = append(pubs, func(b *sequencertest.Broker) { c.invalid[b.Publish(id, props, nil)] = true })
+		}
+	}
+	rng.Shuffle(len(pubs), func(i, j int) { pubs[i], pubs[j] = pubs[j], pubs[i] })
+	for len(pubs) > 0 {
+		k := 1 + rng.IntN(len(pubs))
+		c.chunks = append(c.chunks, pubs[:k])
+		pubs = pubs[k:]
+	}
+	return c
+}
+
+// propWorld runs a case: processes come and go; each may crash.
+type propWorld struct {
+	t      *testing.T
+	c      *propCase
+	clock  *sequencertest.Clock
+	broker *sequencertest.Broker
+	store  *sequencertest.Store
+
+	mu        sync.Mutex
+	accepted  map[string][]int64
+	failures  map[string]map[int64]int
+	pending   *[2]any // handler succeeded, state not yet saved: {session, seq}
+	mayRepeat map[string]map[int64]bool
+
+	crashes, resumes, totalCalls int
+	// strandable marks sessions whose run by id (operator resume, sweeper) failed: such a run
+	// has no active message to wake the session again, so only the sweeper may do that. Every
+	// other session must be woken by the broker (accept-next) alone.
+	strandable map[string]bool
+
+	proc   *sequencertest.Process
+	client *sequencertest.Client
+	engine *sequencer.Engine
+}
+
+func (w *propWorld) newProcess() {
+	p := &sequencertest.Process{}
+	calls, faultAt := 0, -1
+	crash := w.c.rng.IntN(3) > 0
+	switch {
+	case w.c.faultPlan != nil:
+		if len(w.c.faultPlan) > 0 {
+			faultAt, w.c.faultPlan = w.c.faultPlan[0], w.c.faultPlan[1:]
+		}
+		crash = w.c.crashPlan
+	case w.c.faults > 0:
+		faultAt = w.c.rng.IntN(80)
+		w.c.faults--
+	}
+	p.Hook = func(call sequencertest.Call) error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if call.Op == "save" && call.Phase == sequencertest.After {
+			w.pending = nil
+		}
+		calls++
+		w.totalCalls++
+		if os.Getenv("SEQBUS_PROP_DEBUG") != "" && call.Phase == sequencertest.Before {
+			w.t.Logf("call %d: %s", calls, call)
+		}
+		if calls != faultAt {
+			return nil
+		}
+		if w.pending != nil {
+			// A crash or failure between the handler's success and the save: the handler may
+			// see this message again (the documented at-least-once window).
+			id, seq := w.pending[0].(string), w.pending[1].(int64)
+			w.mayRepeat[id][seq] = true
+		}
+		if crash {
+			w.crashes++
+			return sequencertest.ErrCrash
+		}
+		return sequencertest.ErrInjected
+	}
+	w.proc = p
+	w.client = w.broker.NewClient(p)
+	var store sequencer.StateStore = w.store.Client(p)
+	if w.c.atomic {
+		store = w.store.Client(p).Atomic()
+	}
+	e, err := sequencer.NewEngine(w.c.cfg, sequencer.EngineDeps{
+		Store:   store,
+		Handler: sequencer.HandlerFunc(w.handle),
+		Clock:   w.clock,
+	})
+	require.NoError(w.t, err)
+	w.engine = e
+}
+
+func (w *propWorld) handle(_ context.Context, m *sequencer.Message) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.proc.Crashed() {
+		return errors.New("process is dead")
+	}
+	id, seq := m.SessionID, m.Sequence
+	if w.c.poison[id][seq] {
+		return errors.New("poison")
+	}
+	if w.failures[id][seq] < w.c.flaky[id][seq] {
+		w.failures[id][seq]++
+		return errors.New("flaky")
+	}
+	w.accepted[id] = append(w.accepted[id], seq)
+	w.pending = &[2]any{id, seq}
+	return nil
+}
+
+func (w *propWorld) run(sess sequencer.Session, err error, opts *sequencer.RunOptions, byID string) bool {
+	if byID != "" {
+		w.strandable[byID] = true
+	}
+	if err != nil {
+		if !errors.Is(err, sequencer.ErrNoSession) && !errors.Is(err, sequencer.ErrSessionLocked) && !w.proc.Crashed() &&
+			!errors.Is(err, sequencertest.ErrInjected) {
+			w.t.Fatalf("accept: %v", err)
+		}
+		if w.proc.Crashed() {
+			w.newProcess()
+			return true
+		}
+		return errors.Is(err, sequencertest.ErrInjected)
+	}
+	out, err := w.engine.RunSession(w.t.Context(), sess, opts)
+	if err == nil && byID != "" {
+		delete(w.strandable, byID)
+	}
+	if os.Getenv("SEQBUS_PROP_DEBUG") != "" {
+		w.t.Logf("session %s: %s %v; handled so far %v", sess.ID(), out, err, w.accepted)
+	}
+	if w.proc.Crashed() {
+		w.newProcess()
+	}
+	return true
+}
+
+func (w *propWorld) drain() {
+	for range 500 {
+		sess, err := w.client.AcceptNext(w.t.Context())
+		if !w.run(sess, err, nil, "") {
+			return
+		}
+	}
+	w.t.Fatal("accept-next never ran dry")
+}
+
+// sweep plays the sweeper and the operator: stranded sessions are accepted by id, parked ones
+// are resumed with a skip. It reports whether it found anything to do.
+func (w *propWorld) sweep() bool {
+	did := false
+	ids := w.store.SessionIDs()
+	slices.Sort(ids)
+	for _, id := range ids {
+		st, _ := w.store.Get(id)
+		if st == nil {
+			continue
+		}
+		var opts *sequencer.RunOptions
+		switch {
+		case st.Parked != nil:
+			opts = &sequencer.RunOptions{Resume: &sequencer.ResumeOptions{Skip: true}}
+			w.resumes++
+		case st.DueDeferred() && w.strandable[id]:
+		default:
+			continue
+		}
+		did = true
+		sess, err := w.client.Accept(w.t.Context(), id)
+		if errors.Is(err, sequencer.ErrSessionLocked) {
+			// An injected error after an accept leaves a lock nobody holds: let it expire.
+			w.clock.Advance(61 * time.Second)
+		}
+		w.run(sess, err, opts, id)
+	}
+	return did
+}
+
+type propTotals struct{ crashes, repeats, deadLetters, defers, receiveDeferred, resumes int }
+
+func runPropCase(t *testing.T, seed uint64, tot *propTotals) {
+	runCase(t, seed, newPropCase(seed), tot)
+}
+
+func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int) {
+	w := &propWorld{
+		t: t, c: c,
+		clock:      sequencertest.NewClock(time.Time{}),
+		store:      sequencertest.NewStore(),
+		accepted:   map[string][]int64{},
+		failures:   map[string]map[int64]int{},
+		mayRepeat:  map[string]map[int64]bool{},
+		strandable: map[string]bool{},
+	}
+	for id := range c.sessions {
+		w.failures[id] = map[int64]int{}
+		w.mayRepeat[id] = map[int64]bool{}
+	}
+	w.broker = sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: w.clock, MaxDeliveryCount: 1000})
+	w.newProcess()
+	if os.Getenv("SEQBUS_PROP_DEBUG") != "" {
+		t.Logf("case: sessions %v poison %v flaky %v cfg %+v faults %d chunks %d", c.sessions, c.poison, c.flaky, c.cfg, c.faults, len(c.chunks))
+	}
+	for _, chunk := range c.chunks {
+		for _, pub := range chunk {
+			pub(w.broker)
+		}
+		w.drain()
+	}
+	for round := 0; ; round++ {
+		require.Less(t, round, 50, "seed %d: no quiescence", seed)
+		w.drain()
+		if w.sweep() {
+			continue
+		}
+		if w.broker.Len() == 0 {
+			break
+		}
+		// An injected error after an accept leaves a lock nobody holds: let it expire.
+		w.clock.Advance(61 * time.Second)
+	}
+
+	tot.deadLetters += len(w.broker.DeadLetters())
+	tot.defers += w.broker.Calls()["defer"]
+	tot.receiveDeferred += w.broker.Calls()["receive_deferred"]
+	tot.crashes += w.crashes
+	tot.resumes += w.resumes
+	for _, m := range w.mayRepeat {
+		tot.repeats += len(m)
+	}
+	require.Zero(t, w.broker.Len(), "seed %d: messages left in the broker: %v", seed, w.broker.SessionIDs())
+	var wantDLQ, gotDLQ []string
+	for bs := range c.invalid {
+		wantDLQ = append(wantDLQ, fmt.Sprintf("invalid/%d", bs))
+	}
+	for id, ps := range c.poison {
+		for s := range ps {
+			wantDLQ = append(wantDLQ, fmt.Sprintf("poison/%s/%d", id, s))
+		}
+	}
+	for _, d := range w.broker.DeadLetters() {
+		switch d.Reason {
+		case sequencer.ReasonInvalidSequence:
+			gotDLQ = append(gotDLQ, fmt.Sprintf("invalid/%d", d.Message.BrokerSequence))
+		case sequencer.ReasonHandlerFailed:
+			s, _ := strconv.ParseInt(fmt.Sprint(d.Message.Properties["Sequence"]), 10, 64)
+			gotDLQ = append(gotDLQ, fmt.Sprintf("poison/%s/%d", d.Message.SessionID, s))
+		default:
+			gotDLQ = append(gotDLQ, "unexpected "+d.Reason)
+		}
+	}
+	slices.Sort(wantDLQ)
+	slices.Sort(gotDLQ)
+	require.Equal(t, wantDLQ, gotDLQ, "seed %d: dead-letter queue", seed)
+
+	for id, n := range c.sessions {
+		var want []int64
+		for s := int64(1); s <= n; s++ {
+			if !c.poison[id][s] {
+				want = append(want, s)
+			}
+		}
+		got := w.accepted[id]
+		var compact []int64
+		for i, s := range got {
+			if i > 0 && got[i-1] == s && w.mayRepeat[id][s] {
+				continue
+			}
+			compact = append(compact, s)
+		}
+		require.Equal(t, want, compact, "seed %d: session %s handled %v", seed, id, got)
+		st, _ := w.store.Get(id)
+		require.NotNil(t, st, "seed %d: session %s has a tombstone", seed, id)
+		require.False(t, st.EndedAt.IsZero(), "seed %d: session %s ended", seed, id)
+	}
+	return w.totalCalls
+}
+
+func TestPropertyRandomSessions(t *testing.T) {
+	t.Parallel()
+	n := 2000
+	if testing.Short() {
+		n = 300
+	}
+	if s := os.Getenv("SEQBUS_PROP_CASES"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	base := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SEQBUS_PROP_SEED"); s != "" {
+		base, _ = strconv.ParseUint(s, 10, 64)
+		n = 1
+	}
+	t.Logf("base seed %d (rerun one case with SEQBUS_PROP_SEED)", base)
+	var tot propTotals
+	for i := range n {
+		runPropCase(t, base+uint64(i), &tot)
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%d cases: %+v", n, tot)
+}
+
+// TestCrashAtEveryStep crashes (or fails) a process at each call in turn, for a few fixed
+// scenarios, and checks the same invariants as the property test.
+func TestCrashAtEveryStep(t *testing.T) {
+	t.Parallel()
+	for _, seed := range []uint64{13, 14, 17, 24, 37} { // no window, atomic, park, skip, poisons
+		for _, crash := range []bool{true, false} {
+			t.Run(fmt.Sprintf("seed=%d/crash=%v", seed, crash), func(t *testing.T) {
+				t.Parallel()
+				var tot propTotals
+				clean := newPropCase(seed)
+				clean.faultPlan = []int{}
+				n := runCase(t, seed, clean, &tot)
+				require.Greater(t, n, 50, "the scenario makes enough calls to be interesting")
+				for k := 1; k <= n; k++ {
+					c := newPropCase(seed)
+					c.faultPlan, c.crashPlan = []int{k}, crash
+					runCase(t, seed, c, &tot)
+					if t.Failed() {
+						t.Fatalf("fault at call %d", k)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package sequencer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	Source  SessionSource
+	Store   StateStore
+	Handler Handler
+	// Engine is the sequencing policy.
+	Engine EngineConfig
+	// MaxConcurrentSessions bounds the sessions processed at once (default 8).
+	MaxConcurrentSessions int
+	// AcceptTimeout bounds one AcceptNext wait; a queued Wake is served at the latest when a
+	// wait ends (default 10s).
+	AcceptTimeout time.Duration
+	// ErrorBackoff is the pause after a failed accept (default 1s).
+	ErrorBackoff time.Duration
+	Clock        Clock
+	Logger       *slog.Logger
+	Observer     Observer
+}
+
+// Runner processes many sessions at once, strictly one message at a time within a session.
+type Runner struct {
+	cfg    RunnerConfig
+	engine *Engine
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	started bool
+	wakes   []string
+	waking  map[string]bool
+
+	softCtx    context.Context
+	softCancel context.CancelFunc
+	hardCtx    context.Context
+	hardCancel context.CancelFunc
+	wg         sync.WaitGroup
+	done       chan struct{}
+	active     atomic.Int64
+}
+
+// NewRunner checks the configuration and returns a Runner that has not started.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("sequencer: RunnerConfig.Source is required")
+	}
+	cfg.MaxConcurrentSessions = cmp.Or(cfg.MaxConcurrentSessions, 8)
+	cfg.AcceptTimeout = cmp.Or(cfg.AcceptTimeout, 10*time.Second)
+	cfg.ErrorBackoff = cmp.Or(cfg.ErrorBackoff, time.Second)
+	cfg.Clock = cmp.Or[Clock](cfg.Clock, SystemClock{})
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxConcurrentSessions < 1 || cfg.AcceptTimeout < 0 || cfg.ErrorBackoff < 0 {
+		return nil, fmt.Errorf("sequencer: RunnerConfig: MaxConcurrentSessions %d must be positive, timeouts not negative",
+			cfg.MaxConcurrentSessions)
+	}
+	e, err := NewEngine(cfg.Engine, EngineDeps{
+		Store: cfg.Store, Handler: cfg.Handler, Clock: cfg.Clock, Logger: cfg.Logger, Observer: cfg.Observer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{cfg: cfg, engine: e, log: cfg.Logger, waking: map[string]bool{}, done: make(chan struct{})}, nil
+}
+
+// Engine returns the runner's engine.
+func (r *Runner) Engine() *Engine { return r.engine }
+
+// Start starts the workers and returns. Canceling ctx cancels all work like StopAndCancel.
+func (r *Runner) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("sequencer: runner already started")
+	}
+	r.started = true
+	r.hardCtx, r.hardCancel = context.WithCancel(ctx)
+	r.softCtx, r.softCancel = context.WithCancel(r.hardCtx)
+	for i := range r.cfg.MaxConcurrentSessions {
+		r.wg.Go(func() { r.worker(i) })
+	}
+	go func() {
+		r.wg.Wait()
+		close(r.done)
+	}()
+	r.log.InfoContext(ctx, "sequencer: runner started", slog.Int("max_sessions", r.cfg.MaxConcurrentSessions))
+	return nil
+}
+
+// Stopped is closed once every worker has returned after a stop.
+func (r *Runner) Stopped() <-chan struct{} { return r.done }
+
+// Stop stops gracefully: no new session is accepted, each session finishes the message in hand,
+// saves, defers its early messages and is released. If ctx ends first (or Stop is called a second
+// time) the remaining work is canceled; Stop then waits for the workers and returns ctx's error.
+func (r *Runner) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started {
+		r.mu.Unlock()
+		return nil
+	}
+	if r.softCtx.Err() != nil {
+		r.hardCancel() // a second stop cancels
+	}
+	r.softCancel()
+	r.mu.Unlock()
+	select {
+	case <-r.done:
+		r.hardCancel()
+		return nil
+	case <-ctx.Done():
+	}
+	r.log.WarnContext(ctx, "sequencer: graceful stop deadline passed, canceling sessions")
+	r.hardCancel()
+	<-r.done
+	return fmt.Errorf("sequencer: runner stop: %w", ctx.Err())
+}
+
+// StopAndCancel cancels the work in hand (handlers see their ctx canceled; nothing more is
+// settled) and waits for the workers until ctx ends.
+func (r *Runner) StopAndCancel(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started {
+		r.mu.Unlock()
+		return nil
+	}
+	r.softCancel()
+	r.hardCancel()
+	r.mu.Unlock()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sequencer: runner stop and cancel: %w", ctx.Err())
+	}
+}
+
+// Wake queues a session to be accepted by id, for a sweeper that found a session the broker
+// will not offer (State.DueDeferred). Queued ids are served before accept-next.
+func (r *Runner) Wake(sessionID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waking[sessionID] {
+		return
+	}
+	r.waking[sessionID] = true
+	r.wakes = append(r.wakes, sessionID)
+}
+
+// RunSessionByID accepts the named session and runs it now, on the caller's goroutine (it does
+// not count against MaxConcurrentSessions). Operators resume parked sessions with it.
+func (r *Runner) RunSessionByID(ctx context.Context, sessionID string, opts *RunOptions) (Outcome, error) {
+	r.engine.stats.calls[CallAccept].Add(1)
+	sess, err := r.cfg.Source.Accept(ctx, sessionID)
+	if err != nil {
+		return OutcomeFailed, fmt.Errorf("sequencer: accepting session %s: %w", sessionID, err)
+	}
+	r.active.Add(1)
+	defer r.active.Add(-1)
+	return r.engine.RunSession(ctx, sess, opts)
+}
+
+// Resume clears the parked mark of a session and runs it: with opts.Skip the dead-lettered
+// message is skipped, otherwise the engine waits for its replay.
+func (r *Runner) Resume(ctx context.Context, sessionID string, opts ResumeOptions) (Outcome, error) {
+	return r.RunSessionByID(ctx, sessionID, &RunOptions{Resume: &opts})
+}
+
+// Stats returns the running totals, with ActiveSessions.
+func (r *Runner) Stats() Stats {
+	s := r.engine.Stats()
+	s.ActiveSessions = int(r.active.Load())
+	return s
+}
+
+func (r *Runner) nextWake() (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.wakes) == 0 {
+		return "", false
+	}
+	id := r.wakes[0]
+	r.wakes = r.wakes[1:]
+	delete(r.waking, id)
+	return id, true
+}
+
+func (r *Runner) worker(n int) {
+	log := r.log.With(slog.Int("worker", n))
+	for r.softCtx.Err() == nil {
+		sess, pause, err := r.accept()
+		if err != nil {
+			if !pause || r.softCtx.Err() != nil {
+				continue
+			}
+			if !errors.Is(err, ErrNoSession) && !errors.Is(err, ErrSessionLocked) {
+				log.WarnContext(r.softCtx, "sequencer: accepting a session", slog.Any("error", err))
+			}
+			t := r.cfg.Clock.NewTimer(r.cfg.ErrorBackoff)
+			select {
+			case <-r.softCtx.Done():
+				t.Stop()
+			case <-t.C():
+			}
+			continue
+		}
+		r.active.Add(1)
+		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx}) // the engine logs errors
+		r.active.Add(-1)
+		log.DebugContext(r.softCtx, "sequencer: session released", slog.String("session_id", sess.ID()),
+			slog.String("outcome", out.String()))
+		if out == OutcomeFailed {
+			// A store or broker failure: do not spin through sessions while it lasts.
+			t := r.cfg.Clock.NewTimer(r.cfg.ErrorBackoff)
+			select {
+			case <-r.softCtx.Done():
+				t.Stop()
+			case <-t.C():
+			}
+		}
+	}
+}
+
+// accept serves a queued wake or waits for the next session. pause says the worker should wait
+// before trying again (an error, or a source that returned without waiting).
+func (r *Runner) accept() (sess Session, pause bool, err error) {
+	r.engine.stats.calls[CallAccept].Add(1)
+	if id, ok := r.nextWake(); ok {
+		sess, err = r.cfg.Source.Accept(r.softCtx, id)
+		return sess, err != nil && !errors.Is(err, ErrSessionLocked), err
+	}
+	ctx, cancel := context.WithCancel(r.softCtx)
+	defer cancel()
+	t := r.cfg.Clock.AfterFunc(r.cfg.AcceptTimeout, cancel)
+	defer t.Stop()
+	sess, err = r.cfg.Source.AcceptNext(ctx)
+	if err == nil {
+		return sess, false, nil
+	}
+	if ctx.Err() != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrNoSession, err) // waited the full timeout
+	}
+	return nil, true, err
+}

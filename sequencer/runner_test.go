@@ -1,0 +1,321 @@
+package sequencer_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sequencer/sequencertest"
+)
+
+type runnerBundle struct {
+	broker *sequencertest.Broker
+	store  *sequencertest.Store
+	runner *sequencer.Runner
+
+	mu      sync.Mutex
+	handled map[string][]int64
+	// inFlight counts handler calls per session running now, to catch concurrent handling.
+	inFlight  map[string]int
+	maxGlobal atomic.Int64
+	global    atomic.Int64
+	block     chan struct{}
+}
+
+func setupRunner(t *testing.T, maxSessions int, handlerDelay time.Duration) *runnerBundle {
+	t.Helper()
+	b := &runnerBundle{handled: map[string][]int64{}, inFlight: map[string]int{}}
+	b.broker = sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: sequencer.SystemClock{}, Blocking: true})
+	b.store = sequencertest.NewStore()
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source: b.broker.NewClient(nil),
+		Store:  b.store.Client(nil),
+		Handler: sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+			b.mu.Lock()
+			b.inFlight[m.SessionID]++
+			if b.inFlight[m.SessionID] > 1 {
+				t.Errorf("session %s: two messages handled at once", m.SessionID)
+			}
+			block := b.block
+			b.mu.Unlock()
+			n := b.global.Add(1)
+			for {
+				cur := b.maxGlobal.Load()
+				if n <= cur || b.maxGlobal.CompareAndSwap(cur, n) {
+					break
+				}
+			}
+			defer b.global.Add(-1)
+			if block != nil {
+				select {
+				case <-block:
+				case <-ctx.Done():
+					b.mu.Lock()
+					b.inFlight[m.SessionID]--
+					b.mu.Unlock()
+					return ctx.Err()
+				}
+			}
+			time.Sleep(handlerDelay)
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.inFlight[m.SessionID]--
+			b.handled[m.SessionID] = append(b.handled[m.SessionID], m.Sequence)
+			return nil
+		}),
+		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 1}},
+		MaxConcurrentSessions: maxSessions,
+		AcceptTimeout:         50 * time.Millisecond,
+		ErrorBackoff:          5 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	b.runner = r
+	return b
+}
+
+func (b *runnerBundle) got(id string) []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int64(nil), b.handled[id]...)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestRunnerManySessionsBoundedConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setupRunner(t, 3, time.Millisecond)
+	ids := []string{"a", "b", "c", "d", "e", "f"}
+	for _, id := range ids {
+		for s := int64(5); s >= 1; s-- {
+			b.broker.PublishSeq(id, s, s == 5)
+		}
+	}
+	require.NoError(t, b.runner.Start(t.Context()))
+	require.Error(t, b.runner.Start(t.Context()), "a second start is refused")
+	waitFor(t, "all sessions", func() bool { return b.broker.Len() == 0 && b.runner.Stats().Handled == 30 })
+	require.NoError(t, b.runner.Stop(t.Context()))
+	for _, id := range ids {
+		require.Equal(t, seqs(1, 5), b.got(id), id)
+	}
+	require.LessOrEqual(t, b.maxGlobal.Load(), int64(3))
+	st := b.runner.Stats()
+	require.Equal(t, uint64(30), st.Handled)
+	require.Equal(t, 0, st.ActiveSessions)
+	require.Equal(t, uint64(30), st.BrokerCalls["complete"])
+}
+
+func TestRunnerGracefulStopFinishesMessageInHand(t *testing.T) {
+	t.Parallel()
+	b := setupRunner(t, 2, 0)
+	b.block = make(chan struct{})
+	publish := func(id string) {
+		for _, s := range []int64{1, 3, 2} {
+			b.broker.PublishSeq(id, s, false)
+		}
+	}
+	publish("a")
+	require.NoError(t, b.runner.Start(t.Context()))
+	waitFor(t, "handler running", func() bool { return b.global.Load() == 1 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.runner.Stop(t.Context()) }()
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case err := <-stopped:
+		t.Fatalf("stop returned before the message in hand finished: %v", err)
+	default:
+	}
+	close(b.block)
+	require.NoError(t, <-stopped)
+	<-b.runner.Stopped()
+	got := b.got("a")
+	require.NotEmpty(t, got)
+	require.Equal(t, int64(1), got[0])
+	st, _ := b.store.Get("a")
+	require.Equal(t, int64(len(got)+1), st.Next, "the handled message was saved")
+	active, deferred := b.broker.Pending("a")
+	require.Equal(t, 3-len(got), active+deferred, "nothing lost")
+}
+
+func TestRunnerStopDeadlineCancels(t *testing.T) {
+	t.Parallel()
+	b := setupRunner(t, 1, 0)
+	b.block = make(chan struct{}) // never closed: only cancellation ends the handler
+	b.broker.PublishSeq("a", 1, false)
+	require.NoError(t, b.runner.Start(t.Context()))
+	waitFor(t, "handler running", func() bool { return b.global.Load() == 1 })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	defer cancel()
+	err := b.runner.Stop(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Empty(t, b.got("a"))
+	active, _ := b.broker.Pending("a")
+	require.Equal(t, 1, active, "the canceled message returns to the broker")
+	st, _ := b.store.Get("a")
+	require.Nil(t, st, "nothing was saved for the canceled message")
+}
+
+func TestRunnerStopAndCancel(t *testing.T) {
+	t.Parallel()
+	b := setupRunner(t, 1, 0)
+	b.block = make(chan struct{})
+	b.broker.PublishSeq("a", 1, false)
+	require.NoError(t, b.runner.Start(t.Context()))
+	waitFor(t, "handler running", func() bool { return b.global.Load() == 1 })
+	require.NoError(t, b.runner.StopAndCancel(t.Context()))
+	require.Empty(t, b.got("a"))
+	require.NoError(t, b.runner.Stop(t.Context()), "stop after stop is harmless")
+}
+
+func TestRunnerWakeServesStrandedSession(t *testing.T) {
+	t.Parallel()
+	b := setupRunner(t, 1, 0)
+	// Session "a" holds only a deferred message that is due: accept-next never offers it.
+	c := b.broker.NewClient(nil)
+	bs := b.broker.PublishSeq("a", 1, true)
+	sess, err := c.Accept(t.Context(), "a")
+	require.NoError(t, err)
+	msgs, err := sess.Receive(t.Context(), 1)
+	require.NoError(t, err)
+	require.NoError(t, sess.Defer(t.Context(), msgs[0]))
+	require.NoError(t, sess.Close(t.Context()))
+	st := sequencer.NewState()
+	st.Deferred[1] = bs
+	b.store.Put("a", st)
+	require.True(t, st.DueDeferred())
+
+	require.NoError(t, b.runner.Start(t.Context()))
+	time.Sleep(60 * time.Millisecond)
+	require.Empty(t, b.got("a"), "accept-next does not offer a session with only deferred messages")
+	b.runner.Wake("a")
+	b.runner.Wake("a")
+	waitFor(t, "woken session", func() bool { return len(b.got("a")) == 1 })
+	require.NoError(t, b.runner.Stop(t.Context()))
+	require.Zero(t, b.broker.Len())
+}
+
+func TestRunnerNotStartedStopIsNoop(t *testing.T) {
+	t.Parallel()
+	b := setupRunner(t, 1, 0)
+	require.NoError(t, b.runner.Stop(t.Context()))
+	require.NoError(t, b.runner.StopAndCancel(t.Context()))
+	_, err := sequencer.NewRunner(sequencer.RunnerConfig{})
+	require.Error(t, err)
+}
+
+func TestRunnerResumeParkedSession(t *testing.T) {
+	t.Parallel()
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: sequencer.SystemClock{}, Blocking: true})
+	store := sequencertest.NewStore()
+	var mu sync.Mutex
+	var handled []int64
+	failing := true
+	var events atomic.Int64
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source: broker.NewClient(nil),
+		Store:  store.Client(nil),
+		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if m.Sequence == 2 && failing {
+				return context.DeadlineExceeded
+			}
+			handled = append(handled, m.Sequence)
+			return nil
+		}),
+		Engine:                sequencer.EngineConfig{IdleTimeout: 20 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 2}},
+		MaxConcurrentSessions: 2,
+		AcceptTimeout:         30 * time.Millisecond,
+		Observer:              sequencer.ObserverFunc(func(sequencer.Event) { events.Add(1) }),
+	})
+	require.NoError(t, err)
+	require.NotNil(t, r.Engine())
+	for s := int64(1); s <= 3; s++ {
+		broker.PublishSeq("p", s, s == 3)
+	}
+	require.NoError(t, r.Start(t.Context()))
+	waitFor(t, "parked", func() bool { return r.Stats().Parked == 1 })
+	require.NoError(t, r.Stop(t.Context()))
+	st, _ := store.Get("p")
+	require.NotNil(t, st.Parked)
+
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	out, err := r.Resume(t.Context(), "p", sequencer.ResumeOptions{Skip: true})
+	require.NoError(t, err)
+	require.Equal(t, sequencer.OutcomeEnded, out)
+	require.Equal(t, []int64{1, 3}, handled)
+	stats := r.Stats()
+	require.Equal(t, uint64(2), stats.Handled)
+	require.Equal(t, uint64(1), stats.DeadLettered)
+	require.Equal(t, uint64(1), stats.Retries)
+	require.Positive(t, stats.TotalBrokerCalls())
+	require.Positive(t, events.Load())
+	require.Zero(t, broker.Len())
+
+	_, err = r.RunSessionByID(t.Context(), "p", nil)
+	require.NoError(t, err, "a session with a tombstone runs and idles")
+}
+
+func TestRunnerBacksOffOnStoreFailure(t *testing.T) {
+	t.Parallel()
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: sequencer.SystemClock{}, Blocking: true})
+	var loads atomic.Int64
+	proc := &sequencertest.Process{Hook: func(c sequencertest.Call) error {
+		if c.Op == "load" && c.Phase == sequencertest.Before {
+			loads.Add(1)
+			return sequencertest.ErrInjected
+		}
+		return nil
+	}}
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source:                broker.NewClient(nil),
+		Store:                 sequencertest.NewStore().Client(proc),
+		Handler:               sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil }),
+		MaxConcurrentSessions: 1,
+		ErrorBackoff:          50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	broker.PublishSeq("a", 1, false)
+	require.NoError(t, r.Start(t.Context()))
+	time.Sleep(120 * time.Millisecond)
+	require.NoError(t, r.Stop(t.Context()))
+	require.LessOrEqual(t, loads.Load(), int64(4), "failing sessions are retried after a pause, not in a spin")
+	require.GreaterOrEqual(t, loads.Load(), int64(2))
+	active, _ := broker.Pending("a")
+	require.Equal(t, 1, active)
+}
+
+func TestRunnerSecondStopCancels(t *testing.T) {
+	t.Parallel()
+	b := setupRunner(t, 1, 0)
+	b.block = make(chan struct{}) // never closed
+	b.broker.PublishSeq("a", 1, false)
+	require.NoError(t, b.runner.Start(t.Context()))
+	waitFor(t, "handler running", func() bool { return b.global.Load() == 1 })
+	first := make(chan error, 1)
+	go func() { first <- b.runner.Stop(t.Context()) }()
+	time.Sleep(10 * time.Millisecond)
+	select {
+	case <-first:
+		t.Fatal("a graceful stop waits for the message in hand")
+	default:
+	}
+	require.NoError(t, b.runner.Stop(t.Context()), "the second stop cancels")
+	require.NoError(t, <-first)
+	require.Empty(t, b.got("a"))
+}
