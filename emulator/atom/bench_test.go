@@ -69,3 +69,31 @@ func BenchmarkAdminListQueues(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAdminCreateRuleWithParameters creates (and deletes) a parameterized SQL
+// rule with an action through the real admin client: XML, parameter typing and the
+// broker's SQL compilation.
+func BenchmarkAdminCreateRuleWithParameters(b *testing.B) {
+	tb := setup(b)
+	_, err := tb.client.CreateTopic(b.Context(), "t", nil)
+	require.NoError(b, err)
+	_, err = tb.client.CreateSubscription(b.Context(), "t", "s", nil)
+	require.NoError(b, err)
+	opts := &admin.CreateRuleOptions{
+		Name: ptr("r"),
+		Filter: &admin.SQLFilter{
+			Expression: "EXISTS(user.SessionName) AND user.amount > @min AND sys.Label IN (@a, @b)",
+			Parameters: map[string]any{"@min": int64(100), "@a": "order", "@b": "refund"},
+		},
+		Action: &admin.SQLAction{Expression: "SET sys.SessionId = user.SessionName + '_' + @suffix", Parameters: map[string]any{"@suffix": "x"}},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tb.client.CreateRule(b.Context(), "t", "s", opts); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tb.client.DeleteRule(b.Context(), "t", "s", "r", nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -23,10 +23,10 @@
 // CreateTopic, CreateSubscriptionWithRules, CreateRule). Properties the broker does not
 // model (MaxSizeInMegabytes, EnableBatchedOperations, AutoDeleteOnIdle, UserMetadata,
 // EnablePartitioning, MaxMessageSizeInKilobytes, SupportOrdering, authorization rules,
-// …) are kept by the handler and echoed. SQL filter and action parameters are inlined
-// into the expression the broker compiles; the handler remembers the original text and
-// parameters so that reads return what was written (a dateTime parameter becomes a
-// string constant, as the SQL language has no date literal).
+// …) are kept by the handler and echoed. SQL filter and action parameters go to the
+// broker as Rule.SQLParameters and Rule.ActionParameters (typed Go values: string,
+// int64, float64, bool, time.Time); the handler remembers their XML types so that reads
+// return what was written.
 //
 // # Service Bus behaviour kept
 //
@@ -34,8 +34,16 @@
 //   - Values outside Service Bus limits are refused with 400: LockDuration above 5 minutes,
 //     MaxDeliveryCount below 1, DuplicateDetectionHistoryTimeWindow outside [20s, 7d],
 //     AutoDeleteOnIdle below 5 minutes, unknown Status, UserMetadata above 1024 characters.
-//   - ForwardTo and ForwardDeadLetteredMessagesTo accept a name or an sb:// URI, must name
-//     an existing queue or topic other than the entity itself, and are returned as names.
+//   - ForwardTo and ForwardDeadLetteredMessagesTo accept a name or an absolute URI, must
+//     name an existing queue or topic other than the entity itself, and are returned as
+//     absolute URIs, as the service does: a URI as the client wrote it (the SDK's live
+//     tests write sb:// and https:// URIs and expect them back unchanged), a plain name
+//     as sb://<host the request was sent to>/<name>.
+//   - An invalid SQL filter or action (in a rule or a subscription's default rule) is a
+//     400 whose detail names the line and column of the offending token.
+//   - Runtime counts come from the broker; TransferDeadLetterMessageCount is the
+//     transfer dead-letter queue (failed auto-forwarding), TransferMessageCount is
+//     always 0 as forwarding is synchronous.
 //   - "Never" (zero time-to-live or idle timeout) is reported as .NET's TimeSpan.MaxValue,
 //     P10675199DT2H48M5.4775807S, and read back as never.
 //   - Lists return at most $top entries (default 100) after skipping $skip.
@@ -44,7 +52,8 @@
 //
 // # Imports
 //
-// The package imports the standard library, emulator/broker and emulator/clock. It must
+// The package imports the standard library, emulator/broker, emulator/clock and
+// emulator/sqlrule (for the position of SQL syntax errors). It must
 // never import the AMQP engine, the emulator root package, the Azure SDK, or anything of
 // seqbus outside the emulator.
 package atom

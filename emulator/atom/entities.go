@@ -43,6 +43,9 @@ type entityExtras struct {
 	maxMessageSizeKB           int64
 	deadLetterOnFilterEvalExcp bool
 	authorizationRules         []byte
+	// forwardTo and forwardDLQTo are ForwardTo and ForwardDeadLetteredMessagesTo as
+	// the client wrote them (the broker keeps the entity name).
+	forwardTo, forwardDLQTo string
 }
 
 func (h *handler) defaultExtras() entityExtras {
@@ -405,6 +408,7 @@ func (h *handler) toProperties(kind broker.EntityKind, path string, d *inDescrip
 		if p.ForwardDeadLetteredMessagesTo, err = h.forwardTarget("ForwardDeadLetteredMessagesTo", path, d.ForwardDeadLetteredMessagesTo); err != nil {
 			return p, x, err
 		}
+		x.forwardTo, x.forwardDLQTo = strings.TrimSpace(deref(d.ForwardTo)), strings.TrimSpace(deref(d.ForwardDeadLetteredMessagesTo))
 	}
 	if p.DefaultMessageTimeToLive, err = dur("DefaultMessageTimeToLive", d.DefaultMessageTimeToLive); err != nil {
 		return p, x, err
@@ -482,11 +486,7 @@ func (h *handler) forwardTarget(field, self string, v *string) (string, error) {
 	if v == nil || strings.TrimSpace(*v) == "" {
 		return "", nil
 	}
-	name := strings.TrimSpace(*v)
-	if _, rest, ok := strings.Cut(name, "://"); ok {
-		_, name, _ = strings.Cut(rest, "/")
-	}
-	name = strings.Trim(name, "/")
+	name := forwardName(*v)
 	if strings.EqualFold(name, self) {
 		return "", badRequest("%s: an entity cannot forward to itself", field)
 	}
@@ -497,6 +497,32 @@ func (h *handler) forwardTarget(field, self string, v *string) (string, error) {
 		return name, nil
 	}
 	return "", badRequest("%s: the entity %q does not exist", field, *v)
+}
+
+// forwardName returns the entity name of a ForwardTo value: the value itself, or the
+// path of an absolute URI.
+func forwardName(v string) string {
+	name := strings.TrimSpace(v)
+	if _, rest, ok := strings.Cut(name, "://"); ok {
+		_, name, _ = strings.Cut(rest, "/")
+	}
+	return strings.Trim(name, "/")
+}
+
+// forwardOut renders a forwarding target the way Service Bus returns it: an absolute
+// URI. The URI the client wrote is returned as written (the SDK's live tests write
+// sb://… and https://… URIs and expect them back unchanged); a plain entity name, or a
+// target set outside the API (a Config.json file), becomes sb://<namespace host>/<name>,
+// the host being the one the request was sent to.
+func forwardOut(r *http.Request, target, written string) *string {
+	if target == "" {
+		return nil
+	}
+	if strings.Contains(written, "://") && strings.EqualFold(forwardName(written), target) {
+		return &written
+	}
+	u := "sb://" + r.Host + "/" + target
+	return &u
 }
 
 // ---- properties out ----
@@ -547,7 +573,7 @@ func (h *handler) queueEntry(r *http.Request, info broker.EntityInfo) outEntry {
 		MessageCount:                        info.Counts.Total,
 		AuthorizationRules:                  rawXML{Inner: x.authorizationRules},
 		Status:                              string(p.Status),
-		ForwardTo:                           optString(p.ForwardTo),
+		ForwardTo:                           forwardOut(r, p.ForwardTo, x.forwardTo),
 		CreatedAt:                           formatTime(info.CreatedAt),
 		UpdatedAt:                           formatTime(info.UpdatedAt),
 		AccessedAt:                          formatTime(info.AccessedAt),
@@ -556,7 +582,7 @@ func (h *handler) queueEntry(r *http.Request, info broker.EntityInfo) outEntry {
 		AutoDeleteOnIdle:                    formatDuration(x.autoDeleteOnIdle),
 		EnablePartitioning:                  x.partitioning,
 		EntityAvailabilityStatus:            availability(p.Status),
-		ForwardDeadLetteredMessagesTo:       optString(p.ForwardDeadLetteredMessagesTo),
+		ForwardDeadLetteredMessagesTo:       forwardOut(r, p.ForwardDeadLetteredMessagesTo, x.forwardDLQTo),
 		UserMetadata:                        x.userMetadata,
 		MaxMessageSizeInKilobytes:           x.maxMessageSizeKB,
 	}
@@ -621,13 +647,13 @@ func (h *handler) subscriptionEntry(r *http.Request, info broker.EntityInfo) out
 		MaxDeliveryCount:              p.MaxDeliveryCount,
 		EnableBatchedOperations:       x.batched,
 		Status:                        string(p.Status),
-		ForwardTo:                     optString(p.ForwardTo),
+		ForwardTo:                     forwardOut(r, p.ForwardTo, x.forwardTo),
 		CreatedAt:                     formatTime(info.CreatedAt),
 		UpdatedAt:                     formatTime(info.UpdatedAt),
 		AccessedAt:                    formatTime(info.AccessedAt),
 		CountDetails:                  countDetails(info.Counts),
 		UserMetadata:                  x.userMetadata,
-		ForwardDeadLetteredMessagesTo: optString(p.ForwardDeadLetteredMessagesTo),
+		ForwardDeadLetteredMessagesTo: forwardOut(r, p.ForwardDeadLetteredMessagesTo, x.forwardDLQTo),
 		AutoDeleteOnIdle:              formatDuration(x.autoDeleteOnIdle),
 		EntityAvailabilityStatus:      availability(p.Status),
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/emulator/sqlrule"
 )
 
 // Defaults for Config fields left empty. They are the well-known values of Microsoft's
@@ -284,7 +285,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) (int, error) {
 }
 
 func (h *handler) writeError(w http.ResponseWriter, status int, err error) {
-	body, merr := marshalXML(outError{Code: status, Detail: err.Error()})
+	body, merr := marshalXML(outError{Code: status, Detail: errorDetail(err)})
 	if merr != nil {
 		http.Error(w, err.Error(), status)
 		return
@@ -293,6 +294,16 @@ func (h *handler) writeError(w http.ResponseWriter, status int, err error) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// errorDetail is the Detail of an error answer. An invalid SQL filter or action names the
+// line and column of the offending token, as Service Bus does.
+func errorDetail(err error) string {
+	var se *sqlrule.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%v (invalid SQL expression at line %d, column %d)", err, se.Line, se.Column)
+	}
+	return err.Error()
 }
 
 // ---- shared output helpers ----

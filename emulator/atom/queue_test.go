@@ -2,7 +2,9 @@ package atom_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,16 +233,46 @@ func TestQueueForwardTo(t *testing.T) {
 	_, err = tb.client.CreateQueue(c, "dlq-target", nil)
 	require.NoError(t, err)
 
-	created, err := tb.client.CreateQueue(c, "source", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{
-		ForwardTo:                     ptr("target"),
-		ForwardDeadLetteredMessagesTo: ptr("sb://" + tb.srv.Listener.Addr().String() + "/dlq-target"),
-	}})
-	require.NoError(t, err)
-	require.Equal(t, "target", *created.ForwardTo)
-	require.Equal(t, "dlq-target", *created.ForwardDeadLetteredMessagesTo)
-	p := tb.lookup(t, "source").Properties()
-	require.Equal(t, "target", p.ForwardTo)
-	require.Equal(t, "dlq-target", p.ForwardDeadLetteredMessagesTo)
+	// As Service Bus, the service answers with absolute URIs: a URI as written (the
+	// SDK's own live tests write https:// and sb:// URIs and expect them back), a plain
+	// name as sb://<namespace host>/<name>.
+	host := tb.srv.Listener.Addr().String()
+	tests := []struct {
+		name, forwardTo, forwardDLQTo string
+		wantTo, wantDLQTo             string
+	}{
+		{"names", "target", "dlq-target", "sb://" + host + "/target", "sb://" + host + "/dlq-target"},
+		{"sb uris", "sb://" + host + "/target", "sb://" + host + "/dlq-target", "sb://" + host + "/target", "sb://" + host + "/dlq-target"},
+		{"https uri", "https://ns.servicebus.windows.net/Target", "", "https://ns.servicebus.windows.net/Target", ""},
+	}
+	for i, tt := range tests {
+		source := fmt.Sprintf("source-%d", i)
+		props := admin.QueueProperties{ForwardTo: optPtr(tt.forwardTo), ForwardDeadLetteredMessagesTo: optPtr(tt.forwardDLQTo)}
+		created, err := tb.client.CreateQueue(c, source, &admin.CreateQueueOptions{Properties: &props})
+		require.NoError(t, err, tt.name)
+		require.Equal(t, optPtr(tt.wantTo), created.ForwardTo, tt.name)
+		require.Equal(t, optPtr(tt.wantDLQTo), created.ForwardDeadLetteredMessagesTo, tt.name)
+		got, err := tb.client.GetQueue(c, source, nil)
+		require.NoError(t, err, tt.name)
+		require.Equal(t, created.QueueProperties, got.QueueProperties, tt.name)
+		// Writing back what was read keeps the targets.
+		updated, err := tb.client.UpdateQueue(c, source, got.QueueProperties, nil)
+		require.NoError(t, err, tt.name)
+		require.Equal(t, got.QueueProperties, updated.QueueProperties, tt.name)
+
+		p := tb.lookup(t, source).Properties()
+		require.Equal(t, "target", strings.ToLower(p.ForwardTo), tt.name)
+		if tt.forwardDLQTo != "" {
+			require.Equal(t, "dlq-target", p.ForwardDeadLetteredMessagesTo, tt.name)
+		}
+	}
+}
+
+func optPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func TestListQueuesPages(t *testing.T) {

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/seqbus/seqbus/emulator/broker"
 )
@@ -20,18 +18,19 @@ type param struct {
 	key, xsdType, text string
 }
 
-// ruleExtras keeps what the broker does not of a rule: the SQL expressions as the client
-// wrote them with their parameters (the broker stores them with the parameters inlined).
+// ruleExtras keeps what the broker does not of a rule: its creation time and the SQL
+// parameters as the client typed them (the broker keeps Go values, which lose the
+// difference between, say, an int and a long).
 type ruleExtras struct {
 	name      string
 	createdAt time.Time
 	// sub is the subscription the rule belongs to (see entityExtras.entity).
 	sub *broker.Entity
 
-	filterExpr, filterInlined string
-	filterParams              []param
-	actionExpr, actionInlined string
-	actionParams              []param
+	filterExpr   string
+	filterParams []param
+	actionExpr   string
+	actionParams []param
 }
 
 func ruleKey(topic, sub, rule string) string {
@@ -120,18 +119,14 @@ func ruleFromXML(name string, f, a *inFilter) (broker.Rule, ruleExtras, error) {
 			if f.SQLExpression == nil || strings.TrimSpace(*f.SQLExpression) == "" {
 				return r, x, badRequest("rule %q: SqlFilter needs a SqlExpression", name)
 			}
-			params, err := readParams(f.Parameters)
+			params, values, err := readParams(f.Parameters)
 			if err != nil {
 				return r, x, fmt.Errorf("rule %q filter: %w", name, err)
 			}
-			inlined, err := inlineParams(*f.SQLExpression, params)
-			if err != nil {
-				return r, x, fmt.Errorf("rule %q filter: %w", name, err)
-			}
-			r.FilterType, r.SQLExpression = broker.FilterSQL, inlined
-			x.filterExpr, x.filterInlined, x.filterParams = *f.SQLExpression, inlined, params
+			r.FilterType, r.SQLExpression, r.SQLParameters = broker.FilterSQL, *f.SQLExpression, values
+			x.filterExpr, x.filterParams = *f.SQLExpression, params
 		case "CorrelationFilter":
-			props, err := readParams(f.Properties)
+			props, values, err := readParams(f.Properties)
 			if err != nil {
 				return r, x, fmt.Errorf("rule %q correlation filter: %w", name, err)
 			}
@@ -141,14 +136,7 @@ func ruleFromXML(name string, f, a *inFilter) (broker.Rule, ruleExtras, error) {
 				SessionID: deref(f.SessionID), To: deref(f.To),
 			}
 			if len(props) > 0 {
-				cf.Properties = make(map[string]any, len(props))
-				for _, p := range props {
-					v, err := p.value()
-					if err != nil {
-						return r, x, fmt.Errorf("rule %q correlation filter: %w", name, err)
-					}
-					cf.Properties[p.key] = v
-				}
+				cf.Properties = values
 			}
 			r.FilterType, r.Correlation = broker.FilterCorrelation, cf
 		default:
@@ -160,16 +148,12 @@ func ruleFromXML(name string, f, a *inFilter) (broker.Rule, ruleExtras, error) {
 		case "EmptyRuleAction", "":
 		case "SqlRuleAction":
 			expr := deref(a.SQLExpression)
-			params, err := readParams(a.Parameters)
+			params, values, err := readParams(a.Parameters)
 			if err != nil {
 				return r, x, fmt.Errorf("rule %q action: %w", name, err)
 			}
-			inlined, err := inlineParams(expr, params)
-			if err != nil {
-				return r, x, fmt.Errorf("rule %q action: %w", name, err)
-			}
-			r.ActionSQLExpression = inlined
-			x.actionExpr, x.actionInlined, x.actionParams = expr, inlined, params
+			r.ActionSQLExpression, r.ActionParameters = expr, values
+			x.actionExpr, x.actionParams = expr, params
 		default:
 			return r, x, badRequest("rule %q: unsupported action type %q", name, t)
 		}
@@ -185,22 +169,29 @@ func deref(s *string) string {
 }
 
 // readParams reads a KeyValueOfstringanyType list, checking each value against its type.
-func readParams(l *kvList) ([]param, error) {
-	if l == nil {
-		return nil, nil
+// It returns the entries as written and their values by key (nil for an empty list).
+func readParams(l *kvList) ([]param, map[string]any, error) {
+	if l == nil || len(l.Items) == 0 {
+		return nil, nil, nil
 	}
 	out := make([]param, 0, len(l.Items))
+	values := make(map[string]any, len(l.Items))
 	for _, it := range l.Items {
 		p := param{key: it.Key, xsdType: it.Value.xsdType(), text: it.Value.Text}
 		if p.key == "" {
-			return nil, badRequest("parameter without a Key")
+			return nil, nil, badRequest("parameter without a Key")
 		}
-		if _, err := p.value(); err != nil {
-			return nil, err
+		v, err := p.value()
+		if err != nil {
+			return nil, nil, err
 		}
+		if _, dup := values[p.key]; dup {
+			return nil, nil, badRequest("parameter %q given twice", p.key)
+		}
+		values[p.key] = v
 		out = append(out, p)
 	}
-	return out, nil
+	return out, values, nil
 }
 
 // value returns the parameter as a Go value of the type the broker's matchers use.
@@ -239,95 +230,6 @@ func (p param) value() (any, error) {
 	return nil, badRequest("parameter %q: unsupported type %q", p.key, p.xsdType)
 }
 
-// literal renders the parameter as a SQL constant.
-func (p param) literal() (string, error) {
-	v, err := p.value()
-	if err != nil {
-		return "", err
-	}
-	switch v := v.(type) {
-	case bool:
-		if v {
-			return "TRUE", nil
-		}
-		return "FALSE", nil
-	case int64:
-		return strconv.FormatInt(v, 10), nil
-	case float64:
-		s := strconv.FormatFloat(v, 'f', -1, 64)
-		if !strings.Contains(s, ".") {
-			s += ".0"
-		}
-		return s, nil
-	case time.Time:
-		return quoteSQL(v.Format(time.RFC3339Nano)), nil
-	}
-	return quoteSQL(fmt.Sprint(v)), nil
-}
-
-func quoteSQL(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// inlineParams replaces each @name in a SQL expression (outside string literals and
-// delimited names) by its parameter's value. Parameter keys may be given with or
-// without the @, and match case-insensitively. An unknown parameter is an error.
-func inlineParams(expr string, params []param) (string, error) {
-	if !strings.Contains(expr, "@") {
-		return expr, nil
-	}
-	lits := make(map[string]string, len(params))
-	for _, p := range params {
-		lit, err := p.literal()
-		if err != nil {
-			return "", err
-		}
-		lits[strings.ToLower(strings.TrimPrefix(p.key, "@"))] = lit
-	}
-	var b strings.Builder
-	for i := 0; i < len(expr); {
-		switch c := expr[i]; c {
-		case '\'', '"', '[':
-			end := byte(c)
-			if c == '[' {
-				end = ']'
-			}
-			j := i + 1
-			for j < len(expr) {
-				if expr[j] == end {
-					if c == '\'' && j+1 < len(expr) && expr[j+1] == '\'' { // '' escape
-						j += 2
-						continue
-					}
-					break
-				}
-				j++
-			}
-			j = min(j+1, len(expr))
-			b.WriteString(expr[i:j])
-			i = j
-		case '@':
-			j := i + 1
-			for j < len(expr) {
-				r, size := utf8.DecodeRuneInString(expr[j:])
-				if r != '_' && !unicode.IsLetter(r) && !unicode.IsDigit(r) {
-					break
-				}
-				j += size
-			}
-			name := expr[i+1 : j]
-			lit, ok := lits[strings.ToLower(name)]
-			if name == "" || !ok {
-				return "", badRequest("SQL expression uses parameter @%s, which is not defined", name)
-			}
-			b.WriteString(lit)
-			i = j
-		default:
-			b.WriteByte(c)
-			i++
-		}
-	}
-	return b.String(), nil
-}
-
 // ---- rules out ----
 
 func kvOut(params []param) *kvList {
@@ -343,6 +245,44 @@ func kvOut(params []param) *kvList {
 		l.Items = append(l.Items, kvItem{Key: p.key, Value: newKVValue(t, p.text)})
 	}
 	return l
+}
+
+// paramsOut renders a SQL expression's parameters: as the client wrote them when the
+// handler's record still describes the broker's rule (written), else from the broker's
+// values.
+func paramsOut(written bool, params []param, values map[string]any) *kvList {
+	if written && sameParams(params, values) {
+		return kvOut(params)
+	}
+	return propertiesOut(values)
+}
+
+// sameParams reports whether params hold exactly the values of values.
+func sameParams(params []param, values map[string]any) bool {
+	if len(params) != len(values) {
+		return false
+	}
+	for _, p := range params {
+		v, err := p.value()
+		if err != nil {
+			return false
+		}
+		got, ok := values[p.key]
+		if !ok {
+			return false
+		}
+		if t, isTime := v.(time.Time); isTime {
+			gt, ok := got.(time.Time)
+			if !ok || !t.Equal(gt) {
+				return false
+			}
+			continue
+		}
+		if got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // propertiesOut renders correlation filter properties with the types the admin client
@@ -401,11 +341,10 @@ func (h *handler) ruleEntry(r *http.Request, sub broker.EntityInfo, rule broker.
 	case broker.FilterFalse:
 		out.Filter = outFilter{Type: "FalseFilter", SQLExpression: expr("1=0"), CompatibilityLevel: 20}
 	case broker.FilterSQL:
-		f := outFilter{Type: "SqlFilter", SQLExpression: expr(rule.SQLExpression), CompatibilityLevel: 20}
-		if x.filterExpr != "" && x.filterInlined == rule.SQLExpression {
-			f.SQLExpression, f.Parameters = expr(x.filterExpr), kvOut(x.filterParams)
+		out.Filter = outFilter{
+			Type: "SqlFilter", SQLExpression: expr(rule.SQLExpression), CompatibilityLevel: 20,
+			Parameters: paramsOut(x.filterExpr == rule.SQLExpression, x.filterParams, rule.SQLParameters),
 		}
-		out.Filter = f
 	case broker.FilterCorrelation:
 		c := rule.Correlation
 		if c == nil {
@@ -424,11 +363,10 @@ func (h *handler) ruleEntry(r *http.Request, sub broker.EntityInfo, rule broker.
 	if rule.ActionSQLExpression == "" {
 		out.Action = outAction{Type: "EmptyRuleAction"}
 	} else {
-		a := outAction{Type: "SqlRuleAction", SQLExpression: expr(rule.ActionSQLExpression), CompatibilityLevel: 20}
-		if x.actionExpr != "" && x.actionInlined == rule.ActionSQLExpression {
-			a.SQLExpression, a.Parameters = expr(x.actionExpr), kvOut(x.actionParams)
+		out.Action = outAction{
+			Type: "SqlRuleAction", SQLExpression: expr(rule.ActionSQLExpression), CompatibilityLevel: 20,
+			Parameters: paramsOut(x.actionExpr == rule.ActionSQLExpression, x.actionParams, rule.ActionParameters),
 		}
-		out.Action = a
 	}
 	path := sub.Path + "/Rules/" + rule.Name
 	return h.entry(r, path, rule.Name, x.createdAt, x.createdAt, out)

@@ -57,7 +57,8 @@ func TestRuleKindsRoundTrip(t *testing.T) {
 				"@color": "it's red", "size": int64(3), "big": true, "w": 1.5, "at": when,
 			}},
 			stored: broker.Rule{FilterType: broker.FilterSQL,
-				SQLExpression: "color = 'it''s red' AND size > 3 AND big = TRUE AND w < 1.5 AND note <> '@color' AND at = '2026-01-02T03:04:05Z'"},
+				SQLExpression: "color = @color AND size > @size AND big = @big AND w < @w AND note <> '@color' AND at = @at",
+				SQLParameters: map[string]any{"@color": "it's red", "size": int64(3), "big": true, "w": 1.5, "at": when}},
 		},
 		{
 			name: "correlation filter",
@@ -79,7 +80,7 @@ func TestRuleKindsRoundTrip(t *testing.T) {
 		{
 			name: "sql action with parameters", filter: &admin.FalseFilter{},
 			action: &admin.SQLAction{Expression: "SET prio = @p", Parameters: map[string]any{"p": int64(5)}},
-			stored: broker.Rule{FilterType: broker.FilterFalse, ActionSQLExpression: "SET prio = 5"},
+			stored: broker.Rule{FilterType: broker.FilterFalse, ActionSQLExpression: "SET prio = @p", ActionParameters: map[string]any{"p": int64(5)}},
 		},
 	}
 	for _, tt := range tests {
@@ -292,4 +293,73 @@ func TestRuleXMLHasTypedFilterAndAction(t *testing.T) {
 	require.Contains(t, body, `<Filter i:type="TrueFilter">`)
 	require.Contains(t, body, `<Action i:type="EmptyRuleAction">`)
 	require.True(t, strings.Contains(body, `xmlns:i="http://www.w3.org/2001/XMLSchema-instance"`))
+}
+
+// TestInvalidSQLIsRefusedWithItsPosition: a SQL filter or action the broker cannot
+// compile is a 400 whose detail names where the expression goes wrong, and nothing is
+// created.
+func TestInvalidSQLIsRefusedWithItsPosition(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	topicWithSub(t, tb)
+	c := ctx(t)
+	tests := []struct {
+		name string
+		call func() error
+		// where is the position the detail must name.
+		where string
+	}{
+		{"rule filter", func() error {
+			_, err := tb.client.CreateRule(c, "t", "s", &admin.CreateRuleOptions{Name: ptr("bad"), Filter: &admin.SQLFilter{Expression: "a = = 1"}})
+			return err
+		}, "line 1, column 5"},
+		{"rule action", func() error {
+			_, err := tb.client.CreateRule(c, "t", "s", &admin.CreateRuleOptions{Name: ptr("bad"), Filter: &admin.TrueFilter{},
+				Action: &admin.SQLAction{Expression: "SET x = 1 +"}})
+			return err
+		}, "line 1, column 12"},
+		{"rule update", func() error {
+			_, err := tb.client.UpdateRule(c, "t", "s", admin.RuleProperties{Name: "$Default", Filter: &admin.SQLFilter{Expression: "a >\n (1"}})
+			return err
+		}, "line 2, column 4"},
+		{"subscription default rule", func() error {
+			_, err := tb.client.CreateSubscription(c, "t", "bad", &admin.CreateSubscriptionOptions{Properties: &admin.SubscriptionProperties{
+				DefaultRule: &admin.RuleProperties{Name: "r", Filter: &admin.SQLFilter{Expression: "EXISTS(user.x AND"}},
+			}})
+			return err
+		}, "line 1, column 15"},
+	}
+	for _, tt := range tests {
+		err := tt.call()
+		requireStatus(t, err, http.StatusBadRequest)
+		require.Contains(t, err.Error(), tt.where, tt.name)
+	}
+	rules, err := tb.b.ListRules("t", "s")
+	require.NoError(t, err)
+	require.Len(t, rules, 1)
+	require.Equal(t, broker.FilterTrue, rules[0].FilterType, "the failed update left $Default alone")
+	_, err = tb.b.GetSubscription("t", "bad")
+	require.ErrorIs(t, err, broker.ErrNotFound)
+}
+
+// TestRuleParametersChangedOutsideTheAPI: when the broker's rule no longer has the
+// parameters written through the API, reads show the broker's values.
+func TestRuleParametersChangedOutsideTheAPI(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	topicWithSub(t, tb)
+	c := ctx(t)
+	filter := &admin.SQLFilter{Expression: "n > @min", Parameters: map[string]any{"@min": int64(5)}}
+	_, err := tb.client.CreateRule(c, "t", "s", &admin.CreateRuleOptions{Name: ptr("r"), Filter: filter})
+	require.NoError(t, err)
+	got, err := tb.client.GetRule(c, "t", "s", "r", nil)
+	require.NoError(t, err)
+	require.Equal(t, filter, got.Filter)
+
+	require.NoError(t, tb.b.UpdateRule("t", "s", broker.Rule{
+		Name: "r", FilterType: broker.FilterSQL, SQLExpression: "n > @min", SQLParameters: map[string]any{"@min": int64(9)},
+	}))
+	got, err = tb.client.GetRule(c, "t", "s", "r", nil)
+	require.NoError(t, err)
+	require.Equal(t, &admin.SQLFilter{Expression: "n > @min", Parameters: map[string]any{"@min": int64(9)}}, got.Filter)
 }

@@ -146,7 +146,7 @@ func TestSubscriptionLifecycle(t *testing.T) {
 		MaxDeliveryCount:                                ptr[int32](4),
 		Status:                                          ptr(admin.EntityStatusActive),
 		AutoDeleteOnIdle:                                ptr("PT10M"),
-		ForwardDeadLetteredMessagesTo:                   ptr("fwd"),
+		ForwardDeadLetteredMessagesTo:                   ptr("sb://" + tb.srv.Listener.Addr().String() + "/fwd"),
 		EnableBatchedOperations:                         ptr(false),
 		UserMetadata:                                    ptr("sub meta"),
 	}

@@ -3,7 +3,9 @@
 // with their transfer windows, links with credit, multi-frame transfers in both
 // directions and settlement. On top of that it serves the Service Bus nodes the
 // azservicebus SDK talks to: entity links (senders and peek-lock /
-// receive-and-delete receivers, session receivers), the $cbs node (put-token
+// receive-and-delete receivers, session receivers; receivers also on the
+// subqueues "<entity>/$DeadLetterQueue" and "<entity>/$Transfer/$DeadLetterQueue",
+// the SDK's SubQueueDeadLetter and SubQueueTransfer), the $cbs node (put-token
 // with shared access signature checks) and the $management request/response
 // node.
 //

@@ -207,8 +207,9 @@ func (s *Server) takeMgmtFailure() bool {
 	}
 }
 
-// ExpireMessageLock expires the message lock token wherever it is held, as if
-// its time ran out. broker.ErrLockLost if no entity holds it.
+// ExpireMessageLock expires the message lock token wherever it is held (an
+// entity, its dead-letter queue or its transfer dead-letter queue), as if its
+// time ran out. broker.ErrLockLost if no entity holds it.
 func (s *Server) ExpireMessageLock(token amqp.UUID) error {
 	b := s.cfg.Broker
 	var paths []string
@@ -225,7 +226,7 @@ func (s *Server) ExpireMessageLock(token amqp.UUID) error {
 		}
 	}
 	for _, p := range paths {
-		for _, addr := range []string{p, p + "/$DeadLetterQueue"} {
+		for _, addr := range []string{p, p + "/$DeadLetterQueue", p + "/$Transfer/$DeadLetterQueue"} {
 			e, err := b.Lookup(addr)
 			if err != nil {
 				continue
