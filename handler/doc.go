@@ -6,6 +6,9 @@
 //   - log: writes one JSON object per handled message to an io.Writer (stdout in the worker).
 //   - noop: accepts every message and does nothing (useful for load tests).
 //   - http: POSTs each message body to a URL and fails on a non-2xx answer.
+//   - journal: records each message in a table in the state store's transaction (exactly-once
+//     effects). The store provides it through Options.Journal, because it must write through the
+//     store's transaction; this package only registers the name.
 //
 // [New] builds a handler by name, as the worker's SEQBUS_HANDLER setting does.
 //

@@ -115,6 +115,8 @@ func TestRegistry(t *testing.T) {
 		{name: "http", opts: handler.Options{URL: "http://127.0.0.1:1/x"}},
 		{name: "http", wantErr: "URL is required"},
 		{name: "kafka", wantErr: `unknown handler "kafka"`},
+		{name: "journal", wantErr: "needs a transactional state store"},
+		{name: "journal", opts: handler.Options{Journal: sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+tt.wantErr, func(t *testing.T) {
@@ -128,7 +130,7 @@ func TestRegistry(t *testing.T) {
 			require.NotNil(t, h)
 		})
 	}
-	require.Equal(t, []string{"http", "log", "noop"}, handler.Names())
+	require.Equal(t, []string{"http", "journal", "log", "noop"}, handler.Names())
 	require.True(t, handler.Known("log"))
 	require.False(t, handler.Known("nope"))
 }

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,9 @@ type Options struct {
 	URL string
 	// Timeout bounds each http request.
 	Timeout time.Duration
+	// Journal is the journal handler, which the state store provides because it writes in the
+	// store's own transaction (the postgres store's TxStore.Journal). Required by "journal".
+	Journal sequencer.Handler
 }
 
 // factory builds a handler from Options.
@@ -41,7 +45,17 @@ var registry = map[string]factory{
 	"http": func(o Options) (sequencer.Handler, error) {
 		return NewHTTP(HTTPConfig{URL: o.URL, Timeout: o.Timeout})
 	},
+	"journal": func(o Options) (sequencer.Handler, error) {
+		if o.Journal == nil {
+			return nil, ErrNoJournal
+		}
+		return o.Journal, nil
+	},
 }
+
+// ErrNoJournal is returned by New("journal") when Options.Journal is not set: the journal handler
+// writes through the state store's transaction, so only a transactional store can provide it.
+var ErrNoJournal = errors.New("the journal handler needs a transactional state store (postgres)")
 
 // Names returns the registered handler names, sorted.
 func Names() []string {

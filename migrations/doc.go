@@ -12,6 +12,12 @@
 // queue behind each other and apply each migration exactly once. The tables live in the
 // connection's search_path (the first schema in it).
 //
+// # Files
+//
+//   - 001_session_state: seqbus_session_state, the postgres state store's table.
+//   - 002_journal: seqbus_journal, the journal handler's table (one row per handled message,
+//     primary key (entity, session_id, sequence)).
+//
 // Down rolls back one migration unless told otherwise; Status lists every known migration and
 // whether it is applied.
 //

@@ -28,10 +28,13 @@ type cli struct {
 	stdout, stderr io.Writer
 	// signals delivers shutdown signals (SIGINT, SIGTERM in production).
 	signals func() (<-chan os.Signal, func())
+	// exit ends the process at once, without deferred cleanup (os.Exit in production); only the
+	// SEQBUS_TEST_CRASH_BEFORE_COMMIT test hook calls it.
+	exit func(code int)
 }
 
 func newCLI(stdout, stderr io.Writer) *cli {
-	return &cli{stdout: stdout, stderr: stderr, signals: osSignals}
+	return &cli{stdout: stdout, stderr: stderr, signals: osSignals, exit: os.Exit}
 }
 
 func osSignals() (<-chan os.Signal, func()) {

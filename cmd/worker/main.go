@@ -25,11 +25,17 @@
 //	SEQBUS_POISON_POLICY            park (default), skip or block
 //	SEQBUS_MAX_HANDLER_ATTEMPTS     handler calls before the poison policy applies (default 5)
 //	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are looked for (default 30s)
-//	SEQBUS_HANDLER                  log (default), noop or http
+//	SEQBUS_HANDLER                  log (default), noop, http, or journal (postgres store only:
+//	                                inserts each message into seqbus_journal in the same
+//	                                transaction as the state advance, exactly-once effects)
 //	SEQBUS_HANDLER_URL              target of the http handler
 //	SEQBUS_HANDLER_TIMEOUT          bound on one handler call (default 30s)
 //	SEQBUS_LOG_LEVEL                debug, info (default), warn, error
 //	SEQBUS_SHUTDOWN_TIMEOUT         graceful stop bound (default 30s)
+//
+// Test hook (ignored unless set): SEQBUS_TEST_CRASH_BEFORE_COMMIT=n makes the process exit
+// abruptly (code 137, no cleanup) after the handler ran for the n-th message, before the state
+// advance commits.
 //
 // An invalid setting stops the worker at start with a message naming the variable.
 package main

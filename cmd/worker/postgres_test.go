@@ -38,12 +38,15 @@ func TestPostgresMigrateAndRun(t *testing.T) {
 		return out.String()
 	}
 	require.Contains(t, migrate("status"), "false")
-	require.Contains(t, migrate("up"), "UP 001_")
+	up := migrate("up")
+	require.Contains(t, up, "UP 001_session_state")
+	require.Contains(t, up, "UP 002_journal")
 	require.Contains(t, migrate("up"), "nothing to do")
 	st := migrate("status")
 	require.Contains(t, st, "001")
 	require.Contains(t, st, "true")
-	require.Contains(t, migrate("down"), "DOWN 001_")
+	require.Contains(t, migrate("down"), "DOWN 002_journal", "down rolls back one step")
+	require.Contains(t, migrate("down"), "DOWN 001_session_state")
 
 	// The worker migrates on start and keeps its state in Postgres.
 	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
@@ -58,6 +59,7 @@ func (c *cli) runWorker(ctx context.Context) error {
 	}
 
 	var store sequencer.StateStore
+	var journal sequencer.Handler      // the journal handler, from the transactional postgres store
 	var lister sbadapter.SessionLister // finds stranded sessions for the sweeper
 	switch cfg.StateStore {
 	case workerconfig.StateStorePostgres:
@@ -84,6 +86,12 @@ func (c *cli) runWorker(ctx context.Context) error {
 			return err
 		}
 		store = pg
+		if cfg.Handler == workerconfig.HandlerJournal {
+			// The journal writes in the state's transaction: the engine then runs handler and
+			// save through TxStore.SaveWith (exactly-once effects).
+			tx := pg.Transactional()
+			store, journal = tx, tx.Journal()
+		}
 		lister = sbadapter.SessionListerFunc(func(ctx context.Context) ([]string, error) {
 			return pg.ListStranded(ctx, pg.Entity(), 100)
 		})
@@ -96,9 +104,13 @@ func (c *cli) runWorker(ctx context.Context) error {
 		}
 	}
 
-	h, err := handler.New(cfg.Handler, handler.Options{Out: c.stdout, URL: cfg.HandlerURL, Timeout: cfg.HandlerTimeout})
+	h, err := handler.New(cfg.Handler, handler.Options{Out: c.stdout, URL: cfg.HandlerURL, Timeout: cfg.HandlerTimeout, Journal: journal})
 	if err != nil {
 		return fmt.Errorf("SEQBUS_HANDLER: %w", err)
+	}
+	if cfg.TestCrashBeforeCommit > 0 {
+		logger.WarnContext(ctx, "worker: test hook armed: exiting abruptly before a commit", slog.Int("after_message", cfg.TestCrashBeforeCommit))
+		h = crashAfter(h, cfg.TestCrashBeforeCommit, c.exit)
 	}
 	metrics := &handler.Metrics{}
 	h = handler.Chain(h, metrics.Middleware(), handler.WithRecover(logger), handler.WithTimeout(cfg.HandlerTimeout))
@@ -108,6 +120,22 @@ func (c *cli) runWorker(ctx context.Context) error {
 		return err
 	}
 	return c.serve(ctx, runner, lister, cfg, logger, metrics)
+}
+
+// crashAfter is the SEQBUS_TEST_CRASH_BEFORE_COMMIT test hook: it calls exit(137) right after h
+// succeeded for the n-th time. The handler runs before the state is saved (inside the transaction
+// with the journal handler), so the process dies with that message handled but not committed.
+func crashAfter(h sequencer.Handler, n int, exit func(code int)) sequencer.Handler {
+	var calls atomic.Int64
+	return sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+		if err := h.Handle(ctx, m); err != nil {
+			return err
+		}
+		if calls.Add(1) == int64(n) {
+			exit(137)
+		}
+		return nil
+	})
 }
 
 // newServiceBusClient connects with the connection string, or with Entra ID on the namespace.

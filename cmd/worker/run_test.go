@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/sequencer"
 )
 
 type syncBuffer struct {
@@ -206,4 +208,28 @@ func TestRunFailsFastOnUnreachableDatabase(t *testing.T) {
 	require.Equal(t, 1, c.run(ctx, nil))
 	require.Contains(t, errOut.String(), "SEQBUS_DATABASE_URL: reach postgres://app:REDACTED@127.0.0.1:1/seqbus")
 	require.NotContains(t, errOut.String(), "hunter2")
+}
+
+func TestCrashAfterExitsOnTheNthHandledMessage(t *testing.T) {
+	t.Parallel()
+	var exits []int
+	failNext := false
+	inner := sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error {
+		if failNext {
+			failNext = false
+			return errors.New("handler failed")
+		}
+		return nil
+	})
+	h := crashAfter(inner, 3, func(code int) { exits = append(exits, code) })
+	ctx := context.Background()
+	require.NoError(t, h.Handle(ctx, &sequencer.Message{}))
+	failNext = true
+	require.Error(t, h.Handle(ctx, &sequencer.Message{}), "a failed call does not count")
+	require.NoError(t, h.Handle(ctx, &sequencer.Message{}))
+	require.Empty(t, exits)
+	require.NoError(t, h.Handle(ctx, &sequencer.Message{}))
+	require.Equal(t, []int{137}, exits)
+	require.NoError(t, h.Handle(ctx, &sequencer.Message{}))
+	require.Equal(t, []int{137}, exits, "only the n-th call exits")
 }

@@ -70,7 +70,15 @@ type Config struct {
 
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s"`
+
+	// TestCrashBeforeCommit is a test hook, ignored unless set (0): the worker exits abruptly
+	// (exit code 137, no cleanup) after the handler ran for the n-th message, before the state
+	// advance commits. The end-to-end tests use it to crash inside the journal transaction.
+	TestCrashBeforeCommit int `envconfig:"TEST_CRASH_BEFORE_COMMIT"`
 }
+
+// HandlerJournal is the handler that writes in the postgres store's transaction.
+const HandlerJournal = "journal"
 
 // Load reads the configuration from the environment and validates it. handlers lists the
 // handler names the binary knows (for SEQBUS_HANDLER).
@@ -173,6 +181,12 @@ func (c *Config) Validate(handlers []string) error {
 			bad("HANDLER_URL", "%q is not an http(s) URL", c.HandlerURL)
 		}
 	}
+	if c.Handler == HandlerJournal && c.StateStore != StateStorePostgres {
+		bad("HANDLER", "journal requires SEQBUS_STATE_STORE=postgres (it writes in the state store's transaction)")
+	}
+	if c.TestCrashBeforeCommit < 0 {
+		bad("TEST_CRASH_BEFORE_COMMIT", "must not be negative, got %d", c.TestCrashBeforeCommit)
+	}
 	if c.HandlerTimeout <= 0 {
 		bad("HANDLER_TIMEOUT", "must be positive, got %s", c.HandlerTimeout)
 	}
@@ -224,6 +238,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("log_level", c.LogLevel),
 		slog.Duration("shutdown_timeout", c.ShutdownTimeout),
 	}
+	if c.TestCrashBeforeCommit > 0 {
+		attrs = append(attrs, slog.Int("test_crash_before_commit", c.TestCrashBeforeCommit))
+	}
 	return slog.GroupValue(attrs...)
 }
 
@@ -232,7 +249,13 @@ func (c Config) String() string { return c.LogValue().String() }
 
 const redacted = "REDACTED"
 
-var secretKV = regexp.MustCompile(`(?i)((?:SharedAccessKey|SharedAccessSignature|password)\s*=\s*)('[^']*'|[^;\s]*)`)
+var (
+	// secretKV matches the secret values of a Service Bus connection string: a value runs to
+	// the next ';' (a SharedAccessSignature value contains spaces and '&').
+	secretKV = regexp.MustCompile(`(?i)((?:SharedAccessKey|SharedAccessSignature)\s*=\s*)('[^']*'|[^;]*)`)
+	// passwordKV matches the password of a keyword/value Postgres DSN, whose values end at a space.
+	passwordKV = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|[^;\s]*)`)
+)
 
 // RedactConnectionString hides the SharedAccessKey and SharedAccessSignature values of a Service
 // Bus connection string.
@@ -257,7 +280,7 @@ func RedactDatabaseURL(s string) string {
 		}
 		return u.String()
 	}
-	return secretKV.ReplaceAllString(s, "${1}"+redacted)
+	return passwordKV.ReplaceAllString(s, "${1}"+redacted)
 }
 
 func checkConnectionString(s string) error {

@@ -12,7 +12,7 @@ import (
 
 const testConn = "Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=s3cr3tKey==;UseDevelopmentEmulator=true"
 
-var handlers = []string{"http", "log", "noop"}
+var handlers = []string{"http", "journal", "log", "noop"}
 
 func valid() Config {
 	return Config{
@@ -48,6 +48,9 @@ func TestValidate(t *testing.T) {
 		}, ""},
 		{"postgres keyword dsn", func(c *Config) { c.StateStore, c.DatabaseURL = "postgres", "host=localhost dbname=x" }, ""},
 		{"http handler", func(c *Config) { c.Handler, c.HandlerURL = "http", "https://example.com/hook" }, ""},
+		{"journal handler", func(c *Config) {
+			c.Handler, c.StateStore, c.DatabaseURL = "journal", "postgres", "postgres://u:p@localhost/seqbus"
+		}, ""},
 		{"log level upper case", func(c *Config) { c.LogLevel = "DEBUG" }, ""},
 
 		{"no credentials", func(c *Config) { c.ConnectionString = "" }, "SEQBUS_CONNECTION_STRING: set it"},
@@ -72,7 +75,9 @@ func TestValidate(t *testing.T) {
 		{"empty last property", func(c *Config) { c.LastProperty = "" }, "SEQBUS_LAST_PROPERTY: must not be empty"},
 		{"same properties", func(c *Config) { c.LastProperty = "Sequence" }, "SEQBUS_LAST_PROPERTY: must differ"},
 		{"unknown poison policy", func(c *Config) { c.PoisonPolicy = "ignore" }, `SEQBUS_POISON_POLICY: "ignore" is not one of`},
-		{"unknown handler", func(c *Config) { c.Handler = "kafka" }, `SEQBUS_HANDLER: "kafka" is not one of http, log, noop`},
+		{"unknown handler", func(c *Config) { c.Handler = "kafka" }, `SEQBUS_HANDLER: "kafka" is not one of http, journal, log, noop`},
+		{"journal without postgres", func(c *Config) { c.Handler = "journal" }, "SEQBUS_HANDLER: journal requires SEQBUS_STATE_STORE=postgres"},
+		{"negative crash hook", func(c *Config) { c.TestCrashBeforeCommit = -1 }, "SEQBUS_TEST_CRASH_BEFORE_COMMIT"},
 		{"http without url", func(c *Config) { c.Handler = "http" }, "SEQBUS_HANDLER_URL: required"},
 		{"http with bad url", func(c *Config) { c.Handler, c.HandlerURL = "http", "ftp://x" }, "SEQBUS_HANDLER_URL: \"ftp://x\" is not"},
 		{"zero handler timeout", func(c *Config) { c.HandlerTimeout = 0 }, "SEQBUS_HANDLER_TIMEOUT"},
@@ -114,7 +119,7 @@ func TestRedact(t *testing.T) {
 		redact         func(string) string
 	}{
 		{"sas key", testConn, "Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=REDACTED;UseDevelopmentEmulator=true", RedactConnectionString},
-		{"sas signature", "Endpoint=sb://x/;SharedAccessSignature=SharedAccessSignature sr=a&sig=b", "Endpoint=sb://x/;SharedAccessSignature=REDACTED sr=a&sig=b", RedactConnectionString},
+		{"sas signature", "Endpoint=sb://x/;SharedAccessSignature=SharedAccessSignature sr=a&sig=b", "Endpoint=sb://x/;SharedAccessSignature=REDACTED", RedactConnectionString},
 		{"empty", "", "", RedactConnectionString},
 		{"url password", "postgres://app:hunter2@db:5432/seqbus?sslmode=disable", "postgres://app:REDACTED@db:5432/seqbus?sslmode=disable", RedactDatabaseURL},
 		{"url without password", "postgres://app@db/seqbus", "postgres://app@db/seqbus", RedactDatabaseURL},

@@ -21,6 +21,9 @@
 // to the same database through that transaction gets exactly-once effects: on a handler error,
 // a version conflict, a panic or a cancelled context nothing is committed.
 //
+// [TxStore.Journal] is such a handler, ready to use: it inserts each message into seqbus_journal
+// (migration 002) through the transaction, so the journal holds every sequence exactly once.
+//
 // # Errors
 //
 // pgx errors are translated at this edge: conflicts become sequencer.ErrVersionConflict, context

@@ -32,4 +32,10 @@ LIMIT $2`
 
 	sqlPurgeTombstones = `DELETE FROM seqbus_session_state
 WHERE entity = $1 AND ended_at IS NOT NULL AND ended_at < $2`
+
+	// sqlJournalInsert records one handled message for the journal handler (seqbus_journal,
+	// migration 002). A second row for the same sequence violates the primary key: the journal
+	// never hides a repeated effect.
+	sqlJournalInsert = `INSERT INTO seqbus_journal (entity, session_id, sequence, message_id, body, handled_at)
+VALUES ($1, $2, $3, $4, $5, clock_timestamp())`
 )
