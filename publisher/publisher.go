@@ -80,23 +80,16 @@ type Published struct {
 
 // Publish sets the message's session id (unless it already has one) and, for a message
 // with a session, its Sequence (unless already set, so that retrying the same message
-// keeps its number) and IsLast properties, then sends it. msg.ApplicationProperties
-// must carry what the strategy needs (ErrNoSessionKey otherwise).
+// keeps its number; any Go integer type counts) and IsLast properties, then sends it.
+// A message without a session id must carry the application properties the strategy
+// needs (ErrNoSessionKey otherwise); a message with one is sent under it and the
+// strategy is not consulted.
 func (p *Publisher) Publish(ctx context.Context, msg *azservicebus.Message, opts *PublishOptions) (Published, error) {
 	if opts == nil {
 		opts = &PublishOptions{}
 	}
-	id, ok, err := p.cfg.Strategy.SessionID(msg.ApplicationProperties)
+	id, err := p.sessionID(msg)
 	if err != nil {
-		return Published{}, fmt.Errorf("publisher: session id: %w", err)
-	}
-	if !ok {
-		return Published{}, fmt.Errorf("%w (application properties %v)", ErrNoSessionKey, keys(msg.ApplicationProperties))
-	}
-	if msg.SessionID != nil && *msg.SessionID != "" {
-		id = *msg.SessionID
-	}
-	if err := checkLength(id); err != nil {
 		return Published{}, err
 	}
 	var res Published
@@ -104,7 +97,7 @@ func (p *Publisher) Publish(ctx context.Context, msg *azservicebus.Message, opts
 		if msg.ApplicationProperties == nil {
 			msg.ApplicationProperties = map[string]any{}
 		}
-		seq, has := msg.ApplicationProperties[p.cfg.SequenceProperty].(int64)
+		seq, has := asInt64(msg.ApplicationProperties[p.cfg.SequenceProperty])
 		if !has {
 			if seq, err = p.cfg.Counter.Next(ctx, id); err != nil {
 				return Published{}, fmt.Errorf("publisher: session %s: next sequence: %w", id, err)
@@ -126,6 +119,51 @@ func (p *Publisher) Publish(ctx context.Context, msg *azservicebus.Message, opts
 		}
 	}
 	return res, nil
+}
+
+// sessionID is the message's own session id when it has one (the strategy is not
+// consulted then), or the strategy's.
+func (p *Publisher) sessionID(msg *azservicebus.Message) (string, error) {
+	id := ""
+	if msg.SessionID != nil && *msg.SessionID != "" {
+		id = *msg.SessionID
+	} else {
+		sid, ok, err := p.cfg.Strategy.SessionID(msg.ApplicationProperties)
+		if err != nil {
+			return "", fmt.Errorf("publisher: session id: %w", err)
+		}
+		if !ok {
+			return "", fmt.Errorf("%w (application properties %v)", ErrNoSessionKey, keys(msg.ApplicationProperties))
+		}
+		id = sid
+	}
+	if err := checkLength(id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// asInt64 reads a Sequence property the caller set, of any Go integer type.
+func asInt64(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int8:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint8:
+		return int64(x), true
+	}
+	return 0, false
 }
 
 func keys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }

@@ -208,3 +208,34 @@ func TestNoneSendsWithoutSessionOrSequence(t *testing.T) {
 	require.Nil(t, rec.sent[0].SessionID)
 	require.Empty(t, rec.sent[0].ApplicationProperties)
 }
+
+// TestOwnSessionIDAndSequenceAreKept: a message that already carries its session id is
+// sent under it even when it lacks the strategy's properties, and a Sequence the caller
+// set as a plain Go int is neither replaced nor counted.
+func TestOwnSessionIDAndSequenceAreKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := &recorder{}
+	p, err := publisher.New(rec, &publisher.Config{Strategy: publisher.Gjura()})
+	require.NoError(t, err)
+
+	own := "order-42"
+	m := msg(map[string]any{"Kind": "created"})
+	m.SessionID = &own
+	res, err := p.Publish(ctx, m, nil)
+	require.NoError(t, err)
+	require.Equal(t, publisher.Published{SessionID: "order-42", Sequence: 1}, res)
+
+	m = msg(map[string]any{"Sequence": 7})
+	m.SessionID = &own
+	res, err = p.Publish(ctx, m, nil)
+	require.NoError(t, err)
+	require.Equal(t, publisher.Published{SessionID: "order-42", Sequence: 7}, res)
+	require.Equal(t, 7, rec.sent[1].ApplicationProperties["Sequence"])
+
+	m = msg(nil)
+	m.SessionID = &own
+	res, err = p.Publish(ctx, m, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.Sequence, "the caller's own number did not use up one of the counter's")
+}

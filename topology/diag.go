@@ -93,6 +93,17 @@ func (d *diags) warnf(src Source, key, format string, args ...any) {
 	d.at(SeverityWarning, src, key, format, args...)
 }
 
+// errors counts the errors collected so far.
+func (d *diags) errors() int {
+	n := 0
+	for _, x := range d.list {
+		if x.Severity == SeverityError {
+			n++
+		}
+	}
+	return n
+}
+
 // split returns the errors (as an Errors, nil when none) and the warnings.
 func (d *diags) split() (error, []Diagnostic) {
 	var errs Errors

@@ -220,6 +220,34 @@ func TestInvalidFiles(t *testing.T) {
 	}
 }
 
+// TestSequencedErrorsPointAtTheUsersField: a sequenced block's own filter that does not
+// compile is reported once, at the filter field and with the position in what the user
+// wrote, not once per source topic at the generated rule; a block already in error adds
+// no follow-on errors about the rules it would generate.
+func TestSequencedErrorsPointAtTheUsersField(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		file string
+		want string // the whole error
+	}{
+		{"bad filter", "sequenced:\n  - name: s\n    sources: [a, b]\n    filter: \"x = \"\n" +
+			"    sessionId: {strategy: composite, properties: [{name: K, maxLength: 9}]}\n",
+			"bad.yaml:4:5: sequenced[0].filter: filter does not compile: 1:5: expected expression after '=', found EOF"},
+		{"composite without properties", "sequenced:\n  - name: s\n    sources: [a, b]\n" +
+			"    sessionId: {strategy: composite, properties: []}\n",
+			"bad.yaml:4:38: sequenced[0].sessionId.properties: strategy composite needs at least one property"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := topology.Load("bad.yaml", []byte(tt.file))
+			require.ErrorIs(t, err, topology.ErrInvalid)
+			require.Equal(t, tt.want, err.Error())
+		})
+	}
+}
+
 func TestAnchorsAndAliases(t *testing.T) {
 	t.Parallel()
 	file := `

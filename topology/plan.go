@@ -155,12 +155,16 @@ func Fetch(ctx context.Context, a Admin, want *Namespace) (*Namespace, error) {
 }
 
 // Diff returns the changes that make live equal to want, in the order Apply makes them:
-// topics, queues (forwarding targets first), subscriptions, rules, then deletions
+// topics, queues (forwarding targets first), replaced topics (recreated with their
+// subscriptions), subscriptions, rules, then deletions
 // (rules, subscriptions, queues and topics the file does not declare). Only the
 // properties want sets are compared.
 func Diff(want, live *Namespace) *Plan {
 	p := &Plan{}
-	recreated := map[string]bool{} // topics created or replaced with their subscriptions
+	recreated := map[string]bool{} // topics replaced with their subscriptions
+	// A replaced topic is recreated with its subscriptions in one step, which comes
+	// after the queues their subscriptions may forward to.
+	var replaces []Change
 	for _, t := range want.Topics {
 		lt := live.Topic(t.Name)
 		switch {
@@ -168,10 +172,11 @@ func Diff(want, live *Namespace) *Plan {
 			p.Changes = append(p.Changes, Change{Op: OpCreate, Kind: KindTopic, Name: t.Name, TopicEntity: t})
 		default:
 			fields, replace := diffProps(t.Props, lt.Props)
-			if replace {
+			switch op := changeOp(fields, replace); op {
+			case OpReplace:
 				recreated[strings.ToLower(t.Name)] = true
-			}
-			if op := changeOp(fields, replace); op != "" {
+				replaces = append(replaces, Change{Op: op, Kind: KindTopic, Name: t.Name, Fields: fields, TopicEntity: t})
+			case OpUpdate:
 				p.Changes = append(p.Changes, Change{Op: op, Kind: KindTopic, Name: t.Name, Fields: fields, TopicEntity: t})
 			}
 		}
@@ -188,6 +193,7 @@ func Diff(want, live *Namespace) *Plan {
 			}
 		}
 	}
+	p.Changes = append(p.Changes, replaces...)
 	var ruleChanges, deletes []Change
 	for _, t := range want.Topics {
 		if recreated[strings.ToLower(t.Name)] {

@@ -231,3 +231,31 @@ func TestApplyHonoursCancellation(t *testing.T) {
 	require.True(t, errors.Is(err, context.Canceled))
 	require.Zero(t, fake.Writes())
 }
+
+// A replaced topic is recreated with its subscriptions in one step; that step comes
+// after the queues are created, so a subscription may forward to a queue that is new in
+// the same file.
+func TestReplacedTopicsSubscriptionForwardsToANewQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fake := topologytest.NewFake()
+	_, err := topology.Apply(ctx, fake, plan(t, fake, load(t, "topics: [{name: t, requiresDuplicateDetection: false}]\n")), nil)
+	require.NoError(t, err)
+
+	want := load(t, `
+queues: [{name: audit}]
+topics:
+  - name: t
+    requiresDuplicateDetection: true
+    subscriptions: [{name: s, forwardTo: audit}]
+`)
+	p := plan(t, fake, want)
+	var kinds []string
+	for _, c := range p.Changes {
+		kinds = append(kinds, string(c.Op)+" "+c.Path())
+	}
+	require.Equal(t, []string{"create audit", "replace t"}, kinds)
+	_, err = topology.Apply(ctx, fake, p, &topology.ApplyOptions{Prune: true})
+	require.NoError(t, err)
+	require.True(t, plan(t, fake, want).Empty())
+}

@@ -49,6 +49,9 @@
 //   - Lists return at most $top entries (default 100) after skipping $skip.
 //   - A subscription created without a DefaultRuleDescription gets the $Default TrueFilter
 //     rule; rule responses always carry a typed Filter and Action (EmptyRuleAction).
+//   - DeadLetteringOnFilterEvaluationExceptions defaults to true and reaches the broker
+//     (a message whose rule fails to evaluate is dead-lettered in the subscription).
+//   - RequiresSession and RequiresDuplicateDetection cannot change on update (400).
 //
 // # Imports
 //

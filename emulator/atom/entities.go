@@ -33,16 +33,15 @@ const (
 type entityExtras struct {
 	// entity is the broker entity these extras belong to, so that they never apply to
 	// another entity of the same name created later (from a config file, say).
-	entity                     *broker.Entity
-	maxSizeMB                  int32
-	batched                    bool
-	autoDeleteOnIdle           time.Duration // 0: never
-	partitioning               bool
-	supportOrdering            bool
-	userMetadata               *string
-	maxMessageSizeKB           int64
-	deadLetterOnFilterEvalExcp bool
-	authorizationRules         []byte
+	entity             *broker.Entity
+	maxSizeMB          int32
+	batched            bool
+	autoDeleteOnIdle   time.Duration // 0: never
+	partitioning       bool
+	supportOrdering    bool
+	userMetadata       *string
+	maxMessageSizeKB   int64
+	authorizationRules []byte
 	// forwardTo and forwardDLQTo are ForwardTo and ForwardDeadLetteredMessagesTo as
 	// the client wrote them (the broker keeps the entity name).
 	forwardTo, forwardDLQTo string
@@ -419,6 +418,8 @@ func (h *handler) toProperties(kind broker.EntityKind, path string, d *inDescrip
 	if kind != broker.KindSubscription {
 		if d.RequiresDuplicateDetection != nil {
 			p.RequiresDuplicateDetection = *d.RequiresDuplicateDetection
+		} else if existing != nil {
+			p.RequiresDuplicateDetection = existing.Properties.RequiresDuplicateDetection
 		}
 		if p.DuplicateDetectionHistoryTimeWindow, err = dur("DuplicateDetectionHistoryTimeWindow", d.DuplicateDetectionHistoryTimeWindow); err != nil {
 			return p, x, err
@@ -449,7 +450,7 @@ func (h *handler) toProperties(kind broker.EntityKind, path string, d *inDescrip
 		x.supportOrdering = *d.SupportOrdering
 	}
 	if kind == broker.KindSubscription && d.DeadLetteringOnFilterEvaluationExceptions != nil {
-		x.deadLetterOnFilterEvalExcp = *d.DeadLetteringOnFilterEvaluationExceptions
+		p.DropOnFilterEvaluationExceptions = !*d.DeadLetteringOnFilterEvaluationExceptions
 	}
 	if d.Status != nil {
 		switch s := broker.EntityStatus(strings.TrimSpace(*d.Status)); s {
@@ -642,7 +643,7 @@ func (h *handler) subscriptionEntry(r *http.Request, info broker.EntityInfo) out
 		RequiresSession:                  p.RequiresSession,
 		DefaultMessageTimeToLive:         formatDuration(p.DefaultMessageTimeToLive),
 		DeadLetteringOnMessageExpiration: p.DeadLetteringOnMessageExpiration,
-		DeadLetteringOnFilterEvaluationExceptions: x.deadLetterOnFilterEvalExcp,
+		DeadLetteringOnFilterEvaluationExceptions: !p.DropOnFilterEvaluationExceptions,
 		MessageCount:                  info.Counts.Total,
 		MaxDeliveryCount:              p.MaxDeliveryCount,
 		EnableBatchedOperations:       x.batched,

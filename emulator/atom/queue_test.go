@@ -307,3 +307,25 @@ func listQueueNames(t *testing.T, tb *bundle, pageSize int32) []string {
 	}
 	return names
 }
+
+// Service Bus fixes RequiresSession and RequiresDuplicateDetection when a queue is
+// created: an update that changes either is refused and changes nothing.
+func TestQueueImmutablePropertiesAreRefusedOnUpdate(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	c := ctx(t)
+	created, err := tb.client.CreateQueue(c, "q", nil)
+	require.NoError(t, err)
+	for _, change := range []func(p *admin.QueueProperties){
+		func(p *admin.QueueProperties) { p.RequiresSession = ptr(true) },
+		func(p *admin.QueueProperties) { p.RequiresDuplicateDetection = ptr(true) },
+	} {
+		p := created.QueueProperties
+		change(&p)
+		_, err = tb.client.UpdateQueue(c, "q", p, nil)
+		requireStatus(t, err, http.StatusBadRequest)
+	}
+	got, err := tb.client.GetQueue(c, "q", nil)
+	require.NoError(t, err)
+	require.Equal(t, created.QueueProperties, got.QueueProperties)
+}

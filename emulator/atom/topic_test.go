@@ -272,3 +272,35 @@ func TestListSubscriptionsPages(t *testing.T) {
 	_, err = pager.NextPage(c)
 	requireStatus(t, err, http.StatusNotFound)
 }
+
+// DeadLetteringOnFilterEvaluationExceptions defaults to true, as in Service Bus, and
+// reaches the broker: a message whose rule fails to evaluate is dead-lettered in the
+// subscription unless the client turned it off.
+func TestSubscriptionFilterEvaluationDeadLettering(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	c := ctx(t)
+	_, err := tb.client.CreateTopic(c, "t", nil)
+	require.NoError(t, err)
+	bad := &admin.CreateSubscriptionOptions{Properties: &admin.SubscriptionProperties{DefaultRule: &admin.RuleProperties{
+		Name: "bad", Filter: &admin.SQLFilter{Expression: "color * 2 = 4"},
+	}}}
+	_, err = tb.client.CreateSubscription(c, "t", "default", bad)
+	require.NoError(t, err)
+	got, err := tb.client.GetSubscription(c, "t", "default", nil)
+	require.NoError(t, err)
+	require.Equal(t, ptr(true), got.EnableDeadLetteringOnFilterEvaluationExceptions)
+
+	bad.Properties.EnableDeadLetteringOnFilterEvaluationExceptions = ptr(false)
+	_, err = tb.client.CreateSubscription(c, "t", "off", bad)
+	require.NoError(t, err)
+	got, err = tb.client.GetSubscription(c, "t", "off", nil)
+	require.NoError(t, err)
+	require.Equal(t, ptr(false), got.EnableDeadLetteringOnFilterEvaluationExceptions)
+
+	m := amqp.NewMessage([]byte("x"))
+	m.ApplicationProperties = map[string]any{"color": "red"}
+	require.NoError(t, tb.lookup(t, "t").Send(c, []*amqp.Message{m}))
+	require.Len(t, tb.lookup(t, "t/Subscriptions/default/$DeadLetterQueue").Peek(1, 10, ""), 1)
+	require.Empty(t, tb.lookup(t, "t/Subscriptions/off/$DeadLetterQueue").Peek(1, 10, ""))
+}

@@ -400,7 +400,8 @@ func (b *Broker) ListSubscriptions(topic string) ([]EntityInfo, error) {
 	return sortedInfos(t.subs), nil
 }
 
-// UpdateQueue replaces a queue's properties. RequiresSession cannot change.
+// UpdateQueue replaces a queue's properties. RequiresSession and
+// RequiresDuplicateDetection cannot change (ErrNotAllowed), as in Service Bus.
 func (b *Broker) UpdateQueue(name string, p EntityProperties) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -411,7 +412,7 @@ func (b *Broker) UpdateQueue(name string, p EntityProperties) error {
 	return q.updateLocked(p)
 }
 
-// UpdateTopic replaces a topic's properties.
+// UpdateTopic replaces a topic's properties. RequiresDuplicateDetection cannot change.
 func (b *Broker) UpdateTopic(name string, p EntityProperties) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -440,6 +441,9 @@ func (e *Entity) updateLocked(p EntityProperties) error {
 	p = p.withDefaults()
 	if e.kind != KindTopic && p.RequiresSession != e.props.RequiresSession {
 		return fmt.Errorf("update %s %q: RequiresSession cannot be changed: %w", e.kind, e.path, ErrNotAllowed)
+	}
+	if e.kind != KindSubscription && p.RequiresDuplicateDetection != e.props.RequiresDuplicateDetection {
+		return fmt.Errorf("update %s %q: RequiresDuplicateDetection cannot be changed: %w", e.kind, e.path, ErrNotAllowed)
 	}
 	if e.kind != KindTopic {
 		self := e.name

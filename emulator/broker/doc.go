@@ -50,7 +50,9 @@
 // their parameters, correlation filters comparing typed values). As Service Bus
 // documents it, all matching rules without an action yield one copy, and every
 // matching rule with an action yields a copy of its own, changed by the action and
-// carrying the application property RuleName.
+// carrying the application property RuleName. A message whose rule filter or action
+// fails to evaluate goes to the subscription's dead-letter queue with reason
+// FilterEvaluationException (or nowhere, with DropOnFilterEvaluationExceptions).
 //
 // Auto-forwarding is synchronous: a message admitted to an entity with ForwardTo moves
 // on within the same call, so TransferMessageCount is always 0. Targets must exist when

@@ -72,6 +72,11 @@ func TestEntityLifecycle(t *testing.T) {
 	send(t, q, msg("x"))
 	require.Equal(t, epoch.Add(10*time.Second), receiveOne(t, q, peekLock).LockedUntil)
 	require.ErrorIs(t, tb.b.UpdateQueue("q", broker.EntityProperties{RequiresSession: true}), broker.ErrNotAllowed)
+	// Service Bus fixes duplicate detection at creation too.
+	require.ErrorIs(t, tb.b.UpdateQueue("q", broker.EntityProperties{RequiresDuplicateDetection: true}), broker.ErrNotAllowed)
+	require.NoError(t, tb.b.CreateTopic("dd", broker.EntityProperties{RequiresDuplicateDetection: true}))
+	require.ErrorIs(t, tb.b.UpdateTopic("dd", broker.EntityProperties{}), broker.ErrNotAllowed)
+	require.NoError(t, tb.b.UpdateTopic("dd", broker.EntityProperties{RequiresDuplicateDetection: true, DuplicateDetectionHistoryTimeWindow: time.Hour}))
 
 	// Counts.
 	send(t, q, msg("y"))

@@ -537,10 +537,12 @@ func (e *Entity) scheduleTopicLocked(m incoming, at, now time.Time, hops int) in
 }
 
 // route is one copy of a topic message for one subscription, with the rule's action
-// already applied.
+// already applied. A copy with evalErr set goes to the subscription's dead-letter
+// queue: one of its rules failed to evaluate.
 type route struct {
-	sub *Entity
-	msg *amqp.Message
+	sub     *Entity
+	msg     *amqp.Message
+	evalErr string
 }
 
 // PropertyRuleName is the application property naming the rule whose action produced
@@ -550,8 +552,10 @@ const PropertyRuleName = "RuleName"
 // routeLocked evaluates every subscription's rules, as Service Bus documents it: all
 // matching rules without an action together yield one copy of the message, and each
 // matching rule with an action yields a copy of its own, changed by the action and
-// carrying the rule's name in the application property RuleName. A filter that fails
-// to evaluate counts as no match; a copy whose action fails is dropped (both logged).
+// carrying the rule's name in the application property RuleName. When a rule's filter
+// or action fails to evaluate, the subscription gets no copy from its rules: the
+// message goes to its dead-letter queue instead, or nowhere with
+// DropOnFilterEvaluationExceptions (logged either way).
 func (e *Entity) routeLocked(m *amqp.Message) []route {
 	names := make([]string, 0, len(e.subs))
 	for k := range e.subs {
@@ -561,45 +565,61 @@ func (e *Entity) routeLocked(m *amqp.Message) []route {
 	var out []route
 	for _, k := range names {
 		sub := e.subs[k]
-		plain := false
-		var acts []route
-		for _, r := range sub.rules {
-			ok, err := r.filter.Match(m)
-			if err != nil {
-				e.b.log.Warn("broker: rule filter failed; treated as no match", slog.String("subscription", sub.path),
-					slog.String("rule", r.rule.Name), slog.Any("error", err))
-				continue
-			}
-			if !ok {
-				continue
-			}
-			if r.action == nil {
-				plain = true
-				continue
-			}
-			c := cloneMessage(m, false)
-			if err := r.action.Apply(c); err != nil {
-				e.b.log.Warn("broker: rule action failed; copy not delivered", slog.String("subscription", sub.path),
-					slog.String("rule", r.rule.Name), slog.Any("error", err))
-				continue
-			}
-			if c.ApplicationProperties == nil {
-				c.ApplicationProperties = map[string]any{}
-			}
-			c.ApplicationProperties[PropertyRuleName] = r.rule.Name
-			acts = append(acts, route{sub: sub, msg: c})
+		r, err := sub.routeOneLocked(m)
+		if err == nil {
+			out = append(out, r...)
+			continue
 		}
-		if plain {
-			out = append(out, route{sub: sub, msg: cloneMessage(m, false)})
+		if sub.props.DropOnFilterEvaluationExceptions {
+			e.b.log.Warn("broker: rule evaluation failed; message dropped for the subscription",
+				slog.String("subscription", sub.path), slog.Any("error", err))
+			continue
 		}
-		out = append(out, acts...)
+		e.b.log.Warn("broker: rule evaluation failed; message dead-lettered in the subscription",
+			slog.String("subscription", sub.path), slog.Any("error", err))
+		out = append(out, route{sub: sub, msg: cloneMessage(m, false), evalErr: err.Error()})
 	}
 	return out
+}
+
+// routeOneLocked evaluates the rules of one subscription, sub, for m.
+func (sub *Entity) routeOneLocked(m *amqp.Message) ([]route, error) {
+	plain := false
+	var acts []route
+	for _, r := range sub.rules {
+		ok, err := r.filter.Match(m)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q filter: %w", r.rule.Name, err)
+		}
+		if !ok {
+			continue
+		}
+		if r.action == nil {
+			plain = true
+			continue
+		}
+		c := cloneMessage(m, false)
+		if err := r.action.Apply(c); err != nil {
+			return nil, fmt.Errorf("rule %q action: %w", r.rule.Name, err)
+		}
+		if c.ApplicationProperties == nil {
+			c.ApplicationProperties = map[string]any{}
+		}
+		c.ApplicationProperties[PropertyRuleName] = r.rule.Name
+		acts = append(acts, route{sub: sub, msg: c})
+	}
+	if plain {
+		acts = append([]route{{sub: sub, msg: cloneMessage(m, false)}}, acts...)
+	}
+	return acts, nil
 }
 
 // checkRoutesLocked refuses a direct send whose copies a subscription cannot take.
 func checkRoutesLocked(routes []route) error {
 	for _, r := range routes {
+		if r.evalErr != "" {
+			continue // dead-lettered on arrival
+		}
 		if !r.sub.props.canSend() {
 			return fmt.Errorf("subscription %q (status %s): %w", r.sub.path, r.sub.props.Status, ErrEntityDisabled)
 		}
@@ -621,6 +641,10 @@ func (e *Entity) fanOutLocked(routes []route, size int64, now time.Time, hops in
 			continue
 		}
 		r.sub.accessedAt = now
+		if r.evalErr != "" {
+			r.sub.deadLetterArrivalLocked(r.msg, size, now, hops, ReasonFilterEvaluationException, r.evalErr)
+			continue
+		}
 		if r.sub.sessions != nil {
 			if _, ok := sessionIDOf(r.msg); !ok {
 				r.sub.deadLetterArrivalLocked(r.msg, size, now, hops, ReasonSessionIDIsNull, descSessionIDIsNull)

@@ -28,6 +28,10 @@ const (
 const (
 	ReasonMaxDeliveryCountExceeded = "MaxDeliveryCountExceeded"
 	ReasonTTLExpired               = "TTLExpiredException"
+	// ReasonFilterEvaluationException is the emulator's reason for a message whose
+	// subscription rule failed to evaluate (see
+	// EntityProperties.DropOnFilterEvaluationExceptions).
+	ReasonFilterEvaluationException = "FilterEvaluationException"
 )
 
 // MessageState is the value of x-opt-message-state.

@@ -63,6 +63,12 @@ type EntityProperties struct {
 	ForwardDeadLetteredMessagesTo string
 	// Status defaults to StatusActive.
 	Status EntityStatus
+	// DropOnFilterEvaluationExceptions (subscriptions) discards a message whose rule
+	// filter or action fails to evaluate (a string multiplied by a number, say). By
+	// default such a message goes to the subscription's dead-letter queue with reason
+	// ReasonFilterEvaluationException, as in Service Bus, whose admin API calls the
+	// default DeadLetteringOnFilterEvaluationExceptions = true.
+	DropOnFilterEvaluationExceptions bool
 }
 
 // withDefaults returns p with zero fields set to the service defaults.

@@ -205,3 +205,44 @@ func TestSessionSubscriptionCheckedAfterTheAction(t *testing.T) {
 		broker.ErrNotAllowed)
 	require.Empty(t, tb.lookup(t, "t/Subscriptions/s").Peek(1, 10, ""), "a refused send delivers nothing")
 }
+
+// Service Bus moves a message whose subscription rule fails to evaluate to that
+// subscription's dead-letter queue (DeadLetteringOnFilterEvaluationExceptions, true by
+// default) or, when that is off, discards it; other subscriptions are unaffected.
+func TestRuleEvaluationFailures(t *testing.T) {
+	t.Parallel()
+	badFilter := broker.Rule{Name: "bad", FilterType: broker.FilterSQL, SQLExpression: "color * 2 = 4"}
+	badAction := broker.Rule{Name: "bad", FilterType: broker.FilterTrue, ActionSQLExpression: "SET n = color * 2"}
+	plain := broker.Rule{Name: "plain", FilterType: broker.FilterTrue}
+	tests := []struct {
+		name    string
+		rules   []broker.Rule
+		drop    bool
+		wantDLQ []string
+	}{
+		{"failing filter dead-letters", []broker.Rule{badFilter}, false, []string{"x"}},
+		{"failing action dead-letters", []broker.Rule{badAction}, false, []string{"x"}},
+		{"a matching rule beside a failing one still dead-letters once", []broker.Rule{plain, badFilter}, false, []string{"x"}},
+		{"dropped when dead-lettering is off", []broker.Rule{badFilter}, true, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t)
+			require.NoError(t, tb.b.CreateTopic("t", broker.EntityProperties{}))
+			require.NoError(t, tb.b.CreateSubscription("t", "other", broker.EntityProperties{}))
+			require.NoError(t, tb.b.CreateSubscriptionWithRules("t", "s",
+				broker.EntityProperties{DropOnFilterEvaluationExceptions: tt.drop}, tt.rules))
+			send(t, tb.lookup(t, "t"), withProps("x", map[string]any{"color": "red"}))
+
+			require.Empty(t, tb.lookup(t, "t/Subscriptions/s").Peek(1, 10, ""))
+			dlq := tb.lookup(t, "t/Subscriptions/s/$DeadLetterQueue").Peek(1, 10, "")
+			require.Equal(t, tt.wantDLQ, peekBodies(dlq))
+			for _, m := range dlq {
+				require.Equal(t, broker.ReasonFilterEvaluationException, m.ApplicationProperties[broker.PropertyDeadLetterReason])
+				require.Contains(t, m.ApplicationProperties[broker.PropertyDeadLetterErrorDescription], `rule "bad"`)
+			}
+			require.Equal(t, []string{"x"}, peekBodies(tb.lookup(t, "t/Subscriptions/other").Peek(1, 10, "")))
+		})
+	}
+}
