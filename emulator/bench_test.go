@@ -3,6 +3,7 @@ package emulator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,4 +107,61 @@ func benchmarkThroughput(b *testing.B, batchSize int) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkSessionChurnOneClient measures what a session worker pays per
+// session on a shared client: 8 goroutines on one client each accept a
+// session by name, receive and complete its one message, and close the
+// session receiver (an AMQP session, links and claims each time). One op is
+// one session.
+func BenchmarkSessionChurnOneClient(b *testing.B) {
+	const workers = 8
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
+	require.NoError(b, err)
+	defer srv.Close()
+	require.NoError(b, srv.Broker().CreateQueue("bench", broker.EntityProperties{RequiresSession: true}))
+	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
+	require.NoError(b, err)
+	defer client.Close(ctx)
+	s, err := client.NewSender("bench", nil)
+	require.NoError(b, err)
+	for n := 0; n < b.N; {
+		batch, err := s.NewMessageBatch(ctx, nil)
+		require.NoError(b, err)
+		for ; n < b.N; n++ {
+			sid := fmt.Sprintf("s%d", n)
+			if err := batch.AddMessage(&azservicebus.Message{SessionID: &sid}, nil); err != nil {
+				break
+			}
+		}
+		require.NoError(b, s.SendMessageBatch(ctx, batch, nil))
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range workers {
+		wg.Go(func() {
+			for n := next.Add(1) - 1; n < int64(b.N); n = next.Add(1) - 1 {
+				sr, err := client.AcceptSessionForQueue(ctx, "bench", fmt.Sprintf("s%d", n), nil)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				msgs, err := sr.ReceiveMessages(ctx, 1, nil)
+				if err == nil && len(msgs) == 1 {
+					err = sr.CompleteMessage(ctx, msgs[0], nil)
+				}
+				_ = sr.Close(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sessions/s")
 }

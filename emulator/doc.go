@@ -15,8 +15,10 @@
 //
 // DropConnections (TCP close: the SDK reconnects), DetachEntityLinks
 // (amqp:link:detach-forced: the SDK re-creates its links),
-// FailNextManagementCalls (503: the SDK retries), ExpireMessageLock and
-// ExpireSessionLock let tests exercise recovery paths without waiting.
+// FailNextManagementCalls (503: the SDK retries),
+// DropConnectionOnNextManagementCalls (the connection dies mid-call: the SDK
+// reconnects and repeats the call), ExpireMessageLock and ExpireSessionLock
+// let tests exercise recovery paths without waiting.
 //
 // # SDK behaviour worth knowing (azservicebus v1.11.0)
 //
@@ -29,6 +31,14 @@
 //     falls back to $management settlement, which succeeds.
 //   - Message locks survive the link and connection that received them, as on
 //     Service Bus; session locks are released when their link goes away.
+//   - When a link is detached just after a settlement went out, go-amqp may
+//     report the settlement as failed although the emulator applied it; the
+//     SDK then settles again through $management and returns CodeLockLost for
+//     a message that is gone. Treat CodeLockLost on Complete as "maybe done".
+//   - go-amqp abandons a session whose begin its context stopped before the
+//     frame was written, and later ends it on a channel the emulator never
+//     saw; the emulator ignores such an end (closing the connection, as it
+//     once did, failed every other session of the client).
 //
 // # Layering
 //

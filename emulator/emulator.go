@@ -262,6 +262,14 @@ func (s *Server) DetachEntityLinks(address string) int { return s.engine.DetachE
 // status 503 (server busy).
 func (s *Server) FailNextManagementCalls(n int) { s.engine.FailNextManagementCalls(n) }
 
+// DropConnectionOnNextManagementCalls makes the next n $management requests
+// (settling deferred messages, session state, lock renewal, peek, …) cut
+// their client's connection instead of being answered, as a network failure
+// in the middle of the call would. The request is not carried out.
+func (s *Server) DropConnectionOnNextManagementCalls(n int) {
+	s.engine.DropConnectionOnNextManagementCalls(n)
+}
+
 // ExpireMessageLock expires a message lock now, as if its time ran out: the
 // message returns to its entity with its delivery count incremented.
 func (s *Server) ExpireMessageLock(token [16]byte) error {

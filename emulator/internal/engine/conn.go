@@ -377,7 +377,21 @@ func (c *conn) handleFrame(fr amqpwire.Frame) bool {
 			return false
 		}
 		if s == nil {
-			return c.protocolErrorLocked("amqp:not-found", fmt.Sprintf("end on unknown channel %d", fr.Channel))
+			// A client abandons a session whose begin it never wrote
+			// (go-amqp: NewSession with a context that expired before its
+			// writer took the frame) and later ends it on a channel we have
+			// never seen. The client wants the channel gone and it is: no
+			// reply, since the client has no remote channel to match one
+			// to, and no connection error, which would take every other
+			// session down with it.
+			c.log.Debug("engine: end on unknown channel ignored", slog.Int("channel", int(fr.Channel)))
+			return false
+		}
+		if s.staleEnd {
+			// The client's answer to our end of the session that had this
+			// channel before (see handleBegin): not meant for this one.
+			s.staleEnd = false
+			return false
 		}
 		s.endLocked()
 		delete(c.sessions, fr.Channel)
@@ -424,8 +438,12 @@ func (c *conn) handleBegin(ch uint16, b *amqpwire.Begin) {
 	if old := c.sessions[ch]; old != nil {
 		old.endLocked()
 	}
-	delete(c.ending, ch)
 	s := newSession(c, ch, b)
+	// go-amqp frees a channel as soon as it reads our end and answers it
+	// from another goroutine, so a new begin on the channel can overtake
+	// the answering end. That end belongs to the old session.
+	s.staleEnd = c.ending[ch]
+	delete(c.ending, ch)
 	c.sessions[ch] = s
 	remote := ch
 	c.send(ch, &amqpwire.Begin{

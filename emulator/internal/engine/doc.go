@@ -9,6 +9,13 @@
 // with shared access signature checks) and the $management request/response
 // node.
 //
+// Messages are never lost between the broker and the wire: receivers lock
+// what they take from the broker (receive-and-delete ones too) and a
+// receive-and-delete message is deleted only when its delivery goes out;
+// deliveries still waiting for the client's session window when their link
+// goes away return to the entity at once. Locks of deliveries the client did
+// get outlive the link, so $management settlement works (reference §8).
+//
 // Each connection has one goroutine reading frames and one goroutine writing
 // them; receiver links have a pump goroutine that waits on the broker. One
 // mutex per connection (conn.mu) guards its sessions and links; the broker's

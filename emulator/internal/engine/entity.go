@@ -103,7 +103,10 @@ func (l *link) sendToEntityLocked(d *partialDelivery) amqpwire.DeliveryState {
 func (l *link) pump() {
 	c := l.s.c
 	defer c.wg.Done()
-	opts := broker.ReceiveOptions{Mode: l.mode, Session: l.sessionLock}
+	// Receive-and-delete links lock too: a message is deleted only once its
+	// delivery is on its way to the client (deliverLocked), so messages the
+	// link cannot deliver any more go back instead of being lost.
+	opts := broker.ReceiveOptions{Mode: broker.PeekLock, Session: l.sessionLock}
 	for {
 		c.mu.Lock()
 		for l.state == linkAttached && l.sndCredit == 0 {
@@ -147,15 +150,17 @@ func (l *link) pump() {
 // giveBack returns messages the link could not deliver.
 func (l *link) giveBack(ds []*broker.Delivery) {
 	for _, d := range ds {
-		if l.mode == broker.PeekLock {
-			_ = l.entity.Release(d.LockToken)
-			continue
-		}
-		l.s.c.log.Warn("engine: receive-and-delete message lost: link went away during delivery", slog.Int64("sequence_number", d.SequenceNumber))
+		_ = l.entity.Release(d.LockToken)
 	}
 }
 
 func (l *link) deliverLocked(d *broker.Delivery) {
+	if l.mode == broker.ReceiveAndDelete {
+		// The lock is the emulator's own business (see pump): the client
+		// sees a receive-and-delete message without one.
+		delete(d.Message.Annotations, broker.AnnotationLockedUntil)
+		delete(d.Message.DeliveryAnnotations, broker.DeliveryAnnotationLockToken)
+	}
 	payload, err := d.Message.MarshalBinary()
 	if err != nil {
 		l.s.c.log.Error("engine: encode delivery", slog.Any("error", err))
@@ -164,7 +169,13 @@ func (l *link) deliverLocked(d *broker.Delivery) {
 	}
 	if l.mode == broker.ReceiveAndDelete {
 		l.nextTag++
-		l.transferOutLocked(payload, tag8(l.nextTag), true)
+		id := l.transferOutLocked(payload, tag8(l.nextTag), true)
+		od := &outDelivery{l: l, entity: l.entity, token: d.LockToken}
+		if s := l.s; len(s.held) > 0 && s.held[len(s.held)-1].deliveryID == id {
+			s.heldRAD[id] = od // deleted when its last frame goes out
+			return
+		}
+		od.deleteSentLocked()
 		return
 	}
 	id := l.transferOutLocked(payload, dotnetGUID(d.LockToken), false)
@@ -244,6 +255,17 @@ func (d *outDelivery) settleLocked(state amqpwire.DeliveryState) amqpwire.Delive
 		return &amqpwire.Rejected{Error: brokerError(err)}
 	}
 	return confirm
+}
+
+// deleteSentLocked removes the message of a receive-and-delete delivery that
+// is now on its way to the client.
+func (d *outDelivery) deleteSentLocked() {
+	if err := d.entity.Complete(d.token); err != nil {
+		// Its lock ran out while the delivery waited for the client's
+		// window: the message is back in the entity and reaches the client
+		// twice.
+		d.l.s.c.log.Debug("engine: receive-and-delete message not deleted", slog.Any("error", err))
+	}
 }
 
 // dotnetGUID returns the delivery tag for a lock token: the token's bytes in

@@ -324,15 +324,20 @@ func (l *link) completeReceiverAttachLocked() {
 
 // refuseLocked answers an attach with a null terminus and detaches with e.
 func (l *link) refuseLocked(e *amqpwire.Error) {
-	a := l.attach
 	l.s.c.log.Debug("engine: attach refused", slog.String("link", l.name), slog.String("address", l.address), slog.String("condition", string(e.Condition)))
-	reply := &amqpwire.Attach{
+	l.s.send(l.nullAttach(), nil)
+	l.state = linkAttached
+	l.detachLocked(e)
+}
+
+// nullAttach is our answer to the client's attach without a terminus: the
+// link exists only to be detached.
+func (l *link) nullAttach() *amqpwire.Attach {
+	a := l.attach
+	return &amqpwire.Attach{
 		Name: a.Name, Handle: l.handle, Role: l.role,
 		SndSettleMode: a.SndSettleMode, RcvSettleMode: a.RcvSettleMode,
 	}
-	l.s.send(reply, nil)
-	l.state = linkAttached
-	l.detachLocked(e)
 }
 
 // detachLocked detaches the link from our side (closed=true) with e.
@@ -368,15 +373,30 @@ func (l *link) releaseResourcesLocked() {
 	}
 	l.replies = nil
 	l.cur = nil
-	// Transfers still waiting for the session window die with the link.
+	// Transfers still waiting for the session window die with the link. The
+	// client never got their deliveries whole, so their messages go back to
+	// the entity at once instead of staying locked until the lock expires.
 	kept := l.s.held[:0]
+	var undelivered []uint32
 	for _, h := range l.s.held {
-		if h.t.Handle != l.handle {
+		switch {
+		case h.t.Handle != l.handle:
 			kept = append(kept, h)
+		case len(undelivered) == 0 || undelivered[len(undelivered)-1] != h.deliveryID:
+			undelivered = append(undelivered, h.deliveryID)
 		}
 	}
 	clear(l.s.held[len(kept):])
 	l.s.held = kept
+	for _, id := range undelivered {
+		if od := l.s.unsettled[id]; od != nil && od.l == l {
+			_ = od.entity.Release(od.token)
+		}
+		if od := l.s.heldRAD[id]; od != nil && od.l == l {
+			delete(l.s.heldRAD, id)
+			_ = od.entity.Release(od.token)
+		}
+	}
 	// Forget our unsettled deliveries on this link; their message locks stay
 	// until they expire, so $management settlement still works (§8).
 	for id, d := range l.s.unsettled {
@@ -501,6 +521,11 @@ func (l *link) deliveryLocked(d *partialDelivery) amqpwire.DeliveryState {
 		}
 		c.replyLocked(req, c.handleCBSLocked(req))
 	case kindMgmt:
+		if c.srv.takeMgmtDrop() {
+			c.log.Debug("engine: dropping the connection on a management request (fault injected)")
+			c.abort()
+			return &amqpwire.Accepted{} // never sent: the connection is gone
+		}
 		req, err := decodeMessage(d.payload)
 		if err != nil {
 			return rejectDecode(err)
@@ -582,7 +607,7 @@ func (l *link) transferOutLocked(payload, tag []byte, settled bool) uint32 {
 		if off == 0 {
 			t.DeliveryID, t.DeliveryTag, t.MessageFormat, t.Settled = &id, tag, &format, &settled
 		}
-		s.sendTransferLocked(t, payload[off:end])
+		s.sendTransferLocked(t, payload[off:end], id)
 		off = end
 		if off >= len(payload) {
 			break

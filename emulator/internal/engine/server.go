@@ -48,6 +48,7 @@ type Server struct {
 	verifier sas.Verifier
 
 	failMgmt atomic.Int64
+	dropMgmt atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -195,13 +196,25 @@ func (s *Server) FailNextManagementCalls(n int) {
 	s.failMgmt.Store(int64(n))
 }
 
-func (s *Server) takeMgmtFailure() bool {
+// DropConnectionOnNextManagementCalls makes the next n $management requests
+// cut their connection (TCP close, no AMQP close) instead of being answered:
+// the request is not carried out and the client never sees a response.
+func (s *Server) DropConnectionOnNextManagementCalls(n int) {
+	s.dropMgmt.Store(int64(n))
+}
+
+func (s *Server) takeMgmtFailure() bool { return takeOne(&s.failMgmt) }
+
+func (s *Server) takeMgmtDrop() bool { return takeOne(&s.dropMgmt) }
+
+// takeOne decrements a positive counter and reports whether it did.
+func takeOne(n *atomic.Int64) bool {
 	for {
-		v := s.failMgmt.Load()
+		v := n.Load()
 		if v <= 0 {
 			return false
 		}
-		if s.failMgmt.CompareAndSwap(v, v-1) {
+		if n.CompareAndSwap(v, v-1) {
 			return true
 		}
 	}

@@ -29,13 +29,20 @@ type session struct {
 	links     map[uint32]*link        // by the client's handle (ours mirrors it)
 	unsettled map[uint32]*outDelivery // our unsettled deliveries by delivery-id
 	incoming  map[uint32]*link        // client delivery-id → link, for multi-frame continuation
-	ended     bool
+	// heldRAD holds receive-and-delete deliveries by delivery-id whose frames
+	// wait in held; their messages are deleted once the last frame is sent.
+	heldRAD map[uint32]*outDelivery
+	ended   bool
+	// staleEnd says the client has yet to answer our end of the previous
+	// session on this channel; its next end is that answer.
+	staleEnd bool
 }
 
 // heldTransfer is a transfer frame waiting for the client's incoming window.
 type heldTransfer struct {
-	t       *amqpwire.Transfer
-	payload []byte
+	t          *amqpwire.Transfer
+	payload    []byte
+	deliveryID uint32 // of the delivery the frame belongs to
 }
 
 func newSession(c *conn, ch uint16, b *amqpwire.Begin) *session {
@@ -47,6 +54,7 @@ func newSession(c *conn, ch uint16, b *amqpwire.Begin) *session {
 		links:                make(map[uint32]*link),
 		unsettled:            make(map[uint32]*outDelivery),
 		incoming:             make(map[uint32]*link),
+		heldRAD:              make(map[uint32]*outDelivery),
 	}
 }
 
@@ -63,15 +71,16 @@ func (s *session) endLocked() {
 	// Message locks of unsettled deliveries are kept until they expire, so
 	// the SDK can still settle them through $management (reference §8).
 	s.unsettled = map[uint32]*outDelivery{}
+	s.heldRAD = map[uint32]*outDelivery{}
 }
 
 func (s *session) send(body any, payload []byte) { s.c.send(s.ch, body, payload) }
 
 // sendTransferLocked sends a transfer frame if the client's incoming window
 // allows, and holds it (in order) otherwise.
-func (s *session) sendTransferLocked(t *amqpwire.Transfer, payload []byte) {
+func (s *session) sendTransferLocked(t *amqpwire.Transfer, payload []byte, deliveryID uint32) {
 	if len(s.held) > 0 || s.remoteIncomingWindow == 0 {
-		s.held = append(s.held, heldTransfer{t: t, payload: payload})
+		s.held = append(s.held, heldTransfer{t: t, payload: payload, deliveryID: deliveryID})
 		return
 	}
 	s.remoteIncomingWindow--
@@ -88,6 +97,10 @@ func (s *session) releaseHeldLocked() {
 		s.remoteIncomingWindow--
 		s.nextOutgoingID++
 		s.send(h.t, h.payload)
+		if od := s.heldRAD[h.deliveryID]; od != nil && !h.t.More {
+			delete(s.heldRAD, h.deliveryID)
+			od.deleteSentLocked()
+		}
 	}
 }
 
@@ -150,6 +163,14 @@ func (s *session) handleLocked(body any, payload []byte) *amqpwire.Error {
 			return &amqpwire.Error{Condition: "amqp:session:unattached-handle", Description: fmt.Sprintf("detach on unknown handle %d", b.Handle)}
 		}
 		delete(s.links, b.Handle)
+		if l.state == linkPending {
+			// The client gave up on an attach we have not answered yet
+			// (accept-next still waiting). A link is detached only once
+			// attached, so answer the attach, without a terminus, first;
+			// a bare detach makes go-amqp end the session with
+			// unattached-handle.
+			s.send(l.nullAttach(), nil)
+		}
 		if l.state != linkDetachSent {
 			s.send(&amqpwire.Detach{Handle: b.Handle, Closed: true}, nil)
 		}
