@@ -141,6 +141,10 @@ var errorRules = []errorRule{
 	{"unauthorized", sdkCode(azservicebus.CodeUnauthorizedAccess), opAny, ClassFatal, ErrUnauthorized},
 	{"unauthorized condition", amqpCond(amqp.ErrCondUnauthorizedAccess), opAny, ClassFatal, ErrUnauthorized},
 	{"not allowed", amqpCond(amqp.ErrCondNotAllowed, condEntityDisabled), opAny, ClassFatal, ErrNotAllowed},
+	// A session link that went down took the session lock with it (the broker releases the
+	// session at once); what was received on it can no longer be settled, even though the SDK
+	// may re-lock the session on a new link.
+	{"session connection lost", sdkCode(azservicebus.CodeConnectionLost), opSession, ClassLockLost, sequencer.ErrLockLost},
 	{"connection lost", sdkCode(azservicebus.CodeConnectionLost), opAny, ClassReconnect, ErrConnectionLost},
 	{"timeout", sdkCode(azservicebus.CodeTimeout), opAny, ClassRetry, ErrTransient},
 	{"busy", amqpCond(condServerBusy, condTimeout), opAny, ClassRetry, ErrTransient},

@@ -47,7 +47,10 @@ func TestMapError(t *testing.T) {
 		{"unauthorized condition", opList, amqpErr(amqp.ErrCondUnauthorizedAccess), ClassFatal, ErrUnauthorized},
 		{"not allowed", opAcceptNext, amqpErr(amqp.ErrCondNotAllowed), ClassFatal, ErrNotAllowed},
 		{"entity disabled", opSession, amqpErr(condEntityDisabled), ClassFatal, ErrNotAllowed},
-		{"connection lost", opSession, sbErr(azservicebus.CodeConnectionLost), ClassReconnect, ErrConnectionLost},
+		// On an accepted session the lock went with the connection.
+		{"session connection lost", opSession, sbErr(azservicebus.CodeConnectionLost), ClassLockLost, sequencer.ErrLockLost},
+		{"connection lost", opAcceptNext, sbErr(azservicebus.CodeConnectionLost), ClassReconnect, ErrConnectionLost},
+		{"connection lost listing", opList, sbErr(azservicebus.CodeConnectionLost), ClassReconnect, ErrConnectionLost},
 		{"timeout outside accept", opSession, sbErr(azservicebus.CodeTimeout), ClassRetry, ErrTransient},
 		{"server busy", opSession, amqpErr(condServerBusy), ClassRetry, ErrTransient},
 		{"unknown error", opSession, io.ErrUnexpectedEOF, ClassRetry, nil},

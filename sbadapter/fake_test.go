@@ -21,8 +21,13 @@ type fakeReceiver struct {
 	dlReason    string
 	dlDesc      string
 	failWith    error // returned by every call except Close
-	closed      bool
-	deferredReq [][]int64
+	linkDown    bool  // ReceiveMessages returns nothing at once, as the SDK does after a link failure
+	closeHangs  bool  // Close waits for its ctx to end, as on a connection that stopped answering
+	// sdkLockField mimics the SDK's SessionReceiver.lockedUntil: set when a call re-attaches the
+	// link, read by LockedUntil, both without a lock (so -race flags concurrent use).
+	sdkLockField *time.Time
+	closed       bool
+	deferredReq  [][]int64
 }
 
 func newFakeReceiver(id string) *fakeReceiver {
@@ -37,6 +42,9 @@ func newFakeReceiver(id string) *fakeReceiver {
 func (f *fakeReceiver) SessionID() string { return f.id }
 
 func (f *fakeReceiver) LockedUntil() time.Time {
+	if f.sdkLockField != nil {
+		return *f.sdkLockField
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.lockedUntil
@@ -54,6 +62,10 @@ func (f *fakeReceiver) ReceiveMessages(ctx context.Context, max int, _ *azservic
 		out := f.active[:n]
 		f.active = f.active[n:]
 		return out, nil
+	}
+	if f.linkDown {
+		f.mu.Unlock()
+		return nil, nil
 	}
 	f.mu.Unlock()
 	<-ctx.Done()
@@ -121,11 +133,14 @@ func (f *fakeReceiver) RenewSessionLock(context.Context, *azservicebus.RenewSess
 	if f.failWith != nil {
 		return f.failWith
 	}
-	f.lockedUntil = f.lockedUntil.Add(time.Minute)
+	f.lockedUntil = time.Now().Add(time.Minute) // a fresh lock, as Service Bus grants
 	return nil
 }
 
 func (f *fakeReceiver) GetSessionState(context.Context, *azservicebus.GetSessionStateOptions) ([]byte, error) {
+	if f.sdkLockField != nil {
+		*f.sdkLockField = time.Now().Add(time.Minute) // the link was re-attached
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failWith != nil {
@@ -144,8 +159,13 @@ func (f *fakeReceiver) SetSessionState(_ context.Context, b []byte, _ *azservice
 	return nil
 }
 
-func (f *fakeReceiver) Close(context.Context) error {
+func (f *fakeReceiver) Close(ctx context.Context) error {
 	f.mu.Lock()
+	if f.closeHangs {
+		f.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	defer f.mu.Unlock()
 	if f.closed {
 		return &azservicebus.Error{Code: azservicebus.CodeClosed}

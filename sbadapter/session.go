@@ -39,10 +39,22 @@ type Session struct {
 	id     string
 	logger *slog.Logger
 
+	// settleTimeout bounds one settlement (Config.SettleTimeout).
+	settleTimeout time.Duration
+
+	// lockDuration is the entity's lock duration as seen at accept (LockedUntil minus the time
+	// the accept returned), used to compute the expiry after a renewal.
+	lockDuration time.Duration
+
 	mu sync.Mutex
 	// settled holds the lock tokens of messages settled through this session. The SDK treats a
 	// second settlement of the same delivery as a silent no-op; the contract wants ErrLockLost.
 	settled map[[16]byte]struct{}
+	// lockedUntil is the session lock's expiry. The SDK's SessionReceiver.LockedUntil is not safe
+	// to call while another call on the receiver runs (the SDK rewrites the field unguarded when
+	// it recovers the link), and the engine asks for it from its lock-renewal goroutine while
+	// receiving and settling; so the SDK value is read once, at accept, and kept here.
+	lockedUntil time.Time
 }
 
 // errAlreadySettled is wrapped with sequencer.ErrLockLost when a message is settled twice.
@@ -50,15 +62,24 @@ var errAlreadySettled = errors.New("message already settled through this session
 
 var _ sequencer.Session = (*Session)(nil)
 
+// newSession wraps a receiver that was just accepted: nothing else may be using it yet.
 func newSession(r sessionReceiver, logger *slog.Logger) *Session {
-	return &Session{r: r, id: r.SessionID(), logger: logger, settled: map[[16]byte]struct{}{}}
+	until := r.LockedUntil()
+	return &Session{
+		r: r, id: r.SessionID(), logger: logger, settled: map[[16]byte]struct{}{},
+		lockedUntil: until, lockDuration: time.Until(until), settleTimeout: DefaultSettleTimeout,
+	}
 }
 
 // ID returns the session id.
 func (s *Session) ID() string { return s.id }
 
 // LockedUntil returns when the session lock expires unless renewed.
-func (s *Session) LockedUntil() time.Time { return s.r.LockedUntil() }
+func (s *Session) LockedUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lockedUntil
+}
 
 // Receive waits for up to max messages. When ctx ends before anything arrived it returns an empty
 // slice and a nil error.
@@ -72,6 +93,13 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 			return []*sequencer.Message{}, nil
 		}
 		return nil, s.mapErr("receive", err)
+	}
+	if len(msgs) == 0 && ctx.Err() == nil {
+		// The SDK returns nothing and no error before ctx ends only when the link or connection
+		// failed (it recovers them on the next call). A session link that went down released
+		// the session lock at the broker: another receiver may have taken the session, and the
+		// SDK may silently re-lock it later. Carrying on would save and settle on a lock we lost.
+		return nil, fmt.Errorf("receive session %q: the link failed and its session lock went with it: %w", s.id, sequencer.ErrLockLost)
 	}
 	return s.convert(msgs), nil
 }
@@ -106,16 +134,18 @@ func (s *Session) ReceiveDeferred(ctx context.Context, brokerSequences []int64) 
 	return out, nil
 }
 
-// Complete removes m from the broker.
+// Complete removes m from the broker. Like every settlement it is bounded by
+// Config.SettleTimeout; a settlement the broker does not answer in time, or one that fails
+// because the link went down, reports sequencer.ErrLockLost.
 func (s *Session) Complete(ctx context.Context, m *sequencer.Message) error {
-	return s.settle("complete", m, func(rm *azservicebus.ReceivedMessage) error {
+	return s.settle(ctx, "complete", m, func(ctx context.Context, rm *azservicebus.ReceivedMessage) error {
 		return s.r.CompleteMessage(ctx, rm, nil)
 	})
 }
 
 // Defer sets m aside at the broker; it comes back only through ReceiveDeferred.
 func (s *Session) Defer(ctx context.Context, m *sequencer.Message) error {
-	return s.settle("defer", m, func(rm *azservicebus.ReceivedMessage) error {
+	return s.settle(ctx, "defer", m, func(ctx context.Context, rm *azservicebus.ReceivedMessage) error {
 		return s.r.DeferMessage(ctx, rm, nil)
 	})
 }
@@ -129,20 +159,27 @@ func (s *Session) DeadLetter(ctx context.Context, m *sequencer.Message, p sequen
 	if p.Description != "" {
 		opts.ErrorDescription = &p.Description
 	}
-	return s.settle("dead-letter", m, func(rm *azservicebus.ReceivedMessage) error {
+	return s.settle(ctx, "dead-letter", m, func(ctx context.Context, rm *azservicebus.ReceivedMessage) error {
 		return s.r.DeadLetterMessage(ctx, rm, opts)
 	})
 }
 
 // Abandon releases m's lock; the broker delivers it again (with a higher delivery count).
 func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
-	return s.settle("abandon", m, func(rm *azservicebus.ReceivedMessage) error {
+	return s.settle(ctx, "abandon", m, func(ctx context.Context, rm *azservicebus.ReceivedMessage) error {
 		return s.r.AbandonMessage(ctx, rm, nil)
 	})
 }
 
-// settle runs one settlement of m, refusing a second settlement of the same delivery.
-func (s *Session) settle(what string, m *sequencer.Message, fn func(*azservicebus.ReceivedMessage) error) error {
+// settle runs one settlement of m within settleTimeout, refusing a second settlement of the
+// same delivery.
+//
+// The SDK retries a failed settlement with its default backoff (about 45s in all), whatever the
+// client's retry options. A settlement that fails because the link or connection went down can
+// never succeed on a session: the lock went with the link. So a settlement that outlives
+// settleTimeout while the caller's ctx is still alive reports ErrLockLost, and the engine stops
+// working on the session instead of holding it for the SDK's retries.
+func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message, fn func(context.Context, *azservicebus.ReceivedMessage) error) error {
 	rm, err := raw(m)
 	if err != nil {
 		return err
@@ -153,7 +190,13 @@ func (s *Session) settle(what string, m *sequencer.Message, fn func(*azservicebu
 	if done {
 		return fmt.Errorf("%s session %q broker sequence %d: %w: %w", what, s.id, m.BrokerSequence, sequencer.ErrLockLost, errAlreadySettled)
 	}
-	if err := fn(rm); err != nil {
+	sctx, cancel := context.WithTimeoutCause(ctx, s.settleTimeout, errSettleTimeout)
+	defer cancel()
+	if err := fn(sctx, rm); err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(sctx), errSettleTimeout) {
+			return fmt.Errorf("%s session %q broker sequence %d: no answer within %s, the link is presumably gone: %w: %w",
+				what, s.id, m.BrokerSequence, s.settleTimeout, sequencer.ErrLockLost, err)
+		}
 		return s.mapMsgErr(what, m, err)
 	}
 	s.mu.Lock()
@@ -162,12 +205,22 @@ func (s *Session) settle(what string, m *sequencer.Message, fn func(*azservicebu
 	return nil
 }
 
-// RenewLock renews the session lock and returns the new expiry.
+// errSettleTimeout is the cause of a settlement's ctx when settleTimeout passed.
+var errSettleTimeout = errors.New("settlement timeout")
+
+// RenewLock renews the session lock and returns the new expiry: the lock duration from the
+// moment the renewal was sent, which is never later than the broker's own expiry.
 func (s *Session) RenewLock(ctx context.Context) (time.Time, error) {
+	start := time.Now()
 	if err := s.r.RenewSessionLock(ctx, nil); err != nil {
 		return time.Time{}, s.mapErr("renew session lock", err)
 	}
-	return s.r.LockedUntil(), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lockDuration > 0 {
+		s.lockedUntil = start.Add(s.lockDuration)
+	}
+	return s.lockedUntil, nil
 }
 
 // GetState returns the session state stored at the broker (nil when none).

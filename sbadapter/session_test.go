@@ -2,6 +2,7 @@ package sbadapter
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,6 +160,7 @@ func TestSessionReceiveDeferredSkipsMissing(t *testing.T) {
 func TestSessionStateLockAndClose(t *testing.T) {
 	t.Parallel()
 	f := newFakeReceiver("s1")
+	f.lockedUntil = time.Now().Add(time.Minute) // the entity's lock duration is a minute
 	s := newSession(f, discard())
 	ctx := context.Background()
 
@@ -176,12 +178,63 @@ func TestSessionStateLockAndClose(t *testing.T) {
 	require.Nil(t, b, "an empty state reads as none")
 
 	before := s.LockedUntil()
+	time.Sleep(10 * time.Millisecond)
+	start := time.Now()
 	until, err := s.RenewLock(ctx)
 	require.NoError(t, err)
-	require.Equal(t, before.Add(time.Minute), until)
+	require.True(t, until.After(before), "renewed until %v, was %v", until, before)
+	require.False(t, until.After(f.LockedUntil()), "never later than the broker's expiry")
+	require.WithinDuration(t, start.Add(time.Minute), until, time.Second)
 	require.Equal(t, until, s.LockedUntil())
 
 	require.NoError(t, s.Close(ctx))
 	require.NoError(t, s.Close(ctx), "closing twice is fine")
 	require.True(t, f.closed)
+}
+
+// TestSessionReceiveLinkFailureIsLockLost: after a link or connection failure the SDK's
+// ReceiveMessages returns no messages and no error long before ctx ends. The session lock went
+// with the link, so the adapter must report ErrLockLost rather than an idle session (which the
+// engine would follow with saves and settlements on a lock it no longer holds).
+func TestSessionReceiveLinkFailureIsLockLost(t *testing.T) {
+	t.Parallel()
+	f := newFakeReceiver("s1")
+	f.linkDown = true
+	s := newSession(f, discard())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	got, err := s.Receive(ctx, 5)
+	require.ErrorIs(t, err, sequencer.ErrLockLost)
+	require.Empty(t, got)
+	require.NoError(t, ctx.Err(), "Receive returned before its deadline")
+}
+
+// The engine asks for LockedUntil from its lock-renewal goroutine while its main goroutine calls
+// the receiver; the SDK rewrites its lock expiry without a lock when such a call re-attaches the
+// link. The adapter must not read the SDK's field then (go test -race catches it if it does).
+func TestSessionLockedUntilWhileCallsRun(t *testing.T) {
+	t.Parallel()
+	f := newFakeReceiver("s1")
+	field := time.Now().Add(time.Minute)
+	f.sdkLockField = &field
+	s := newSession(f, discard())
+	initial := s.LockedUntil()
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 200 {
+			_, _ = s.GetState(context.Background())
+		}
+	})
+	wg.Go(func() {
+		for range 200 {
+			if s.LockedUntil().IsZero() {
+				t.Error("LockedUntil lost the expiry")
+				return
+			}
+		}
+	})
+	wg.Wait()
+	require.Equal(t, initial, s.LockedUntil(), "only a renewal moves the expiry")
 }

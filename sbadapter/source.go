@@ -50,9 +50,17 @@ type Config struct {
 	// AcceptNextWait bounds how long AcceptNext waits for a session when ctx has no deadline
 	// (default 30s; Service Bus itself gives up after about 60s).
 	AcceptNextWait time.Duration
+	// SettleTimeout bounds one settlement (complete, defer, dead-letter, abandon) of a session
+	// message (default DefaultSettleTimeout). A settlement still unanswered then reports
+	// sequencer.ErrLockLost: see Session.Complete.
+	SettleTimeout time.Duration
 	// Logger receives debug events (default: discard).
 	Logger *slog.Logger
 }
+
+// DefaultSettleTimeout is the default Config.SettleTimeout: far above a settlement's normal
+// round trip, far below the SDK's own retries of a settlement on a dead link (about 45s).
+const DefaultSettleTimeout = 10 * time.Second
 
 // accepter locks sessions; *azservicebus.Client through clientAccepter in production.
 type accepter interface {
@@ -88,6 +96,9 @@ func newSource(a accepter, cfg Config) *Source {
 	if cfg.AcceptNextWait <= 0 {
 		cfg.AcceptNextWait = 30 * time.Second
 	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = DefaultSettleTimeout
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -111,7 +122,7 @@ func (s *Source) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 	if err != nil {
 		return nil, mapError(opAcceptNext, fmt.Sprintf("accept next session on %s", s.cfg.Entity), err)
 	}
-	sess := newSession(r, s.logger)
+	sess := s.newSession(r)
 	s.logger.DebugContext(ctx, "sbadapter: accepted session", slog.String("session_id", sess.ID()), slog.Time("locked_until", sess.LockedUntil()))
 	return sess, nil
 }
@@ -123,7 +134,13 @@ func (s *Source) Accept(ctx context.Context, sessionID string) (sequencer.Sessio
 	if err != nil {
 		return nil, mapError(opAccept, fmt.Sprintf("accept session %q on %s", sessionID, s.cfg.Entity), err)
 	}
-	return newSession(r, s.logger), nil
+	return s.newSession(r), nil
+}
+
+func (s *Source) newSession(r sessionReceiver) *Session {
+	sess := newSession(r, s.logger)
+	sess.settleTimeout = s.cfg.SettleTimeout
+	return sess
 }
 
 // ListSessions returns the ids of the entity's sessions that have active messages or stored

@@ -72,10 +72,30 @@ func dueDeferred(ctx context.Context, cfg StrandedFilterConfig, id string) (bool
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = sess.Close(context.WithoutCancel(ctx)) }()
+	defer func() {
+		// Release the lock even when ctx has ended, but never wait on a hung connection for
+		// longer than one candidate may take: the sweep would stop for good.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.PerSessionTimeout)
+		defer ccancel()
+		_ = sess.Close(cctx)
+	}()
 	st, _, err := cfg.Store.Load(ctx, sequencer.LoadParams{Session: sess})
 	if err != nil {
 		return false, fmt.Errorf("load state of session %q: %w", id, err)
 	}
-	return st.EndedAt.IsZero() && st.Parked == nil && st.DueDeferred(), nil
+	return st.EndedAt.IsZero() && needsWake(st), nil
+}
+
+// needsWake reports whether st needs a run started by id: a deferred message is due
+// (State.DueDeferred), or the parked message is still deferred at the broker (a crash came
+// between parking and dead-lettering; the next run dead-letters it). A parked session is not
+// woken otherwise: it waits for an operator. The Postgres store's ListStranded applies the same
+// rule (sessionstate/postgres needsWake).
+func needsWake(st *sequencer.State) bool {
+	if p := st.Parked; p != nil {
+		if bs, ok := st.Deferred[p.Sequence]; ok && bs == p.BrokerSequence {
+			return true
+		}
+	}
+	return st.DueDeferred()
 }

@@ -32,12 +32,18 @@ func TestStrandedFilterKeepsSessionsWithDueDeferred(t *testing.T) {
 	parked := sequencer.NewState()
 	parked.Next, parked.Deferred, parked.Parked = 2, map[int64]int64{2: 7}, &sequencer.Parked{Sequence: 2}
 	save("parked", parked)
+	// Parked, but the dead-lettering did not happen before a crash: the message is still
+	// deferred and only a run started by id dead-letters it.
+	parkedDeferred := sequencer.NewState()
+	parkedDeferred.Next, parkedDeferred.Deferred = 2, map[int64]int64{2: 7}
+	parkedDeferred.Parked = &sequencer.Parked{Sequence: 2, BrokerSequence: 7}
+	save("parked-deferred", parkedDeferred)
 	lockedElsewhere := sequencer.NewState()
 	lockedElsewhere.Next, lockedElsewhere.Deferred = 2, map[int64]int64{2: 9}
 	save("busy", lockedElsewhere)
 
 	a := &fakeAccepter{
-		sessions: []string{"stranded", "waiting", "ended", "parked", "busy", "fresh"},
+		sessions: []string{"stranded", "waiting", "ended", "parked", "parked-deferred", "busy", "fresh"},
 		locked:   map[string]bool{"busy": true},
 		byID:     map[string]*fakeReceiver{},
 	}
@@ -50,7 +56,7 @@ func TestStrandedFilterKeepsSessionsWithDueDeferred(t *testing.T) {
 
 	ids, err := lister.ListSessions(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"stranded"}, ids)
+	require.Equal(t, []string{"stranded", "parked-deferred"}, ids)
 	for id, r := range a.byID {
 		if id != "busy" {
 			require.True(t, r.closed, "session %s released after the look", id)
@@ -68,4 +74,28 @@ func TestStrandedFilterErrors(t *testing.T) {
 	require.NoError(t, err)
 	_, err = lister.ListSessions(context.Background())
 	require.ErrorContains(t, err, "boom")
+}
+
+// A session whose Close hangs (a connection that stopped answering) must not stop the sweep:
+// the release is bounded like the rest of the look at one candidate.
+func TestStrandedFilterBoundsTheRelease(t *testing.T) {
+	t.Parallel()
+	hung := newFakeReceiver("hung")
+	hung.closeHangs = true
+	a := &fakeAccepter{sessions: []string{"hung"}, byID: map[string]*fakeReceiver{"hung": hung}}
+	src := newSource(a, Config{Entity: Entity{Queue: "q"}})
+	lister, err := StrandedFilter(StrandedFilterConfig{Lister: src, Source: src, Store: memory.New(), PerSessionTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := lister.ListSessions(context.Background())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sweep hangs on a session that cannot be released")
+	}
 }

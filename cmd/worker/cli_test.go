@@ -40,6 +40,8 @@ func TestCLIUsage(t *testing.T) {
 		{"migrate without action", []string{"migrate"}, 2, "", "migrate needs one of up, down, status"},
 		{"migrate bad action", []string{"migrate", "sideways"}, 2, "", `unknown migrate action "sideways"`},
 		{"demo bad flag", []string{"demo", "-bogus"}, 2, "", "flag provided but not defined"},
+		// README: `worker demo -h` lists its flags; asking for help is not a usage error.
+		{"demo help", []string{"demo", "-h"}, 0, "", "-sessions"},
 		{"demo extra args", []string{"demo", "x"}, 2, "", "demo takes no arguments"},
 	}
 	for _, tt := range tests {

@@ -27,6 +27,9 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.Verbose, "v", false, "print every handled message as a JSON line on stdout")
 	logLevel := fs.String("log-level", "warn", "log level of the components (debug, info, warn, error)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // -h: the flags are listed on stderr, as asked
+		}
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() > 0 {
@@ -35,6 +38,9 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("%w: -log-level: %w", errUsage, err)
+	}
+	if o.Duplicates == 0 {
+		o.Duplicates = -1 // -duplicates 0 asks for none; demo.Options reads 0 as "the default"
 	}
 	o.Out = c.stdout
 	o.Logger = c.logger(level)

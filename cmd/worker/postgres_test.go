@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/emulator"
@@ -20,7 +21,7 @@ import (
 // TestPostgresMigrateAndRun drives `worker migrate` and a worker with the Postgres store on a
 // schema of its own.
 func TestPostgresMigrateAndRun(t *testing.T) {
-	_, schema := pgtest.NewPoolWithSchema(t, nil)
+	pool, schema := pgtest.NewPoolWithSchema(t, nil)
 	dsn := pgtest.DSN()
 	sep := "?"
 	if strings.Contains(dsn, "?") {
@@ -69,6 +70,7 @@ func TestPostgresMigrateAndRun(t *testing.T) {
 	t.Setenv("SEQBUS_QUEUE", "orders")
 	t.Setenv("SEQBUS_STATE_STORE", "postgres")
 	t.Setenv("SEQBUS_MIGRATE_ON_START", "true")
+	t.Setenv("SEQBUS_SWEEP_INTERVAL", "50ms")
 
 	var stdout, stderr syncBuffer
 	c := newCLI(&stdout, &stderr)
@@ -78,6 +80,23 @@ func TestPostgresMigrateAndRun(t *testing.T) {
 	go func() { exit <- c.run(ctx, nil) }()
 	require.Eventually(t, func() bool { return strings.Count(stdout.String(), "\n") >= 3 }, 20*time.Second, 20*time.Millisecond,
 		"stderr: %s", stderr.String())
+
+	// The sweeps purge tombstones older than the engine's TombstoneTTL (24h) and keep the others.
+	for id, endedAgo := range map[string]time.Duration{"ended-long-ago": 25 * time.Hour, "ended-recently": time.Hour} {
+		_, err := pool.Exec(ctx, `INSERT INTO seqbus_session_state (entity, session_id, version, state, next_seq, last_seq, ended_at)
+			VALUES ('orders', $1, nextval('seqbus_session_state_version_seq'), '\x00', 6, 5, now() - $2::interval)`, id, endedAgo.String())
+		require.NoError(t, err)
+	}
+	sessionsLeft := func() []string {
+		rows, err := pool.Query(ctx, `SELECT session_id FROM seqbus_session_state WHERE session_id LIKE 'ended-%' ORDER BY 1`)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return ids
+	}
+	require.Eventually(t, func() bool { return len(sessionsLeft()) == 1 }, 10*time.Second, 20*time.Millisecond, "stderr: %s", stderr.String())
+	require.Equal(t, []string{"ended-recently"}, sessionsLeft())
+
 	sigs <- syscall.SIGTERM
 	require.Equal(t, 0, <-exit, stderr.String())
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")

@@ -92,7 +92,20 @@ func (c *cli) runWorker(ctx context.Context) error {
 			tx := pg.Transactional()
 			store, journal = tx, tx.Journal()
 		}
+		// Each sweep also purges the tombstones that have expired: the engine deletes one only
+		// when its session runs again, so without this the table grows with every session ever
+		// ended.
+		ttl := engineConfig(cfg).WithDefaults().TombstoneTTL
 		lister = sbadapter.SessionListerFunc(func(ctx context.Context) ([]string, error) {
+			if ttl > 0 {
+				n, err := pg.PurgeTombstones(ctx, pg.Entity(), time.Now().Add(-ttl))
+				switch {
+				case err != nil && ctx.Err() == nil:
+					logger.WarnContext(ctx, "worker: purging expired tombstones", slog.Any("error", err))
+				case n > 0:
+					logger.InfoContext(ctx, "worker: purged expired tombstones", slog.Int64("num_deleted", n))
+				}
+			}
 			return pg.ListStranded(ctx, pg.Entity(), 100)
 		})
 	default:
@@ -228,16 +241,10 @@ func (c *cli) serve(ctx context.Context, runner *sequencer.Runner, lister sbadap
 // newRunner maps the configuration onto the sequencer's Runner.
 func newRunner(source sequencer.SessionSource, store sequencer.StateStore, h sequencer.Handler, cfg *workerconfig.Config, logger *slog.Logger) (*sequencer.Runner, error) {
 	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
-		Source:  source,
-		Store:   store,
-		Handler: h,
-		Engine: sequencer.EngineConfig{
-			SequenceProperty: cfg.SequenceProperty,
-			LastProperty:     cfg.LastProperty,
-			Poison:           sequencer.PoisonPolicy(cfg.PoisonPolicy),
-			IdleTimeout:      cfg.SessionIdleTimeout,
-			Retry:            sequencer.RetryPolicy{Attempts: cfg.MaxHandlerAttempts},
-		},
+		Source:                source,
+		Store:                 store,
+		Handler:               h,
+		Engine:                engineConfig(cfg),
 		MaxConcurrentSessions: cfg.MaxConcurrentSessions,
 		Logger:                logger,
 	})
@@ -245,4 +252,15 @@ func newRunner(source sequencer.SessionSource, store sequencer.StateStore, h seq
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	return r, nil
+}
+
+// engineConfig maps the configuration onto the engine's policy.
+func engineConfig(cfg *workerconfig.Config) sequencer.EngineConfig {
+	return sequencer.EngineConfig{
+		SequenceProperty: cfg.SequenceProperty,
+		LastProperty:     cfg.LastProperty,
+		Poison:           sequencer.PoisonPolicy(cfg.PoisonPolicy),
+		IdleTimeout:      cfg.SessionIdleTimeout,
+		Retry:            sequencer.RetryPolicy{Attempts: cfg.MaxHandlerAttempts},
+	}
 }

@@ -126,11 +126,44 @@ func TestRedact(t *testing.T) {
 		{"url query password", "postgres://db/seqbus?password=hunter2", "postgres://db/seqbus?password=REDACTED", RedactDatabaseURL},
 		{"keyword password", "host=db user=app password=hunter2 dbname=x", "host=db user=app password=REDACTED dbname=x", RedactDatabaseURL},
 		{"quoted keyword password", "host=db password='hun ter2' dbname=x", "host=db password=REDACTED dbname=x", RedactDatabaseURL},
+		{"url sslpassword", "postgres://db/seqbus?sslpassword=hunter2&sslmode=verify-full", "postgres://db/seqbus?sslmode=verify-full&sslpassword=REDACTED", RedactDatabaseURL},
+		// url.Parse refuses these (a bad escape, a space): the password must not leak anyway.
+		{"unparsable url password", "postgres://app:hun%zzter2@db:5432/seqbus", "postgres://app:REDACTED@db:5432/seqbus", RedactDatabaseURL},
+		{"unparsable url with @ in password", "postgres://app:p@ss w0rd@db/seqbus", "postgres://app:REDACTED@db/seqbus", RedactDatabaseURL},
+		{"unparsable url query password", "postgres://db:x/seqbus?password=hunter2&x=%zz", "postgres://db:x/seqbus?password=REDACTED&x=%zz", RedactDatabaseURL},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, tt.want, tt.redact(tt.in))
+		})
+	}
+}
+
+// A setting that fails validation is quoted in the error, which goes to stderr: the quote must
+// not carry its password, even when the value is too broken to parse as a URL.
+func TestValidationErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+	}{
+		{"database url with bad escape", func(c *Config) {
+			c.StateStore, c.DatabaseURL = "postgres", "postgres://app:hunter2%zz@db/seqbus"
+		}},
+		{"handler url with credentials", func(c *Config) {
+			c.Handler, c.HandlerURL = "http", "ftp://app:hunter2@example.com/hook"
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := valid()
+			tt.mutate(&c)
+			err := c.Validate(handlers)
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), "hunter2")
+			require.Contains(t, err.Error(), "REDACTED", "the value is still shown, redacted")
 		})
 	}
 }

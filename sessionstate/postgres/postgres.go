@@ -93,10 +93,10 @@ func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int6
 	var version int64
 	if p.ExpectedVersion == 0 {
 		err = db.QueryRow(ctx, sqlInsert, s.entity, id, blob, st.Next, st.Last, st.Parked != nil,
-			st.DueDeferred(), endedAt).Scan(&version)
+			needsWake(st), endedAt).Scan(&version)
 	} else {
 		err = db.QueryRow(ctx, sqlUpdate, s.entity, id, p.ExpectedVersion, blob, st.Next, st.Last,
-			st.Parked != nil, st.DueDeferred(), endedAt).Scan(&version)
+			st.Parked != nil, needsWake(st), endedAt).Scan(&version)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("postgres state store: %s: expected version %d is not stored: %w",
@@ -125,9 +125,12 @@ func (s *Store) Delete(ctx context.Context, p sequencer.DeleteParams) error {
 		id, p.ExpectedVersion, *stored, sequencer.ErrVersionConflict)
 }
 
-// ListStranded returns up to limit sessions of entity that have a due deferred message or are
-// parked and have not ended, least recently updated first. The broker does not offer a session
-// that holds only deferred messages to accept-next, so a sweeper accepts these by id.
+// ListStranded returns up to limit sessions of entity that have not ended and whose state
+// needs a run the broker will not start: a due deferred message (State.DueDeferred) or a parked
+// message still deferred (a crash came between parking and dead-lettering), least recently
+// updated first. The broker does not offer a session that holds only deferred messages to
+// accept-next, so a sweeper accepts these by id. A parked session is not listed otherwise: it
+// waits for an operator, and waking it would only hold a runner slot for an idle timeout.
 func (s *Store) ListStranded(ctx context.Context, entity string, limit int) ([]string, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("postgres state store: list stranded: limit must be positive, got %d", limit)
@@ -151,6 +154,18 @@ func (s *Store) PurgeTombstones(ctx context.Context, entity string, olderThan ti
 		return 0, interpretError("purge tombstones", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// needsWake reports whether st needs a run started by id (the due_deferred column): a deferred
+// message is due, or the parked message is still deferred at the broker (the engine
+// dead-letters it when the session is next run). It must agree with sbadapter.StrandedFilter.
+func needsWake(st *sequencer.State) bool {
+	if p := st.Parked; p != nil {
+		if bs, ok := st.Deferred[p.Sequence]; ok && bs == p.BrokerSequence {
+			return true
+		}
+	}
+	return st.DueDeferred()
 }
 
 // Transactional returns the store in transactional mode: a sequencer.AtomicStore whose SaveWith

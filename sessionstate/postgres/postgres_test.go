@@ -88,6 +88,11 @@ func TestSave_MirrorsSweeperColumns(t *testing.T) {
 			return st
 		}},
 		{name: "parked", wantParked: true, state: storetest.SampleState},
+		{name: "parked, message still deferred", wantParked: true, wantDue: true, state: func() *sequencer.State {
+			st := storetest.SampleState()
+			st.Deferred[st.Parked.Sequence] = st.Parked.BrokerSequence
+			return st
+		}},
 		{name: "ended", wantEndedAt: &ended, state: func() *sequencer.State {
 			st := sequencer.NewState()
 			st.Next, st.Last, st.EndedAt = 6, 5, ended
@@ -139,6 +144,10 @@ func TestListStranded(t *testing.T) {
 	due := func(st *sequencer.State) { st.Next = 4; st.Deferred[4] = 40; st.Deferred[5] = 50 }
 	save(orders, "due", due)
 	parkedV := save(orders, "parked", func(st *sequencer.State) { st.Parked = &sequencer.Parked{Sequence: 1, Reason: "x"} })
+	save(orders, "parked-deferred", func(st *sequencer.State) {
+		st.Next, st.Deferred[4] = 4, 40
+		st.Parked = &sequencer.Parked{Sequence: 4, BrokerSequence: 40, Reason: "x"}
+	})
 	save(orders, "gap", func(st *sequencer.State) { st.Deferred[3] = 30 })
 	save(orders, "ended", func(st *sequencer.State) { due(st); st.EndedAt = time.Now() })
 	save(orders, "idle", func(*sequencer.State) {})
@@ -146,7 +155,9 @@ func TestListStranded(t *testing.T) {
 
 	ids, err := orders.ListStranded(ctx, "orders", 10)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"due", "parked"}, ids)
+	// A parked session waits for an operator: listed only while its parked message is still
+	// deferred (the next run dead-letters it), not for being parked.
+	require.ElementsMatch(t, []string{"due", "parked-deferred"}, ids)
 
 	ids, err = orders.ListStranded(ctx, "other", 10)
 	require.NoError(t, err)
@@ -156,12 +167,16 @@ func TestListStranded(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ids, 1)
 
-	// Unparking takes the session off the list.
-	_, err = orders.Save(ctx, sequencer.SaveParams{Session: session("parked"), State: sequencer.NewState(), ExpectedVersion: parkedV})
+	// Unparking with the parked message due puts the session on the list.
+	_, err = orders.Save(ctx, sequencer.SaveParams{Session: session("parked"), State: func() *sequencer.State {
+		st := sequencer.NewState()
+		st.Deferred[1] = 10
+		return st
+	}(), ExpectedVersion: parkedV})
 	require.NoError(t, err)
 	ids, err = orders.ListStranded(ctx, "orders", 10)
 	require.NoError(t, err)
-	require.Equal(t, []string{"due"}, ids)
+	require.ElementsMatch(t, []string{"due", "parked-deferred", "parked"}, ids)
 
 	_, err = orders.ListStranded(ctx, "orders", 0)
 	require.ErrorContains(t, err, "limit must be positive")

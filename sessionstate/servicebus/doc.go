@@ -21,10 +21,11 @@
 // one and only then write, all under a per-session lock, so concurrent writers in one
 // process are serialised and exactly one of several with the same expected version wins. A new
 // state (expected version 0) starts at a random version, so a version from before a Delete cannot
-// match a state created after it. The version read or written through a locked session is cached
-// for that session object: while its lock is held nobody else can write the state (another
-// holder's SetState is refused by the broker), so Save and Delete compare against the cache and cost
-// one SetState round trip; a session object the store has not seen yet costs one GetState first.
+// match a state created after it. The stored version is read
+// on every Save and Delete (one GetState before each SetState) and never cached per session:
+// a dropped connection releases the session lock at the broker, another worker may take the
+// session and write its state, and the SDK then silently re-locks the session for the first
+// holder on its next call. Only the read catches that first holder's stale write.
 //
 // servicebus imports sequencer and the standard library only; it never imports the Azure SDK: the
 // adapter's sessions provide [StateAccessor].

@@ -39,18 +39,7 @@ type Store struct {
 
 	mu    sync.Mutex
 	locks map[string]*sessionLock // held while a Save or Delete of that session runs
-	known map[string]knownVersion // the version last read or written through a session holder
 }
-
-// knownVersion is the stored version as seen through one locked session. While that session's
-// lock is held nobody else can write its state, so Save and Delete trust it and skip the read.
-type knownVersion struct {
-	sess    sequencer.Session
-	version int64
-}
-
-// maxKnown bounds the version cache; a miss only costs one GetState round trip.
-const maxKnown = 10_000
 
 // sessionLock serialises the read-compare-write of one session; refs counts its users so the
 // entry is dropped when the last one leaves.
@@ -69,7 +58,7 @@ func New(cfg *Config) *Store {
 	if cfg.MaxStateSize < 0 {
 		panic("servicebus state store: Config.MaxStateSize must not be negative")
 	}
-	return &Store{maxSize: cmp.Or(cfg.MaxStateSize, DefaultMaxStateSize), locks: map[string]*sessionLock{}, known: map[string]knownVersion{}}
+	return &Store{maxSize: cmp.Or(cfg.MaxStateSize, DefaultMaxStateSize), locks: map[string]*sessionLock{}}
 }
 
 // lock takes the lock of session id and returns its release.
@@ -124,7 +113,6 @@ func (s *Store) Load(ctx context.Context, p sequencer.LoadParams) (*sequencer.St
 	if err != nil {
 		return nil, 0, fmt.Errorf("servicebus state store: load session %q: %w", p.Session.ID(), err)
 	}
-	s.remember(p.Session, v)
 	return st, v, nil
 }
 
@@ -141,7 +129,7 @@ func (s *Store) Save(ctx context.Context, p sequencer.SaveParams) (int64, error)
 	}
 
 	defer s.lock(id)()
-	cur, err := s.storedVersion(ctx, p.Session, a)
+	cur, err := s.storedVersion(ctx, a)
 	if err != nil {
 		return 0, fmt.Errorf("servicebus state store: save session %q: %w", id, err)
 	}
@@ -161,10 +149,8 @@ func (s *Store) Save(ctx context.Context, p sequencer.SaveParams) (int64, error)
 			id, len(blob), len(p.State.Deferred), s.maxSize, sequencer.ErrStateTooLarge)
 	}
 	if err := a.SetState(ctx, blob); err != nil {
-		s.forget(id)
 		return 0, fmt.Errorf("servicebus state store: save session %q: %w", id, err)
 	}
-	s.remember(p.Session, next)
 	return next, nil
 }
 
@@ -176,7 +162,7 @@ func (s *Store) Delete(ctx context.Context, p sequencer.DeleteParams) error {
 	}
 	id := p.Session.ID()
 	defer s.lock(id)()
-	cur, err := s.storedVersion(ctx, p.Session, a)
+	cur, err := s.storedVersion(ctx, a)
 	if err != nil {
 		return fmt.Errorf("servicebus state store: delete session %q: %w", id, err)
 	}
@@ -187,51 +173,23 @@ func (s *Store) Delete(ctx context.Context, p sequencer.DeleteParams) error {
 		return fmt.Errorf("servicebus state store: delete session %q: expected version %d, stored %d: %w",
 			id, p.ExpectedVersion, cur, sequencer.ErrVersionConflict)
 	}
-	s.forget(id)
 	if err := a.SetState(ctx, nil); err != nil {
 		return fmt.Errorf("servicebus state store: delete session %q: %w", id, err)
 	}
 	return nil
 }
 
-// storedVersion returns the stored version: from the cache when it was seen through this very
-// session (whose lock keeps every other writer out), else by reading the envelope.
-func (s *Store) storedVersion(ctx context.Context, sess sequencer.Session, a StateAccessor) (int64, error) {
-	s.mu.Lock()
-	k, ok := s.known[sess.ID()]
-	s.mu.Unlock()
-	if ok && k.sess == sess {
-		return k.version, nil
-	}
+// storedVersion reads the stored version. It is read on every Save and Delete, never cached:
+// the SDK re-locks a session whose lock went with a dropped connection on the next call, without
+// telling its holder, so another worker may have written the state while the same session
+// object seemed to hold it all along.
+func (s *Store) storedVersion(ctx context.Context, a StateAccessor) (int64, error) {
 	blob, err := a.GetState(ctx)
 	if err != nil {
 		return 0, err
 	}
 	v, _, err := envelope(blob)
-	if err == nil {
-		s.remember(sess, v)
-	}
 	return v, err
-}
-
-// remember records the version seen through sess.
-func (s *Store) remember(sess sequencer.Session, v int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.known[sess.ID()]; !ok && len(s.known) >= maxKnown {
-		for id := range s.known { // evict one arbitrary entry: a miss only costs a read
-			delete(s.known, id)
-			break
-		}
-	}
-	s.known[sess.ID()] = knownVersion{sess: sess, version: v}
-}
-
-// forget drops the cached version of session id.
-func (s *Store) forget(id string) {
-	s.mu.Lock()
-	delete(s.known, id)
-	s.mu.Unlock()
 }
 
 func envelope(blob []byte) (version int64, body []byte, err error) {
