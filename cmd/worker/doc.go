@@ -1,0 +1,42 @@
+// Command worker runs the seqbus worker: it receives Service Bus session messages, restores their
+// application order and hands them to a handler.
+//
+//	worker [run]                    run the worker (configured by SEQBUS_* variables)
+//	worker migrate up|down|status   manage the Postgres state store schema (SEQBUS_DATABASE_URL)
+//	worker demo                     run an end-to-end demo on the in-process emulator
+//
+// Logs are JSON on stderr; the log handler writes handled messages to stdout. The first SIGINT or
+// SIGTERM stops gracefully (each session finishes its message in hand) within
+// SEQBUS_SHUTDOWN_TIMEOUT; a second signal cancels the work in hand.
+//
+// # Configuration
+//
+//	SEQBUS_CONNECTION_STRING        Service Bus connection string (secrets are redacted in logs)
+//	SEQBUS_NAMESPACE                or: myns.servicebus.windows.net with Entra ID (DefaultAzureCredential)
+//	SEQBUS_QUEUE                    a session-enabled queue, or:
+//	SEQBUS_TOPIC, SEQBUS_SUBSCRIPTION   a session-enabled subscription
+//	SEQBUS_STATE_STORE              servicebus (default, session state) or postgres
+//	SEQBUS_DATABASE_URL             Postgres URL (required with postgres; password redacted in logs)
+//	SEQBUS_MIGRATE_ON_START         apply migrations at start (postgres only; default false)
+//	SEQBUS_MAX_CONCURRENT_SESSIONS  sessions processed at once (default 8)
+//	SEQBUS_SESSION_IDLE_TIMEOUT     release a session after this long without messages (default 5s)
+//	SEQBUS_SEQUENCE_PROPERTY        application property with the sequence (default Sequence)
+//	SEQBUS_LAST_PROPERTY            application property marking the last message (default IsLast)
+//	SEQBUS_POISON_POLICY            park (default), skip or block
+//	SEQBUS_MAX_HANDLER_ATTEMPTS     handler calls before the poison policy applies (default 5)
+//	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are looked for, and with postgres
+//	                                expired tombstones (older than 24h) purged (default 30s)
+//	SEQBUS_HANDLER                  log (default), noop, http, or journal (postgres store only:
+//	                                inserts each message into seqbus_journal in the same
+//	                                transaction as the state advance, exactly-once effects)
+//	SEQBUS_HANDLER_URL              target of the http handler
+//	SEQBUS_HANDLER_TIMEOUT          bound on one handler call (default 30s)
+//	SEQBUS_LOG_LEVEL                debug, info (default), warn, error
+//	SEQBUS_SHUTDOWN_TIMEOUT         graceful stop bound (default 30s)
+//
+// Test hook (ignored unless set): SEQBUS_TEST_CRASH_BEFORE_COMMIT=n makes the process exit
+// abruptly (code 137, no cleanup) after the handler ran for the n-th message, before the state
+// advance commits.
+//
+// An invalid setting stops the worker at start with a message naming the variable.
+package main
