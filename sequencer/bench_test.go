@@ -27,7 +27,9 @@ func BenchmarkEngine(b *testing.B) {
 	windows := []struct {
 		name string
 		size int
-	}{{"window=256", 0}, {"window=16", 16}, {"no-window", sequencer.NoWindow}}
+		// eachMessage saves after every handler call instead of once per recorded run.
+		eachMessage bool
+	}{{"window=256", 0, false}, {"window=16", 16, false}, {"no-window", sequencer.NoWindow, false}, {"window=256,save-each", 0, true}}
 	for _, w := range windows {
 		for _, name := range []string{"in-order", "reversed", "random"} {
 			b.Run(fmt.Sprintf("%s/%s", w.name, name), func(b *testing.B) {
@@ -36,6 +38,7 @@ func BenchmarkEngine(b *testing.B) {
 				store := sequencertest.NewStore()
 				e, err := sequencer.NewEngine(sequencer.EngineConfig{
 					WindowMessages: w.size, ReceiveBatch: 32, DeferredBatch: 32, TombstoneTTL: sequencer.NoTombstone,
+					SaveEachMessage: w.eachMessage,
 				}, sequencer.EngineDeps{
 					Store:   store.Client(nil),
 					Handler: sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil }),

@@ -15,7 +15,7 @@ import (
 //	magic      2 bytes  's' 'q'
 //	version    1 byte   1
 //	flags      uv       bit 0: Parked present, bit 1: EndedAt set, bit 2: GapSince set,
-//	                    bit 3: UpdatedAt set, bit 4: SkippedPoison present
+//	                    bit 3: UpdatedAt set, bit 4: SkippedPoison present, bit 5: InFlight present
 //	next       sv
 //	last       sv
 //	counters   7 × uv   Handled, Deferred, Duplicates, Invalid, DeadLettered, Retries, Skipped
@@ -27,6 +27,7 @@ import (
 //	           application sequence: first sv, then uv delta to the previous (≥ 1)
 //	           broker sequence:      sv delta to the previous entry's broker sequence
 //	skipped    if flag 4: SkippedPoison, encoded like deferred
+//	in flight  if flag 5: InFlight, encoded like deferred
 //
 // A time is sv seconds since the Unix epoch followed by uv nanoseconds (< 1e9), decoded in UTC.
 // Sorted application sequences are usually consecutive and broker sequence numbers grow with them,
@@ -41,7 +42,8 @@ const (
 	flagGap      = 1 << 2
 	flagUpdated  = 1 << 3
 	flagSkipped  = 1 << 4
-	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped
+	flagInFlight = 1 << 5
+	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight
 	maxReasonLen = 4096
 )
 
@@ -66,6 +68,9 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	}
 	if len(s.SkippedPoison) > 0 {
 		flags |= flagSkipped
+	}
+	if len(s.InFlight) > 0 {
+		flags |= flagInFlight
 	}
 	b := make([]byte, 0, 64+len(s.Deferred)*4)
 	b = append(b, codecMagic0, codecMagic1, codecVersion)
@@ -99,6 +104,9 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	b = appendIndex(b, s.Deferred)
 	if flags&flagSkipped != 0 {
 		b = appendIndex(b, s.SkippedPoison)
+	}
+	if flags&flagInFlight != 0 {
+		b = appendIndex(b, s.InFlight)
 	}
 	return b, nil
 }
@@ -154,6 +162,12 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		out.SkippedPoison = d.index("skipped poison")
 		if d.err == nil && len(out.SkippedPoison) == 0 {
 			d.fail("empty skipped poison index")
+		}
+	}
+	if flags&flagInFlight != 0 {
+		out.InFlight = d.index("in flight")
+		if d.err == nil && len(out.InFlight) == 0 {
+			d.fail("empty in-flight index")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

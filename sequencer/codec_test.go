@@ -31,10 +31,16 @@ func sampleStates() map[string]*sequencer.State {
 		Last:     1<<63 - 1,
 		Deferred: map[int64]int64{-1 << 63: 1<<63 - 1, 0: -1 << 63, 1<<63 - 1: 0},
 	}
+	inFlight := &sequencer.State{
+		Next:     12,
+		Deferred: map[int64]int64{20: 3000},
+		InFlight: map[int64]int64{12: 2001, 13: 2002, 14: 2010},
+	}
 	return map[string]*sequencer.State{
-		"new":     sequencer.NewState(),
-		"full":    full,
-		"extreme": extreme,
+		"new":       sequencer.NewState(),
+		"full":      full,
+		"extreme":   extreme,
+		"in-flight": inFlight,
 	}
 }
 
@@ -67,6 +73,10 @@ func requireStateEqual(t *testing.T, want, got *sequencer.State) {
 	require.Equal(t, len(want.SkippedPoison), len(got.SkippedPoison))
 	for k, v := range want.SkippedPoison {
 		require.Equal(t, v, got.SkippedPoison[k], "skipped[%d]", k)
+	}
+	require.Equal(t, len(want.InFlight), len(got.InFlight))
+	for k, v := range want.InFlight {
+		require.Equal(t, v, got.InFlight[k], "in flight[%d]", k)
 	}
 	if want.Parked == nil {
 		require.Nil(t, got.Parked)

@@ -80,6 +80,22 @@ type EngineConfig struct {
 	// TombstoneTTL is how long the state of an ended session is kept as a tombstone that makes
 	// late copies duplicates (default 24h; NoTombstone deletes the state at once).
 	TombstoneTTL time.Duration
+	// MaxPendingSettlements bounds how many completions of handled messages may still be in
+	// flight while the engine goes on with the next message (default 16). The order per message
+	// stays handler → save → complete; only the wait for the broker's answer to the complete
+	// overlaps with the next message's handler and save. 1 turns this off: each completion
+	// finishes before the next message is handled. Every other settlement (defer, dead-letter,
+	// abandon, the completion of a drain's anchor or of a deferred message), the end of a session
+	// and its release first wait for the completions in flight.
+	MaxPendingSettlements int
+	// SaveEachMessage saves the state after every handler call, before the message is completed
+	// (handler → save → complete). By default (false) the engine records a run of in-order active
+	// messages already in hand in one save (State.InFlight), then handles and completes them one
+	// by one, and the next save records the new Next: one state write per run instead of one per
+	// message. Either way at most one message is handed to the handler again after a crash; the
+	// run relies on the broker delivering a session's messages in order and on nothing but the
+	// engine removing them (see the package documentation). Runs are not used with an AtomicStore.
+	SaveEachMessage bool
 	// LockRenewInterval is how often the session lock is renewed (default: half of the
 	// remaining lock time, at least 100ms; 10s when Session.LockedUntil is zero).
 	LockRenewInterval time.Duration
@@ -108,6 +124,7 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, 30*time.Second)
 	c.MaxGap = cmp.Or(c.MaxGap, 10_000)
 	c.TombstoneTTL = cmp.Or(c.TombstoneTTL, 24*time.Hour)
+	c.MaxPendingSettlements = cmp.Or(c.MaxPendingSettlements, 16)
 	return c
 }
 
@@ -136,6 +153,9 @@ func (c EngineConfig) Validate() error {
 	}
 	if c.MaxGap < 1 {
 		errs = append(errs, fmt.Errorf("MaxGap %d must be positive", c.MaxGap))
+	}
+	if c.MaxPendingSettlements < 1 {
+		errs = append(errs, fmt.Errorf("MaxPendingSettlements %d must be positive", c.MaxPendingSettlements))
 	}
 	if c.TombstoneTTL < NoTombstone {
 		errs = append(errs, fmt.Errorf("TombstoneTTL %s must not be negative", c.TombstoneTTL))

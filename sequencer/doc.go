@@ -24,7 +24,8 @@
 //     dead-lettered with reason InvalidSequence and a description naming property and value;
 //   - duplicate or late (below Next, or another copy is held or deferred): completed unhandled;
 //   - in order (equal to Next): handled, then State.Next is advanced and saved, then the message
-//     is completed; then whatever is now in order is handled from the reorder window or drained
+//     is completed (or, within a recorded run of in-order messages, handled and completed, with
+//     one save for the run; see below); then whatever is now in order is handled from the reorder window or drained
 //     from the deferred messages, one receive-deferred call per consecutive run of at most
 //     DeferredBatch;
 //   - early: held in the reorder window, unsettled (its lock is the session lock), up to
@@ -37,20 +38,60 @@
 // its decisions from the state and the message. The order of steps, and why a crash after any
 // single step loses nothing and hands nothing to the handler twice except in one window:
 //
-//  1. In-order message: handler → save(Next+1) → complete. A crash before the handler returns, or
-//     after it returned but before the save, leaves the message unsettled and Next unchanged:
+//  1. In-order message, one save each (EngineConfig.SaveEachMessage, and whenever a run below
+//     does not apply): handler → save(Next+1) → complete. A crash before the handler returns,
+//     or after it returned but before the save, leaves the message unsettled and Next unchanged:
 //     it is redelivered and handled again. This is the one documented at-least-once window
 //     (use an AtomicStore, whose SaveWith runs the handler and the save in one transaction, to
 //     close it). A crash after the save leaves the message unsettled with Next past it: it is
 //     redelivered, classified as a duplicate and completed.
+//
+//     Pipelined completion (EngineConfig.MaxPendingSettlements > 1): the complete of message k
+//     is still issued only after the save that covers k has returned, but the engine does not
+//     wait for its answer before handler(k+1); up to MaxPendingSettlements completes (of such
+//     saved messages and of duplicates) run in the background. A crash with completes in flight
+//     leaves some of those messages unsettled while the stored Next is past them: redelivered,
+//     they are duplicates and only completed, so the window above does not grow. The first
+//     error of a background complete stops the run before its next handler call (ErrLockLost
+//     also cancels the run at once, as any lost lock does) and is what RunSession returns.
+//     Every other settlement (defer, dead-letter, abandon, the complete of a deferred message or
+//     of a drain's anchor), the end of a session (before the tombstone or delete) and the release
+//     of a session wait for all completes in flight first.
+//
+//     Recorded runs (the default): when the in-order message k is active and later sequences
+//     k+1, k+2, … are already in hand (held in the window or later in the receive batch), one
+//     save records the run (State.InFlight: sequence → broker sequence number, Next still k),
+//     then each entry goes handler → complete, the complete answered before the next handler
+//     call, and the next save (of the next run, of any other step, or at release) records the
+//     new Next. A crash or failure between an entry's handler and its completion leaves that
+//     entry at the broker and the state saying "run from k": it is handled again, the same
+//     one-message window as above. The entries gone from the broker are exactly those below
+//     the real Next, and the broker delivers a session's active messages in broker sequence
+//     order, so the next run learns the real Next from what it is delivered: an entry not yet
+//     delivered whose broker sequence number is below that of a delivered message is gone; a
+//     delivered entry and every later sequence are still at the broker; an entry not delivered
+//     before the session idles is gone. Until the record is settled Next is a lower bound: no
+//     gap is reported or skipped, delivered entries and other copies of recorded sequences are
+//     held (never deferred), and one held message is kept active so that the broker offers the
+//     session again should this run end first. Runs never contain a deferred message, the last
+//     message, or the message before a deferred one (a drain's anchor, 4.), and any deferral
+//     first saves the exact Next (so no entry is ever deferred while recorded); with an
+//     AtomicStore each message has its own transaction and runs are not used. The inference
+//     needs the broker's session FIFO and that only this engine settles the session's messages:
+//     an entry that vanished otherwise (its time to live expired, the broker dead-lettered it
+//     after too many deliveries, an operator purged it) is taken as handled, where one save per
+//     message would wait for it as a gap. Sessions where that matters set SaveEachMessage.
+//
 //  2. Deferral: save(Deferred[seq] = broker sequence) → defer. A crash between leaves an index
 //     entry whose message is still active; when it is redelivered its broker sequence number
 //     matches the entry and it is treated as the recorded message (held or handled), never as a
 //     duplicate. Deferring first would risk a deferred message nobody knows about.
+//
 //  3. Drain: a deferred message keeps its index entry when it is handled (save(Next+1) keeps
 //     the entry below Next) and loses it only in a save after its completion. A crash between
 //     save and completion leaves an entry below Next, which the next run settles (it fetches the
 //     message and completes it as a duplicate); State.DueDeferred reports it.
+//
 //  4. Waking: the broker never offers a session whose messages are all deferred to accept-next.
 //     So the active message that made Next reach a deferred sequence (the anchor) is kept
 //     unsettled until the drain is durable: only after the drained messages are handled, saved,
@@ -58,12 +99,14 @@
 //     drain leaves the anchor, which the broker redelivers, which wakes the session, which drains.
 //     Runs started by id (an operator's Resume, a sweeper) have no anchor: if they crash, the
 //     state says so (State.DueDeferred) and a sweeper hands the session to Runner.Wake.
+//
 //  5. Poison, park: save(Parked) → dead-letter. A crash between finds the parked mark on the next
 //     run: the redelivered (or still deferred) message with the parked broker sequence number is
 //     dead-lettered then. Poison, skip: save(Next+1 and State.SkippedPoison[seq]) → dead-letter;
 //     a redelivered message matching the SkippedPoison entry is dead-lettered, not completed as
 //     a duplicate, and the entry goes in a save after the dead-lettering. Like a handled message,
 //     a skipped active message is the anchor while a drain depends on it.
+//
 //  6. End: after the last message is handled and saved, leftovers are settled, then the state
 //     becomes a tombstone (State.EndedAt) kept for TombstoneTTL so late copies of the ended
 //     sequence are duplicates; the first run after expiry deletes it. With NoTombstone the state

@@ -142,9 +142,19 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 		missing:   map[int64]bool{},
 		completed: map[int64]int64{},
 	}
+	if n := e.cfg.MaxPendingSettlements; n > 1 {
+		r.pipe = newPipeline(n)
+	}
 	var wg sync.WaitGroup
 	wg.Go(r.renewLoop)
 	out, err := r.run()
+	// A successful run has awaited its completions already (release, finish); after a failure
+	// the ones still in flight finish (or fail) before the session is closed.
+	if perr := r.awaitSettlements(); perr != nil && err == nil {
+		out, err = r.failed(perr)
+	} else if perr != nil && !errors.Is(err, perr) {
+		err = errors.Join(err, perr) // the background failure is often the cause of err
+	}
 	if out == OutcomeFailed && r.lost.Load() {
 		out = OutcomeLockLost
 	}
@@ -172,8 +182,9 @@ func (e *Engine) observe(ev Event) {
 	}
 }
 
-// run is the state of one RunSession call. Only the renewal goroutine touches lost/cancel
-// concurrently; everything else belongs to the RunSession goroutine.
+// run is the state of one RunSession call. Only the renewal goroutine and the background
+// completions (pipe) touch lost/cancel/stats concurrently; everything else belongs to the
+// RunSession goroutine.
 type run struct {
 	e      *Engine
 	ctx    context.Context
@@ -183,6 +194,16 @@ type run struct {
 	sess   Session
 	id     string
 	lost   atomic.Bool
+	// pipe runs the completions of handled messages in the background (nil: no pipelining).
+	pipe *pipeline
+	// inherited: st.InFlight was left by an earlier run and is not resolved yet, so st.Next is
+	// only a lower bound. Saves keep such a record; saves of this run's own record clear it.
+	inherited bool
+	// upcoming is the rest of the receive batch in hand, looked at when a run is recorded.
+	upcoming []*Message
+	// While inherited: presentFrom is the lowest entry delivered again (0: none yet),
+	// lastDelivered the highest broker sequence number delivered by Receive.
+	presentFrom, lastDelivered int64
 
 	st  *State
 	ver int64
@@ -244,6 +265,16 @@ func (r *run) run() (Outcome, error) {
 			if r.stop.Err() != nil {
 				return r.release(OutcomeStopped)
 			}
+			if r.inherited {
+				// Nothing more is at the broker: the entries of the inherited run not seen are gone.
+				if err := r.resolveInFlight(nil); err != nil {
+					return r.failed(err)
+				}
+				if err := r.advance(); err != nil {
+					return r.failed(err)
+				}
+				continue
+			}
 			if r.gapExpired() {
 				if err := r.skipGap(); err != nil {
 					return r.failed(err)
@@ -261,9 +292,13 @@ func (r *run) run() (Outcome, error) {
 			}
 			return r.release(OutcomeIdle)
 		}
-		for _, m := range msgs {
+		for i, m := range msgs {
 			if r.blocked || r.stop.Err() != nil {
 				break // the rest returns to the broker unsettled on Close
+			}
+			r.upcoming = msgs[i+1:]
+			if err := r.resolveInFlight(m); err != nil {
+				return r.failed(err)
 			}
 			if err := r.process(m, false); err != nil {
 				return r.failed(err)
@@ -272,6 +307,7 @@ func (r *run) run() (Outcome, error) {
 				return r.failed(err)
 			}
 		}
+		r.upcoming = nil
 		if err := r.trimWindow(r.windowLimit()); err != nil {
 			return r.failed(err)
 		}
@@ -338,11 +374,21 @@ func (r *run) load() error {
 		st.Deferred = map[int64]int64{}
 	}
 	r.st, r.ver = st, ver
+	r.inherited = len(st.InFlight) > 0
 	return nil
 }
 
-// save stores r.st, dropping deferred entries of messages already settled.
+// save stores r.st, dropping deferred entries of messages already settled. Next is exact in
+// memory, so the run's own in-flight record is dropped; an inherited one is kept until resolved.
 func (r *run) save() error {
+	if !r.inherited {
+		r.st.InFlight = nil
+	}
+	return r.store()
+}
+
+// store writes r.st as it is.
+func (r *run) store() error {
 	pruneSettled(r.st, r.completed)
 	clear(r.completed)
 	r.st.UpdatedAt = r.now()
@@ -401,7 +447,16 @@ func (r *run) markLost() {
 	}
 }
 
+// settle waits for the background completions, then runs one settlement.
 func (r *run) settle(kind CallKind, m *Message, fn func(context.Context, *Message) error) error {
+	if err := r.awaitSettlements(); err != nil {
+		return err
+	}
+	return r.settleNow(kind, m, fn)
+}
+
+// settleNow runs one settlement; background completions call it concurrently with the run.
+func (r *run) settleNow(kind CallKind, m *Message, fn func(context.Context, *Message) error) error {
 	if r.lost.Load() {
 		return r.sessErr(kind, ErrLockLost)
 	}
@@ -530,7 +585,7 @@ func (r *run) process(m *Message, fromDeferred bool) error {
 			return err
 		}
 	}
-	if seq == st.Next && st.Parked == nil {
+	if seq == st.Next && st.Parked == nil && !r.awaitsRecord(m) {
 		return r.handle(m, fromDeferred)
 	}
 	r.hold(m)
@@ -542,6 +597,10 @@ func (r *run) duplicate(m *Message) error {
 	r.dirty = true
 	r.e.stats.duplicates.Add(1)
 	r.e.observe(Event{Kind: EventDuplicate, SessionID: r.id, Sequence: m.Sequence})
+	if bs, ok := r.st.Deferred[m.Sequence]; !ok || bs != m.BrokerSequence {
+		// Nothing in the stored index waits for this completion.
+		return r.completeLater(m)
+	}
 	if err := r.complete(m); err != nil {
 		return err
 	}
@@ -604,15 +663,27 @@ func (r *run) unhold(seq int64) *Message {
 // trimWindow defers the held messages furthest ahead until at most limit messages and
 // WindowBytes remain: one state save records them all, then each is deferred.
 func (r *run) trimWindow(limit int) error {
-	if len(r.held) <= limit && r.heldBytes <= r.e.cfg.WindowBytes {
+	// While an inherited run record is unresolved, the real Next may be among the held messages
+	// and every entry may be gone: one held message stays active, so that the broker offers the
+	// session again if this run ends before the record is resolved (it acts as an anchor).
+	floor := 0
+	if r.inherited {
+		floor = 1
+	}
+	limit = max(limit, floor)
+	if len(r.held) <= limit && (r.heldBytes <= r.e.cfg.WindowBytes || len(r.held) <= floor) {
 		return nil
 	}
 	keys := slices.Sorted(maps.Keys(r.held))
 	var evict []*Message
-	for len(r.held) > limit || (r.heldBytes > r.e.cfg.WindowBytes && len(r.held) > 0) {
-		k := keys[len(keys)-1]
-		keys = keys[:len(keys)-1]
-		evict = append(evict, r.unhold(k))
+	for i := len(keys) - 1; i >= 0 && (len(r.held) > limit || (r.heldBytes > r.e.cfg.WindowBytes && len(r.held) > floor)); i-- {
+		if r.recorded(r.held[keys[i]]) {
+			continue
+		}
+		evict = append(evict, r.unhold(keys[i]))
+	}
+	if len(evict) == 0 {
+		return nil
 	}
 	for _, m := range evict {
 		if r.st.Deferred[m.Sequence] != m.BrokerSequence {
@@ -649,9 +720,19 @@ func (h *handlerError) Error() string { return h.err.Error() }
 func (h *handlerError) Unwrap() error { return h.err }
 
 // handle runs the handler for the in-order message m, then saves, then settles:
-// handler → save → complete. The stored state, not the settlement, says m was handled.
+// handler → save → complete. The stored state, not the settlement, says m was handled. An entry
+// of a recorded run goes handler → complete instead (handleInRun): there the run's record and
+// the broker's copy of m say whether m was handled.
 func (r *run) handle(m *Message, fromDeferred bool) error {
-	err := r.handleWithRetry(m)
+	if err := r.pipelineErr(); err != nil {
+		return err // a background completion failed: hand nothing more to the handler
+	}
+	if ok, err := r.inRun(m, fromDeferred); err != nil {
+		return err
+	} else if ok {
+		return r.handleInRun(m)
+	}
+	err := r.handleWithRetry(m, true)
 	var perr *poisonError
 	if errors.As(err, &perr) {
 		return r.poison(m, perr.err)
@@ -670,7 +751,7 @@ func (r *run) handle(m *Message, fromDeferred bool) error {
 		r.noteSettled(m)
 	} else if r.needsAnchor() {
 		r.anchors = append(r.anchors, anchor{m: m})
-	} else if err := r.complete(m); err != nil {
+	} else if err := r.completeLater(m); err != nil {
 		return err
 	}
 	if !r.st.EndedAt.IsZero() {
@@ -696,10 +777,10 @@ func (r *run) advanceState(st *State, m *Message) {
 	}
 }
 
-func (r *run) handleWithRetry(m *Message) error {
+func (r *run) handleWithRetry(m *Message, save bool) error {
 	cfg := r.e.cfg
 	for attempt := 1; ; attempt++ {
-		err := r.handleOnce(m)
+		err := r.handleOnce(m, save)
 		var herr *handlerError
 		if !errors.As(err, &herr) {
 			return err // nil, or a store failure
@@ -726,17 +807,24 @@ func (r *run) handleWithRetry(m *Message) error {
 	}
 }
 
-// handleOnce calls the handler once and, on success, saves the advanced state. Handler errors
-// come back as *handlerError.
-func (r *run) handleOnce(m *Message) error {
+// handleOnce calls the handler once and, on success, advances the state and saves it (unless
+// save is false: m is an entry of the recorded run). Handler errors come back as *handlerError.
+func (r *run) handleOnce(m *Message, save bool) error {
 	if r.e.atomic == nil {
 		if err := r.callHandler(r.ctx, m); err != nil {
 			return err
 		}
 		r.advanceState(r.st, m)
+		if !save {
+			r.dirty = true
+			return nil
+		}
 		return r.save()
 	}
 	next := r.st.clone()
+	if !r.inherited {
+		next.InFlight = nil
+	}
 	pruneSettled(next, r.completed)
 	r.advanceState(next, m)
 	next.UpdatedAt = r.now()
@@ -861,7 +949,7 @@ func (r *run) advance() error {
 	// the session later.
 	for r.st.Parked == nil && r.st.EndedAt.IsZero() && !r.blocked && r.stop.Err() == nil {
 		next := r.st.Next
-		if _, ok := r.held[next]; ok {
+		if h, ok := r.held[next]; ok && !r.awaitsRecord(h) {
 			if err := r.process(r.unhold(next), false); err != nil {
 				return err
 			}
@@ -1048,6 +1136,11 @@ func (r *run) settleStale() error {
 // or turns it into a tombstone.
 func (r *run) finish() error {
 	r.endedHere = true
+	// Every completion must be done before the state becomes a tombstone or is deleted: a message
+	// redelivered after the delete would start a new sequence.
+	if err := r.awaitSettlements(); err != nil {
+		return err
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.held)) {
 		if err := r.process(r.unhold(k), false); err != nil {
 			return err
@@ -1073,7 +1166,7 @@ func (r *run) finish() error {
 
 // gapWaiting reports whether later messages wait while Next is missing.
 func (r *run) gapWaiting() bool {
-	if r.st.Parked != nil || !r.st.EndedAt.IsZero() {
+	if r.st.Parked != nil || !r.st.EndedAt.IsZero() || r.inherited {
 		return false
 	}
 	if len(r.held) > 0 {
@@ -1124,6 +1217,9 @@ func (r *run) skipGap() error {
 // release ends a run that may settle: the window is deferred, the state saved if it changed and
 // the anchors completed when nothing depends on them.
 func (r *run) release(out Outcome) (Outcome, error) {
+	if err := r.awaitSettlements(); err != nil {
+		return r.failed(err)
+	}
 	if err := r.trimWindow(0); err != nil {
 		return r.failed(err)
 	}
@@ -1148,6 +1244,9 @@ func (s *State) clone() *State {
 	}
 	if s.SkippedPoison != nil {
 		c.SkippedPoison = maps.Clone(s.SkippedPoison)
+	}
+	if s.InFlight != nil {
+		c.InFlight = maps.Clone(s.InFlight)
 	}
 	if s.Parked != nil {
 		p := *s.Parked

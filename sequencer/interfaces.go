@@ -44,6 +44,10 @@ type DeadLetterParams struct {
 // Session is a session locked for this process. Implementations: the Service Bus adapter, the
 // in-memory fake broker. All methods except ID and LockedUntil may block on I/O.
 //
+// Implementations must be safe for concurrent use: the engine renews the lock in the background
+// and, with EngineConfig.MaxPendingSettlements > 1, runs several Complete calls (of different
+// messages) at once and alongside Receive, the state store's calls and other settlements.
+//
 // Settlement methods return ErrLockLost (possibly wrapped) when the session or message lock is
 // gone; after that the engine settles nothing more on the session.
 type Session interface {

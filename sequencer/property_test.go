@@ -56,6 +56,11 @@ func newPropCase(seed uint64) *propCase {
 		Retry:          sequencer.RetryPolicy{Attempts: 3},
 		Poison:         []sequencer.PoisonPolicy{sequencer.PoisonPark, sequencer.PoisonSkip}[rng.IntN(2)],
 		TombstoneTTL:   1000 * time.Hour,
+		// Without pipelining, or with completions running behind the next messages, and with a
+		// save per message or per recorded run (chosen by the seed, not the rng, so the
+		// scenarios of TestCrashAtEveryStep stay as they were).
+		MaxPendingSettlements: []int{1, 2, 16}[seed%3],
+		SaveEachMessage:       seed/3%2 == 1,
 	}
 	var pubs []func(*sequencertest.Broker)
 	for i := range 1 + rng.IntN(3) {
@@ -84,7 +89,9 @@ func newPropCase(seed uint64) *propCase {
 			pubs = append(pubs, func(b *sequencertest.Broker) { c.invalid[b.Publish(id, props, nil)] = true })
 		}
 	}
-	rng.Shuffle(len(pubs), func(i, j int) { pubs[i], pubs[j] = pubs[j], pubs[i] })
+	if seed%4 != 0 { // every fourth case publishes each session in order, one after the other
+		rng.Shuffle(len(pubs), func(i, j int) { pubs[i], pubs[j] = pubs[j], pubs[i] })
+	}
 	for len(pubs) > 0 {
 		k := 1 + rng.IntN(len(pubs))
 		c.chunks = append(c.chunks, pubs[:k])
@@ -106,8 +113,13 @@ type propWorld struct {
 	failures  map[string]map[int64]int
 	pending   *[2]any // handler succeeded, state not yet saved: {session, seq}
 	mayRepeat map[string]map[int64]bool
+	// dying is set when a hook decides to crash the process: with completions in the
+	// background the handler may still run (and succeed) before the crash takes effect.
+	dying bool
 
 	crashes, resumes, totalCalls int
+	// runs counts the runs recorded by the engines of processes already replaced.
+	runs uint64
 	// strandable marks sessions whose run by id (operator resume, sweeper) failed: such a run
 	// has no active message to wake the session again, so only the sweeper may do that. Every
 	// other session must be woken by the broker (accept-next) alone.
@@ -154,11 +166,12 @@ func (w *propWorld) newProcess() {
 		}
 		if crash {
 			w.crashes++
+			w.dying = true
 			return sequencertest.ErrCrash
 		}
 		return sequencertest.ErrInjected
 	}
-	w.proc = p
+	w.proc, w.dying = p, false
 	w.client = w.broker.NewClient(p)
 	var store sequencer.StateStore = w.store.Client(p)
 	if w.c.atomic {
@@ -170,6 +183,9 @@ func (w *propWorld) newProcess() {
 		Clock:   w.clock,
 	})
 	require.NoError(w.t, err)
+	if w.engine != nil {
+		w.runs += w.engine.Stats().Runs
+	}
 	w.engine = e
 }
 
@@ -189,6 +205,14 @@ func (w *propWorld) handle(_ context.Context, m *sequencer.Message) error {
 	}
 	w.accepted[id] = append(w.accepted[id], seq)
 	w.pending = &[2]any{id, seq}
+	if w.dying {
+		// The crash is decided but has not taken effect: this call happened in a live process,
+		// and its state will not be saved.
+		w.mayRepeat[id][seq] = true
+	}
+	if os.Getenv("SEQBUS_PROP_DEBUG") != "" {
+		w.t.Logf("handled %s/%d (broker %d)", id, seq, m.BrokerSequence)
+	}
 	return nil
 }
 
@@ -261,7 +285,12 @@ func (w *propWorld) sweep() bool {
 	return did
 }
 
-type propTotals struct{ crashes, repeats, deadLetters, defers, receiveDeferred, resumes int }
+type propTotals struct {
+	crashes, repeats, deadLetters, defers, receiveDeferred, resumes int
+	// pipelined counts the cases run with background completions, perMessage those with a save
+	// after each handler call (the others record runs), runs the runs recorded.
+	pipelined, perMessage, runs int
+}
 
 func runPropCase(t *testing.T, seed uint64, tot *propTotals) {
 	runCase(t, seed, newPropCase(seed), tot)
@@ -309,6 +338,13 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 	tot.defers += w.broker.Calls()["defer"]
 	tot.receiveDeferred += w.broker.Calls()["receive_deferred"]
 	tot.crashes += w.crashes
+	if c.cfg.MaxPendingSettlements > 1 {
+		tot.pipelined++
+	}
+	if c.cfg.SaveEachMessage {
+		tot.perMessage++
+	}
+	tot.runs += int(w.runs + w.engine.Stats().Runs)
 	tot.resumes += w.resumes
 	for _, m := range w.mayRepeat {
 		tot.repeats += len(m)
@@ -392,22 +428,48 @@ func TestCrashAtEveryStep(t *testing.T) {
 	t.Parallel()
 	for _, seed := range []uint64{13, 14, 17, 24, 37} { // no window, atomic, park, skip, poisons
 		for _, crash := range []bool{true, false} {
-			t.Run(fmt.Sprintf("seed=%d/crash=%v", seed, crash), func(t *testing.T) {
-				t.Parallel()
-				var tot propTotals
-				clean := newPropCase(seed)
-				clean.faultPlan = []int{}
-				n := runCase(t, seed, clean, &tot)
-				require.Greater(t, n, 50, "the scenario makes enough calls to be interesting")
-				for k := 1; k <= n; k++ {
-					c := newPropCase(seed)
-					c.faultPlan, c.crashPlan = []int{k}, crash
-					runCase(t, seed, c, &tot)
-					if t.Failed() {
-						t.Fatalf("fault at call %d", k)
-					}
-				}
-			})
+			for _, mode := range []struct {
+				pending     int
+				eachMessage bool
+			}{{1, true}, {16, true}, {16, false}} {
+				t.Run(fmt.Sprintf("seed=%d/crash=%v/pending=%d/save-each=%v", seed, crash, mode.pending, mode.eachMessage), func(t *testing.T) {
+					t.Parallel()
+					crashAtEveryStep(t, seed, crash, mode.pending, mode.eachMessage)
+				})
+			}
 		}
+	}
+}
+
+// crashAtEveryStep runs the scenario of seed once without faults to count its calls, then once
+// per call with a fault at that call. With pending > 1 completions run in the background, so a
+// fault may hit the run while completions are in flight; without eachMessage the engine records
+// runs, so a fault may hit it between a handler call and the save of the new Next.
+func crashAtEveryStep(t *testing.T, seed uint64, crash bool, pending int, eachMessage bool) {
+	scenario := func() *propCase {
+		c := newPropCase(seed)
+		c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage = pending, eachMessage
+		return c
+	}
+	var tot propTotals
+	if k, err := strconv.Atoi(os.Getenv("SEQBUS_PROP_FAULT")); err == nil { // rerun one fault
+		c := scenario()
+		c.faultPlan, c.crashPlan = []int{k}, crash
+		runCase(t, seed, c, &tot)
+		return
+	}
+	clean := scenario()
+	clean.faultPlan = []int{}
+	n := runCase(t, seed, clean, &tot)
+	require.Greater(t, n, 50, "the scenario makes enough calls to be interesting")
+	for k := 1; k <= n; k++ {
+		c := scenario()
+		c.faultPlan, c.crashPlan = []int{k}, crash
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("fault at call %d (rerun it with SEQBUS_PROP_FAULT=%d)", k, k)
+			}
+		})
+		runCase(t, seed, c, &tot)
 	}
 }

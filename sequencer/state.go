@@ -24,6 +24,13 @@ type State struct {
 	// PoisonSkip skipped and whose dead-lettering is not yet known to have happened. A redelivered
 	// copy with that broker sequence number is dead-lettered, not completed as a duplicate.
 	SkippedPoison map[int64]int64
+	// InFlight maps application sequence → broker sequence number of the run of active messages
+	// the engine is handling in order, one by one, each completed before the next handler call
+	// (EngineConfig.SaveEachMessage off). While it is set, Next is the first entry of the run:
+	// the entries below the real next sequence were handled and completed and are gone from the
+	// broker; what the broker delivers after a crash tells which (see the package
+	// documentation). Empty once a save records Next exactly.
+	InFlight map[int64]int64
 	// Counters are running totals for the session.
 	Counters Counters
 	// UpdatedAt is when the state was last changed.

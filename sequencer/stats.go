@@ -104,6 +104,8 @@ type Stats struct {
 	Skipped      uint64
 	// StoreCalls counts StateStore calls (Load, Save, SaveWith, Delete).
 	StoreCalls uint64
+	// Runs counts the runs of in-order messages recorded with one save (State.InFlight).
+	Runs uint64
 	// BrokerCalls counts Session and SessionSource calls by kind (CallKind.String()).
 	BrokerCalls map[string]uint64
 	// GapWait is the total time Next was waited for while later messages were waiting.
@@ -121,7 +123,7 @@ func (s Stats) TotalBrokerCalls() uint64 {
 
 type statsCounters struct {
 	sessions, handled, held, deferred, duplicates, invalid, deadLettered atomic.Uint64
-	retries, parked, skipped, storeCalls                                 atomic.Uint64
+	retries, parked, skipped, storeCalls, runs                           atomic.Uint64
 	gapWait                                                              atomic.Int64
 	calls                                                                [numCallKinds]atomic.Uint64
 }
@@ -139,6 +141,7 @@ func (c *statsCounters) snapshot() Stats {
 		Parked:       c.parked.Load(),
 		Skipped:      c.skipped.Load(),
 		StoreCalls:   c.storeCalls.Load(),
+		Runs:         c.runs.Load(),
 		GapWait:      time.Duration(c.gapWait.Load()),
 		BrokerCalls:  make(map[string]uint64, numCallKinds),
 	}

@@ -202,6 +202,12 @@ func consumeSession(ctx context.Context, r *azservicebus.SessionReceiver, done, 
 // stats.
 func (e *benchEnv) workerConsume(b *testing.B, queue string, store sequencer.StateStore) (time.Duration, sequencer.Stats) {
 	b.Helper()
+	return e.workerConsumeWith(b, queue, store, sequencer.EngineConfig{})
+}
+
+// workerConsumeWith is workerConsume with engine settings on top of the benchmark's own.
+func (e *benchEnv) workerConsumeWith(b *testing.B, queue string, store sequencer.StateStore, cfg sequencer.EngineConfig) (time.Duration, sequencer.Stats) {
+	b.Helper()
 	const total = benchSessions * benchMessages
 	source, err := sbadapter.NewSource(e.newClient(b), sbadapter.Config{Entity: sbadapter.Entity{Queue: queue}})
 	if err != nil {
@@ -224,11 +230,12 @@ func (e *benchEnv) workerConsume(b *testing.B, queue string, store sequencer.Sta
 		}
 		return nil
 	})
+	cfg.IdleTimeout, cfg.Retry = time.Second, sequencer.RetryPolicy{Attempts: 1}
 	runner, err := sequencer.NewRunner(sequencer.RunnerConfig{
 		Source:                source,
 		Store:                 store,
 		Handler:               h,
-		Engine:                sequencer.EngineConfig{IdleTimeout: time.Second, Retry: sequencer.RetryPolicy{Attempts: 1}},
+		Engine:                cfg,
 		MaxConcurrentSessions: benchConcurrency,
 		AcceptTimeout:         time.Second,
 	})
@@ -261,14 +268,16 @@ func (e *benchEnv) workerConsume(b *testing.B, queue string, store sequencer.Sta
 // BenchmarkWorkerVsPlainConsumer measures, on one in-process emulator and in the same run, the
 // throughput of 20 sessions × 100 messages through a plain SDK session consumer and through the
 // worker's pipeline (Runner + sbadapter + Service Bus session-state store) with each session
-// published in order and fully reversed, and in order with the in-memory store (no state
-// writes: the cost of the pipeline alone). Metrics: msgs/s of each, the worker/plain ratios and
-// broker calls per message (session and source calls; the state calls, which the Service Bus
-// store also makes to the broker, separately).
+// published in order and fully reversed, in order with one state save per message
+// (EngineConfig.SaveEachMessage, completions pipelined; fully reversed sessions always take that
+// path, their broker order being the opposite of theirs), and in order with the in-memory store
+// (no state writes: the cost of the pipeline alone). Metrics: msgs/s of each, the worker/plain
+// ratios and broker calls per message (session and source calls; the state calls, which the
+// Service Bus store also makes to the broker, separately).
 func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 	e := newBenchEnv(b)
 	store := sbstate.New(nil)
-	var plain, inOrder, reversed, memory time.Duration
+	var plain, inOrder, reversed, memory, perMessage time.Duration
 	var plainCalls, inOrderCalls, reversedCalls uint64
 	// With the Service Bus store every state load, save and delete is a broker call too.
 	var inOrderStore, reversedStore uint64
@@ -293,6 +302,12 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 		reversedStore += st.StoreCalls
 		e.drained(b, q)
 
+		// One save per message in order: what recording runs saves.
+		q = e.freshQueue(b, false)
+		d, _ = e.workerConsumeWith(b, q, store, sequencer.EngineConfig{SaveEachMessage: true})
+		perMessage += d
+		e.drained(b, q)
+
 		// The same pipeline with the in-memory store: what the state writes cost.
 		q = e.freshQueue(b, false)
 		d, _ = e.workerConsume(b, q, memstore.New())
@@ -305,6 +320,8 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 	b.ReportMetric(msgs/reversed.Seconds(), "reversed_msgs/s")
 	b.ReportMetric(plain.Seconds()/inOrder.Seconds(), "inorder_ratio")
 	b.ReportMetric(plain.Seconds()/reversed.Seconds(), "reversed_ratio")
+	b.ReportMetric(msgs/perMessage.Seconds(), "save_each_msgs/s")
+	b.ReportMetric(plain.Seconds()/perMessage.Seconds(), "save_each_ratio")
 	b.ReportMetric(msgs/memory.Seconds(), "memstore_msgs/s")
 	b.ReportMetric(plain.Seconds()/memory.Seconds(), "memstore_ratio")
 	b.ReportMetric(float64(plainCalls)/msgs, "plain_calls/msg")

@@ -1,0 +1,320 @@
+package sequencer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sequencer/sequencertest"
+)
+
+// onComplete returns a process hook that calls fn with the 1-based number of each complete
+// call (before it takes effect) and passes every other call.
+func onComplete(fn func(n int64) error) func(sequencertest.Call) error {
+	var n atomic.Int64
+	return func(c sequencertest.Call) error {
+		if c.Op != "complete" || c.Phase != sequencertest.Before {
+			return nil
+		}
+		return fn(n.Add(1))
+	}
+}
+
+// restart replaces the bundle's process (after a crash) with a new one and a new engine.
+func (b *bundle) restart(t *testing.T, cfg sequencer.EngineConfig) {
+	t.Helper()
+	b.proc = &sequencertest.Process{}
+	b.client = b.broker.NewClient(b.proc)
+	b.engine = b.newEngine(t, cfg, b.store.Client(b.proc))
+}
+
+func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		pending int
+		overlap bool
+	}{{pending: 4, overlap: true}, {pending: 1, overlap: false}}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("pending=%d", tt.pending), func(t *testing.T) {
+			t.Parallel()
+			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: tt.pending}
+			b := setup(t, cfg)
+			second := make(chan struct{})
+			b.setFail(func(m *sequencer.Message) error {
+				if m.Sequence == 2 {
+					close(second)
+				}
+				return nil
+			})
+			var overlapped atomic.Bool
+			b.proc.Hook = onComplete(func(n int64) error {
+				if n != 1 {
+					return nil
+				}
+				// The first complete waits for the handler of the second message.
+				wait := 2 * time.Second
+				if !tt.overlap {
+					wait = 50 * time.Millisecond
+				}
+				select {
+				case <-second:
+					overlapped.Store(true)
+				case <-time.After(wait):
+				}
+				return nil
+			})
+			publish(b, "s1", seqs(1, 3), 0)
+			out, _ := b.runNext(t)
+			require.Equal(t, sequencer.OutcomeIdle, out)
+			require.Equal(t, tt.overlap, overlapped.Load(), "handler(2) ran while complete(1) was in flight")
+			require.Equal(t, seqs(1, 3), b.got("s1"))
+			require.Zero(t, b.broker.Len(), "every message is completed before the session is released")
+		})
+	}
+}
+
+func TestEnginePipelinedCompleteErrorStopsTheSession(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		err     error
+		outcome sequencer.Outcome
+	}{
+		{"lock lost", fmt.Errorf("complete: %w", sequencer.ErrLockLost), sequencer.OutcomeLockLost},
+		{"other error", sequencertest.ErrInjected, sequencer.OutcomeFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 4}
+			b := setup(t, cfg)
+			third := make(chan struct{})
+			var handlerCause error
+			b.setFail(nil)
+			h := sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+				if m.Sequence < 3 {
+					return b.handle(ctx, m)
+				}
+				if m.Sequence == 3 {
+					close(third)
+					if errors.Is(tt.err, sequencer.ErrLockLost) {
+						<-ctx.Done() // a lost lock ends the handler's ctx at once
+						handlerCause = context.Cause(ctx)
+						return ctx.Err()
+					}
+				}
+				return b.handle(ctx, m)
+			})
+			e, err := sequencer.NewEngine(cfg, sequencer.EngineDeps{Store: b.store.Client(b.proc), Handler: h, Clock: b.clock})
+			require.NoError(t, err)
+			// complete(1) fails once handler(3) is running: complete(2) is already on its way.
+			b.proc.Hook = onComplete(func(n int64) error {
+				if n != 1 {
+					return nil
+				}
+				select {
+				case <-third:
+				case <-time.After(5 * time.Second):
+				}
+				return tt.err
+			})
+			publish(b, "s1", seqs(1, 6), 0)
+			sess, err := b.client.AcceptNext(t.Context())
+			require.NoError(t, err)
+			out, err := e.RunSession(t.Context(), sess, nil)
+			require.Equal(t, tt.outcome, out)
+			require.ErrorIs(t, err, tt.err, "the background error is what the run returns")
+
+			st, _ := b.store.Get("s1")
+			calls := b.broker.Calls()
+			if errors.Is(tt.err, sequencer.ErrLockLost) {
+				require.ErrorIs(t, handlerCause, sequencer.ErrLockLost)
+				require.Equal(t, []int64{1, 2}, b.got("s1"))
+				require.Equal(t, int64(3), st.Next, "nothing saved after the lock was lost")
+				require.LessOrEqual(t, calls["complete"], 1, "at most complete(2), issued before the loss, reached the broker")
+			} else {
+				// The error surfaces at the next complete or handler call: whatever was handled
+				// until then was saved first.
+				require.Equal(t, int64(len(b.got("s1"))+1), st.Next)
+			}
+			require.Zero(t, calls["defer"]+calls["dead_letter"])
+			active, _ := b.broker.Pending("s1")
+			require.GreaterOrEqual(t, active, 1+6-len(b.got("s1")), "message 1 and the unhandled ones return to the broker")
+
+			// The next run completes the handled ones as duplicates and hands nothing twice.
+			b.engine = b.newEngine(t, sequencer.EngineConfig{}, b.store.Client(b.proc))
+			b.setFail(nil)
+			b.runAll(t)
+			require.Equal(t, seqs(1, 6), b.got("s1"), "in order, each once")
+			require.Zero(t, b.broker.Len())
+		})
+	}
+}
+
+func TestEngineCrashWithCompletesInFlightOnlyLeavesDuplicates(t *testing.T) {
+	t.Parallel()
+	cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 8}
+	b := setup(t, cfg)
+	crashed := make(chan struct{})
+	b.setFail(func(m *sequencer.Message) error {
+		if m.Sequence == 4 {
+			b.proc.Crash() // completes 1–3 are still in flight
+			close(crashed)
+			return errors.New("process died")
+		}
+		return nil
+	})
+	b.proc.Hook = onComplete(func(int64) error {
+		select {
+		case <-crashed:
+		case <-time.After(5 * time.Second):
+		}
+		return nil
+	})
+	publish(b, "s1", seqs(1, 6), 6)
+	sess, err := b.client.AcceptNext(t.Context())
+	require.NoError(t, err)
+	out, err := b.engine.RunSession(t.Context(), sess, nil)
+	require.Equal(t, sequencer.OutcomeLockLost, out)
+	require.ErrorIs(t, err, sequencer.ErrLockLost)
+	active, _ := b.broker.Pending("s1")
+	require.Equal(t, 6, active, "the completes in flight were cut off by the crash")
+	st, _ := b.store.Get("s1")
+	require.Equal(t, int64(4), st.Next, "1–3 were saved as handled")
+
+	b.setFail(nil)
+	b.restart(t, cfg)
+	b.runAll(t)
+	require.Equal(t, seqs(1, 6), b.got("s1"), "each handed over exactly once")
+	require.Equal(t, uint64(3), b.engine.Stats().Duplicates, "1–3 came back and were only completed")
+	require.Zero(t, b.broker.Len())
+}
+
+func TestEngineRecordedRunSavesOncePerRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		order       []int64
+		eachMessage bool
+		runs        uint64
+		maxSaves    int
+	}{
+		// One save records 1–19, one ends the session with 20 (the last is never in a run), one
+		// turns the state into a tombstone.
+		{"runs", seqs(1, 20), false, 1, 3},
+		{"runs over the window", seqs(20, 1), false, 1, 3},
+		{"save each message", seqs(1, 20), true, 0, 21},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, sequencer.EngineConfig{SaveEachMessage: tt.eachMessage, ReceiveBatch: 32})
+			publish(b, "s1", tt.order, 20)
+			out, _ := b.runNext(t)
+			require.Equal(t, sequencer.OutcomeEnded, out)
+			require.Equal(t, seqs(1, 20), b.got("s1"))
+			require.Zero(t, b.broker.Len())
+			require.Equal(t, tt.runs, b.engine.Stats().Runs)
+			saves := b.store.Calls()["save"]
+			require.LessOrEqual(t, saves, tt.maxSaves)
+			require.GreaterOrEqual(t, saves, min(tt.maxSaves, 20), "one per message without runs")
+			st, _ := b.store.Get("s1")
+			require.Empty(t, st.InFlight)
+			require.Equal(t, int64(21), st.Next)
+		})
+	}
+}
+
+func TestEngineRecordedRunAfterACrash(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// order is published before the crash, later after it.
+		order, later []int64
+		// the process crashes at the crashAt-th complete, before or after it takes effect.
+		crashAt int64
+		after   bool
+		want    []int64
+	}{
+		{name: "entry completed: gone, not handled again", order: seqs(1, 5), crashAt: 3, after: true, want: seqs(1, 5)},
+		{name: "entry not completed: handled once more", order: seqs(1, 5), crashAt: 3, want: []int64{1, 2, 3, 3, 4, 5}},
+		{name: "first entry not completed", order: seqs(1, 5), crashAt: 1, want: []int64{1, 1, 2, 3, 4, 5}},
+		// 4 is published first, so it comes back before the entries (1–3, all gone): the
+		// session idles with 4 held, which settles the record.
+		{name: "settled when the session idles", order: []int64{4, 1, 2, 3}, crashAt: 3, after: true, want: seqs(1, 4)},
+		// ... or when a message published later is delivered.
+		{name: "settled by a later message", order: []int64{4, 1, 2, 3}, later: []int64{5}, crashAt: 3, after: true, want: seqs(1, 5)},
+		// 1 and 2 are gone, 3 is delivered after 4: 3 and everything after it are still to do.
+		{name: "settled by an entry", order: []int64{4, 1, 2, 3}, crashAt: 2, after: true, want: seqs(1, 4)},
+		// Published in reverse, the run 1–5 is recorded from the window. 5, 4, 3 come back first
+		// (in broker order); 1 and 2, not delivered before the session idles, are gone.
+		{name: "reversed: settled when the session idles", order: seqs(5, 1), crashAt: 2, after: true, want: seqs(1, 5)},
+		{name: "reversed: entry not completed", order: seqs(5, 1), crashAt: 2, want: []int64{1, 2, 2, 3, 4, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := sequencer.EngineConfig{}
+			b := setup(t, cfg)
+			var completes atomic.Int64
+			b.proc.Hook = func(c sequencertest.Call) error {
+				if c.Op != "complete" || (c.Phase == sequencertest.After) != tt.after {
+					return nil
+				}
+				if completes.Add(1) == tt.crashAt {
+					return sequencertest.ErrCrash
+				}
+				return nil
+			}
+			publish(b, "s1", tt.order, 0)
+			out, _ := b.engine.RunSession(t.Context(), mustAccept(t, b), nil)
+			require.Equal(t, sequencer.OutcomeLockLost, out)
+			st, _ := b.store.Get("s1")
+			require.NotEmpty(t, st.InFlight, "the run was recorded")
+			require.Equal(t, int64(1), st.Next)
+
+			b.restart(t, cfg)
+			publish(b, "s1", tt.later, 0)
+			b.runAll(t)
+			require.Equal(t, tt.want, b.got("s1"))
+			require.Zero(t, b.broker.Len())
+			st, _ = b.store.Get("s1")
+			require.Empty(t, st.InFlight, "the record is settled")
+			require.Equal(t, tt.want[len(tt.want)-1]+1, st.Next)
+		})
+	}
+}
+
+func mustAccept(t *testing.T, b *bundle) sequencer.Session {
+	t.Helper()
+	sess, err := b.client.AcceptNext(t.Context())
+	require.NoError(t, err)
+	return sess
+}
+
+func TestEngineInheritedRecordHoldsOtherCopiesUntilSettled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sequencer.EngineConfig{})
+	copyOf1 := b.broker.PublishSeq("s1", 1, false)
+	b.broker.PublishSeq("s1", 3, true)
+	// An earlier run recorded 1 and 2 with broker sequence numbers the broker no longer holds:
+	// both were handled and completed. The other copy of 1 must not be handed over again.
+	st := sequencer.NewState()
+	st.InFlight = map[int64]int64{1: copyOf1 + 100, 2: copyOf1 + 101}
+	b.store.Put("s1", st)
+
+	outs := b.runAll(t)
+	require.Equal(t, []sequencer.Outcome{sequencer.OutcomeEnded}, outs)
+	require.Equal(t, []int64{3}, b.got("s1"))
+	require.Equal(t, uint64(1), b.engine.Stats().Duplicates)
+	require.Zero(t, b.broker.Len())
+	st, _ = b.store.Get("s1")
+	require.Empty(t, st.InFlight)
+	require.Equal(t, uint64(3), st.Counters.Handled, "the two entries count as handled, and 3")
+}
