@@ -83,19 +83,5 @@ func dueDeferred(ctx context.Context, cfg StrandedFilterConfig, id string) (bool
 	if err != nil {
 		return false, fmt.Errorf("load state of session %q: %w", id, err)
 	}
-	return st.EndedAt.IsZero() && needsWake(st), nil
-}
-
-// needsWake reports whether st needs a run started by id: a deferred message is due
-// (State.DueDeferred), or the parked message is still deferred at the broker (a crash came
-// between parking and dead-lettering; the next run dead-letters it). A parked session is not
-// woken otherwise: it waits for an operator. The Postgres store's ListStranded applies the same
-// rule (sessionstate/postgres needsWake).
-func needsWake(st *sequencer.State) bool {
-	if p := st.Parked; p != nil {
-		if bs, ok := st.Deferred[p.Sequence]; ok && bs == p.BrokerSequence {
-			return true
-		}
-	}
-	return st.DueDeferred()
+	return st.EndedAt.IsZero() && st.NeedsWake(), nil
 }

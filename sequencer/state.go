@@ -82,6 +82,20 @@ func (s *State) DueDeferred() bool {
 	return false
 }
 
+// NeedsWake reports whether the session needs a run started by id, which a sweeper provides: a
+// deferred message is due (DueDeferred), or the parked message is still deferred at the broker (a
+// crash came between parking and dead-lettering; the next run dead-letters it). A parked session is
+// not woken otherwise: it waits for an operator. Both sweepers (Service Bus list-sessions and the
+// Postgres query) apply this one rule.
+func (s *State) NeedsWake() bool {
+	if p := s.Parked; p != nil {
+		if bs, ok := s.Deferred[p.Sequence]; ok && bs == p.BrokerSequence {
+			return true
+		}
+	}
+	return s.DueDeferred()
+}
+
 // GapExpired reports whether the engine has waited at least timeout for Next while later
 // messages wait; a sweeper may wake such sessions so that the engine's gap timeout skips ahead.
 func (s *State) GapExpired(now time.Time, timeout time.Duration) bool {

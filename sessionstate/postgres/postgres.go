@@ -93,10 +93,10 @@ func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int6
 	var version int64
 	if p.ExpectedVersion == 0 {
 		err = db.QueryRow(ctx, sqlInsert, s.entity, id, blob, st.Next, st.Last, st.Parked != nil,
-			needsWake(st), endedAt).Scan(&version)
+			st.NeedsWake(), endedAt).Scan(&version)
 	} else {
 		err = db.QueryRow(ctx, sqlUpdate, s.entity, id, p.ExpectedVersion, blob, st.Next, st.Last,
-			st.Parked != nil, needsWake(st), endedAt).Scan(&version)
+			st.Parked != nil, st.NeedsWake(), endedAt).Scan(&version)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("postgres state store: %s: expected version %d is not stored: %w",
@@ -154,18 +154,6 @@ func (s *Store) PurgeTombstones(ctx context.Context, entity string, olderThan ti
 		return 0, interpretError("purge tombstones", err)
 	}
 	return tag.RowsAffected(), nil
-}
-
-// needsWake reports whether st needs a run started by id (the due_deferred column): a deferred
-// message is due, or the parked message is still deferred at the broker (the engine
-// dead-letters it when the session is next run). It must agree with sbadapter.StrandedFilter.
-func needsWake(st *sequencer.State) bool {
-	if p := st.Parked; p != nil {
-		if bs, ok := st.Deferred[p.Sequence]; ok && bs == p.BrokerSequence {
-			return true
-		}
-	}
-	return st.DueDeferred()
 }
 
 // Transactional returns the store in transactional mode: a sequencer.AtomicStore whose SaveWith

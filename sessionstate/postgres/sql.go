@@ -25,7 +25,7 @@ RETURNING version`
 SELECT EXISTS (SELECT 1 FROM deleted),
        (SELECT version FROM seqbus_session_state WHERE entity = $1 AND session_id = $2)`
 
-	// sqlListStranded: due_deferred holds needsWake (a parked session waits for an operator, so
+	// sqlListStranded: due_deferred holds State.NeedsWake (a parked session waits for an operator, so
 	// parked alone does not qualify). The predicate implies the partial index's
 	// (due_deferred OR parked) AND ended_at IS NULL, so the index still serves it.
 	sqlListStranded = `SELECT session_id FROM seqbus_session_state
