@@ -24,6 +24,8 @@
 //	SEQBUS_LAST_PROPERTY            application property marking the last message (default IsLast)
 //	SEQBUS_POISON_POLICY            park (default), skip or block
 //	SEQBUS_MAX_HANDLER_ATTEMPTS     handler calls before the poison policy applies (default 5)
+//	SEQBUS_SAVE_EACH_MESSAGE        save the state after every message instead of once per run of
+//	                                in-order messages in hand (default false; see README)
 //	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are looked for, and with postgres
 //	                                expired tombstones (older than 24h) purged (default 30s)
 //	SEQBUS_HANDLER                  log (default), noop, http, or journal (postgres store only:

@@ -262,5 +262,6 @@ func engineConfig(cfg *workerconfig.Config) sequencer.EngineConfig {
 		Poison:           sequencer.PoisonPolicy(cfg.PoisonPolicy),
 		IdleTimeout:      cfg.SessionIdleTimeout,
 		Retry:            sequencer.RetryPolicy{Attempts: cfg.MaxHandlerAttempts},
+		SaveEachMessage:  cfg.SaveEachMessage,
 	}
 }

@@ -63,6 +63,11 @@ type Config struct {
 	PoisonPolicy          string        `envconfig:"POISON_POLICY" default:"park"`
 	MaxHandlerAttempts    int           `envconfig:"MAX_HANDLER_ATTEMPTS" default:"5"`
 	SweepInterval         time.Duration `envconfig:"SWEEP_INTERVAL" default:"30s"`
+	// SaveEachMessage makes the engine save the state after every handler call (handler → save →
+	// complete) instead of once per run of in-order messages in hand: one state write per message,
+	// and a message the broker drops on its own (TTL, purge) while in hand shows as a gap rather
+	// than counting as handled. See sequencer.EngineConfig.SaveEachMessage.
+	SaveEachMessage bool `envconfig:"SAVE_EACH_MESSAGE" default:"false"`
 
 	Handler        string        `envconfig:"HANDLER" default:"log"`
 	HandlerURL     string        `envconfig:"HANDLER_URL"`
@@ -231,6 +236,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("last_property", c.LastProperty),
 		slog.String("poison_policy", c.PoisonPolicy),
 		slog.Int("max_handler_attempts", c.MaxHandlerAttempts),
+		slog.Bool("save_each_message", c.SaveEachMessage),
 		slog.Duration("sweep_interval", c.SweepInterval),
 		slog.String("handler", c.Handler),
 		slog.String("handler_url", RedactDatabaseURL(c.HandlerURL)),

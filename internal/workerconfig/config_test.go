@@ -206,6 +206,16 @@ func TestLoadFromEnvironment(t *testing.T) {
 	require.Equal(t, "servicebus", c.StateStore, "default")
 	require.Equal(t, "log", c.Handler, "default")
 	require.Equal(t, 30*time.Second, c.ShutdownTimeout, "default")
+	require.False(t, c.SaveEachMessage, "default")
+
+	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "true")
+	c, err = Load(handlers)
+	require.NoError(t, err)
+	require.True(t, c.SaveEachMessage)
+	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "sometimes")
+	_, err = Load(handlers)
+	require.ErrorContains(t, err, "SEQBUS_SAVE_EACH_MESSAGE")
+	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "false")
 
 	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "many")
 	_, err = Load(handlers)
