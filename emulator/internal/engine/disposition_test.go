@@ -207,6 +207,59 @@ func TestOversizedMessageIsRejected(t *testing.T) {
 	require.Equal(t, int64(1), q.Info().Counts.Active)
 }
 
+// TestOversizedBatchIsRejected: a batch is one AMQP message, so its total size
+// counts against the link's max-message-size, not only each item's.
+func TestOversizedBatchIsRejected(t *testing.T) {
+	t.Parallel()
+	addr, b := startServer(t, engine.Config{MaxMessageSize: 1000})
+	p := dialPlain(t, addr)
+	p.write(0, &amqpwire.Begin{IncomingWindow: 100, OutgoingWindow: 100})
+	p.read()
+	p.write(0, &amqpwire.Attach{Name: "s", Handle: 0, Role: amqpwire.RoleSender, Source: &amqpwire.Source{}, Target: &amqpwire.Target{Address: "q1"}})
+	p.read() // attach
+	p.read() // flow
+
+	batch := func(items, size int) []byte {
+		env := &amqp.Message{}
+		for range items {
+			item, err := amqp.NewMessage(make([]byte, size)).MarshalBinary()
+			require.NoError(t, err)
+			env.Data = append(env.Data, item)
+		}
+		payload, err := env.MarshalBinary()
+		require.NoError(t, err)
+		return payload
+	}
+	for i, tc := range []struct {
+		payload []byte
+		ok      bool
+	}{
+		{payload: batch(3, 200), ok: true},
+		{payload: batch(3, 600)}, // each item fits, the batch does not
+	} {
+		id, format, settled := uint32(i), uint32(0x80013700), false
+		fr, err := amqpwire.AppendFrame(nil, amqpwire.Frame{Type: amqpwire.FrameTypeAMQP, Body: &amqpwire.Transfer{
+			Handle: 0, DeliveryID: &id, DeliveryTag: []byte{byte(i)}, MessageFormat: &format, Settled: &settled,
+		}, Payload: tc.payload})
+		require.NoError(t, err)
+		_, err = p.nc.Write(fr)
+		require.NoError(t, err)
+		d, ok := p.read().Body.(*amqpwire.Disposition)
+		require.True(t, ok)
+		require.Equal(t, id, d.First)
+		if tc.ok {
+			require.IsType(t, &amqpwire.Accepted{}, d.State, "batch of %d bytes", len(tc.payload))
+			continue
+		}
+		rej, ok := d.State.(*amqpwire.Rejected)
+		require.True(t, ok, "batch of %d bytes: got %T", len(tc.payload), d.State)
+		require.Equal(t, amqpwire.Symbol("amqp:link:message-size-exceeded"), rej.Error.Condition)
+	}
+	q, err := b.Lookup("q1")
+	require.NoError(t, err)
+	require.Equal(t, int64(3), q.Info().Counts.Active, "only the first batch was enqueued")
+}
+
 func TestTransfersRespectTheClientsIncomingWindow(t *testing.T) {
 	t.Parallel()
 	addr, b := startServer(t, engine.Config{})

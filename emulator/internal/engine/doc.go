@@ -7,7 +7,10 @@
 // subqueues "<entity>/$DeadLetterQueue" and "<entity>/$Transfer/$DeadLetterQueue",
 // the SDK's SubQueueDeadLetter and SubQueueTransfer), the $cbs node (put-token
 // with shared access signature checks) and the $management request/response
-// node.
+// node. A token is checked when it is put, when a link attaches and again
+// whenever the link carries a message or a management request: once it
+// expires, sends are rejected, receivers detach and management answers 401,
+// all with amqp:unauthorized-access, until a fresh token is put.
 //
 // Messages are never lost between the broker and the wire: receivers lock
 // what they take from the broker (receive-and-delete ones too) and a

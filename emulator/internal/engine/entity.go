@@ -67,12 +67,11 @@ func errUnauthorized(address string) *amqpwire.Error {
 // broker.
 func (l *link) sendToEntityLocked(d *partialDelivery) amqpwire.DeliveryState {
 	limit := l.s.c.srv.cfg.MaxMessageSize
-	tooLarge := func(n int) amqpwire.DeliveryState {
+	// A batch is one AMQP message: its whole encoding counts, as on the
+	// service (and so each item fits too).
+	if n := int64(len(d.payload)); n > limit {
 		return &amqpwire.Rejected{Error: &amqpwire.Error{Condition: condMessageSizeExceeded,
 			Description: fmt.Sprintf("the message is %d bytes, larger than the limit of %d bytes", n, limit)}}
-	}
-	if d.format != batchMessageFormat && int64(len(d.payload)) > limit {
-		return tooLarge(len(d.payload))
 	}
 	env, err := decodeMessage(d.payload)
 	if err != nil {
@@ -82,9 +81,6 @@ func (l *link) sendToEntityLocked(d *partialDelivery) amqpwire.DeliveryState {
 	if d.format == batchMessageFormat {
 		msgs = msgs[:0]
 		for i, data := range env.Data {
-			if int64(len(data)) > limit {
-				return tooLarge(len(data))
-			}
 			m, err := decodeMessage(data)
 			if err != nil {
 				return rejectDecode(fmt.Errorf("batch item %d: %w", i, err))
@@ -136,6 +132,13 @@ func (l *link) pump() {
 			return
 		}
 		c.mu.Lock()
+		if l.state == linkAttached && !c.claimedLocked(l.address) {
+			// The token that authorized the attach has expired.
+			l.giveBack(ds)
+			l.detachLocked(errUnauthorized(l.address))
+			c.mu.Unlock()
+			return
+		}
 		for i, d := range ds {
 			if l.state != linkAttached || l.sndCredit == 0 {
 				l.giveBack(ds[i:])

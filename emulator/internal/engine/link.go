@@ -532,6 +532,10 @@ func (l *link) deliveryLocked(d *partialDelivery) amqpwire.DeliveryState {
 		}
 		c.replyLocked(req, c.handleManagementLocked(l, req))
 	case kindEntity:
+		// The token that authorized the attach must still be valid.
+		if !c.claimedLocked(l.address) {
+			return &amqpwire.Rejected{Error: errUnauthorized(l.address)}
+		}
 		return l.sendToEntityLocked(d)
 	}
 	return &amqpwire.Accepted{}

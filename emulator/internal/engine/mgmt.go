@@ -58,6 +58,9 @@ func statusFor(err error) int32 {
 // handleManagementLocked serves one $management request for link l's entity.
 func (c *conn) handleManagementLocked(l *link, req *amqp.Message) *amqp.Message {
 	op, _ := req.ApplicationProperties["operation"].(string)
+	if !c.claimedLocked(l.address) {
+		return statusResponse(401, errUnauthorized(l.address).Description)
+	}
 	if c.srv.takeMgmtFailure() {
 		return statusResponse(503, "server busy (fault injected by the emulator)")
 	}
