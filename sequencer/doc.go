@@ -30,7 +30,9 @@
 //     DeferredBatch;
 //   - early: held in the reorder window, unsettled (its lock is the session lock), up to
 //     WindowMessages/WindowBytes. What does not fit, and what is still early when the session
-//     is released (idle, shutdown, parked), is deferred and recorded in State.Deferred.
+//     is released (idle, shutdown, parked), is deferred and recorded in State.Deferred. A held
+//     message that is in order when a shutdown cuts the drain short stays active instead: the
+//     broker offers the session again for it (4.).
 //
 // # Ordering of handler, save and settlement (crash consistency)
 //
@@ -80,7 +82,12 @@
 //     needs the broker's session FIFO and that only this engine settles the session's messages:
 //     an entry that vanished otherwise (its time to live expired, the broker dead-lettered it
 //     after too many deliveries, an operator purged it) is taken as handled, where one save per
-//     message would wait for it as a gap. Sessions where that matters set SaveEachMessage.
+//     message would wait for it as a gap. Two rules keep the common case of that, a handler
+//     that crashes its process on the same message again and again until the broker
+//     dead-letters the messages in hand, out of reach: a redelivered message (DeliveryCount
+//     above 1) never joins a run, and a run that resolves an inherited record saves the exact
+//     Next at once, so a record outlives the first redelivery of its entries only when that
+//     run fails before it is resolved. Sessions where the rest matters set SaveEachMessage.
 //
 //  2. Deferral: save(Deferred[seq] = broker sequence) → defer. A crash between leaves an index
 //     entry whose message is still active; when it is redelivered its broker sequence number

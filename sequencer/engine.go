@@ -677,7 +677,10 @@ func (r *run) trimWindow(limit int) error {
 	keys := slices.Sorted(maps.Keys(r.held))
 	var evict []*Message
 	for i := len(keys) - 1; i >= 0 && (len(r.held) > limit || (r.heldBytes > r.e.cfg.WindowBytes && len(r.held) > floor)); i-- {
-		if r.recorded(r.held[keys[i]]) {
+		if m := r.held[keys[i]]; r.recorded(m) || (m.Sequence == r.st.Next && r.st.Parked == nil) {
+			// The message for Next is held only when a stop cut the drain short: it stays active,
+			// so that the broker offers the session again (deferred, it would strand the session
+			// until a sweeper came by).
 			continue
 		}
 		evict = append(evict, r.unhold(keys[i]))

@@ -21,6 +21,9 @@ func (r *run) inRun(m *Message, fromDeferred bool) (bool, error) {
 	if bs, ok := r.st.InFlight[m.Sequence]; ok && bs == m.BrokerSequence {
 		return true, nil
 	}
+	if m.DeliveryCount > 1 {
+		return false, nil // redelivered: see lookahead
+	}
 	entries := r.lookahead(m)
 	if len(entries) < 2 {
 		return false, nil // a run of one saves as often as handler → save → complete
@@ -48,22 +51,29 @@ func (r *run) runnable(seq int64, last bool) bool {
 type candidate struct {
 	brokerSequence int64
 	last           bool
+	redelivered    bool
 }
 
 // lookahead returns the run starting at m: the following sequences in hand, held in the window
 // or later in the receive batch. It returns nil when no other message would join m.
+//
+// Redelivered messages (DeliveryCount > 1) never join a run: a process that crashes in the
+// handler of some message again and again has its run's messages delivered as often, and once the
+// broker dead-letters them (max delivery count) a record holding them would make the next run
+// take them as handled. With a save per message the engine instead waits on the gap at the
+// crashing message, which an operator sees.
 func (r *run) lookahead(m *Message) map[int64]int64 {
 	var later map[int64]candidate // the rest of the batch by sequence, parsed on first need
 	next := func(seq int64) (candidate, bool) {
 		if x := r.held[seq]; x != nil { // a held copy is handled before any copy later in the batch
-			return candidate{x.BrokerSequence, x.IsLast}, true
+			return candidate{x.BrokerSequence, x.IsLast, x.DeliveryCount > 1}, true
 		}
 		if later == nil {
 			later = make(map[int64]candidate, len(r.upcoming))
 			for _, x := range r.upcoming {
 				seq, last, desc := r.e.parse(x)
 				if _, seen := later[seq]; desc == "" && !seen {
-					later[seq] = candidate{x.BrokerSequence, last}
+					later[seq] = candidate{x.BrokerSequence, last, x.DeliveryCount > 1}
 				}
 			}
 		}
@@ -73,7 +83,7 @@ func (r *run) lookahead(m *Message) map[int64]int64 {
 	var entries map[int64]int64
 	for seq := m.Sequence + 1; len(entries) < maxRun; seq++ {
 		c, ok := next(seq)
-		if !ok || !r.runnable(seq, c.last) {
+		if !ok || c.redelivered || !r.runnable(seq, c.last) {
 			break
 		}
 		if entries == nil {
@@ -147,7 +157,12 @@ func (r *run) resolveInFlight(m *Message) error {
 	}
 	st.InFlight = nil
 	r.inherited, r.presentFrom = false, 0
-	r.dirty = true
+	// Save the exact Next now: if this run crashes before its next save, the record would be
+	// inherited again, and by then its entries may have left the broker other than by handling
+	// (dead-lettered after too many deliveries), which the inference would take as handled.
+	if err := r.save(); err != nil {
+		return err
+	}
 	return r.settleHeldBelowNext()
 }
 

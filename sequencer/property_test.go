@@ -36,6 +36,11 @@ type propCase struct {
 	crashPlan bool
 	// atomic runs the engine on the store's AtomicStore view.
 	atomic bool
+	// expirePlan, with faultPlan, makes the session locks expire at the planned call instead of
+	// failing it: the process carries on, and its later broker calls find the lock lost.
+	expirePlan bool
+	// stops makes some runs stop gracefully (a deploy) after a few handler calls.
+	stops bool
 }
 
 func newPropCase(seed uint64) *propCase {
@@ -48,6 +53,7 @@ func newPropCase(seed uint64) *propCase {
 		invalid:  map[int64]bool{},
 		faults:   rng.IntN(4),
 		atomic:   rng.IntN(4) == 0,
+		stops:    seed%5 == 0, // by the seed, so the scenarios of TestCrashAtEveryStep stay as they were
 	}
 	c.cfg = sequencer.EngineConfig{
 		WindowMessages: []int{sequencer.NoWindow, 1, 3, 256}[rng.IntN(4)],
@@ -116,6 +122,12 @@ type propWorld struct {
 	// dying is set when a hook decides to crash the process: with completions in the
 	// background the handler may still run (and succeed) before the crash takes effect.
 	dying bool
+	// expiring is set from a planned lock expiry to the end of the run it hit: the engine may
+	// call the handler once more before it learns of the loss.
+	expiring bool
+	// stop, when set, stops the current run gracefully once stopAfter more handler calls are made.
+	stop      context.CancelFunc
+	stopAfter int
 
 	crashes, resumes, totalCalls int
 	// runs counts the runs recorded by the engines of processes already replaced.
@@ -134,6 +146,7 @@ func (w *propWorld) newProcess() {
 	p := &sequencertest.Process{}
 	calls, faultAt := 0, -1
 	crash := w.c.rng.IntN(3) > 0
+	expire := w.c.expirePlan
 	switch {
 	case w.c.faultPlan != nil:
 		if len(w.c.faultPlan) > 0 {
@@ -143,6 +156,7 @@ func (w *propWorld) newProcess() {
 	case w.c.faults > 0:
 		faultAt = w.c.rng.IntN(80)
 		w.c.faults--
+		expire = faultAt%5 == 0 // decided without drawing, so the scenarios stay as they were
 	}
 	p.Hook = func(call sequencertest.Call) error {
 		w.mu.Lock()
@@ -163,6 +177,11 @@ func (w *propWorld) newProcess() {
 			// see this message again (the documented at-least-once window).
 			id, seq := w.pending[0].(string), w.pending[1].(int64)
 			w.mayRepeat[id][seq] = true
+		}
+		if expire {
+			w.expiring = true
+			w.broker.ExpireLocks()
+			return nil
 		}
 		if crash {
 			w.crashes++
@@ -203,9 +222,14 @@ func (w *propWorld) handle(_ context.Context, m *sequencer.Message) error {
 		w.failures[id][seq]++
 		return errors.New("flaky")
 	}
+	if w.stop != nil {
+		if w.stopAfter--; w.stopAfter == 0 {
+			w.stop()
+		}
+	}
 	w.accepted[id] = append(w.accepted[id], seq)
 	w.pending = &[2]any{id, seq}
-	if w.dying {
+	if w.dying || w.expiring {
 		// The crash is decided but has not taken effect: this call happened in a live process,
 		// and its state will not be saved.
 		w.mayRepeat[id][seq] = true
@@ -231,7 +255,18 @@ func (w *propWorld) run(sess sequencer.Session, err error, opts *sequencer.RunOp
 		}
 		return errors.Is(err, sequencertest.ErrInjected)
 	}
+	if w.c.stops && opts == nil && byID == "" && w.c.rng.IntN(2) == 0 { // a run by id that stops mid-drain needs the sweeper again
+		stop, cancel := context.WithCancel(w.t.Context())
+		defer cancel()
+		w.mu.Lock()
+		w.stop, w.stopAfter = cancel, 1+w.c.rng.IntN(4)
+		w.mu.Unlock()
+		opts = &sequencer.RunOptions{Stop: stop}
+	}
 	out, err := w.engine.RunSession(w.t.Context(), sess, opts)
+	w.mu.Lock()
+	w.expiring, w.stop = false, nil
+	w.mu.Unlock()
 	if err == nil && byID != "" {
 		delete(w.strandable, byID)
 	}
@@ -322,6 +357,13 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 		w.drain()
 	}
 	for round := 0; ; round++ {
+		if round == 49 {
+			for _, id := range w.store.SessionIDs() {
+				st, _ := w.store.Get(id)
+				a, d := w.broker.Pending(id)
+				t.Logf("session %s: state %+v; broker active %d deferred %d; strandable %v", id, st, a, d, w.strandable[id])
+			}
+		}
 		require.Less(t, round, 50, "seed %d: no quiescence", seed)
 		w.drain()
 		if w.sweep() {
@@ -393,6 +435,9 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 		st, _ := w.store.Get(id)
 		require.NotNil(t, st, "seed %d: session %s has a tombstone", seed, id)
 		require.False(t, st.EndedAt.IsZero(), "seed %d: session %s ended", seed, id)
+		require.Equal(t, n+1, st.Next, "seed %d: session %s tombstone's next", seed, id)
+		require.Empty(t, st.InFlight, "seed %d: session %s tombstone's run record", seed, id)
+		require.Nil(t, st.Parked, "seed %d: session %s tombstone parked", seed, id)
 	}
 	return w.totalCalls
 }

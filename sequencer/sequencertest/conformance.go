@@ -230,6 +230,37 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		require.Empty(t, got)
 	})
 
+	// The engine's recorded runs infer what an earlier holder completed from the order in which
+	// the broker delivers what is left: a session's active messages in broker sequence order,
+	// deferred ones never, whatever was settled or abandoned before the lock was released.
+	t.Run("RedeliveryIsInBrokerOrder", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		publishN(t, f, 6)
+		sess := acceptNext(t, f)
+		msgs := receiveN(t, sess, 6)
+		require.NoError(t, sess.Complete(t.Context(), msgs[3]))
+		require.NoError(t, sess.Defer(t.Context(), msgs[1]))
+		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
+		require.NoError(t, sess.Abandon(t.Context(), msgs[4]))
+		require.NoError(t, sess.Close(t.Context()))
+
+		sess = acceptNext(t, f)
+		again := receiveN(t, sess, 3)
+		var got []int64
+		for _, m := range again {
+			got = append(got, m.BrokerSequence)
+		}
+		want := []int64{msgs[2].BrokerSequence, msgs[4].BrokerSequence, msgs[5].BrokerSequence}
+		require.Equal(t, want, got, "the active messages left, in broker order, without the deferred one")
+		require.Greater(t, again[1].DeliveryCount, msgs[4].DeliveryCount, "abandon counts a delivery")
+		for _, m := range again {
+			require.NoError(t, sess.Complete(t.Context(), m))
+		}
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f) // only the deferred message is left
+	})
+
 	t.Run("SettleWithoutLockIsLockLost", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
