@@ -19,8 +19,8 @@ import (
 
 // TestSharedClientSurvivesSessionChurn shares one client between session
 // receivers that work through their sessions and goroutines that accept the
-// next session with deadlines so short that go-amqp abandons sessions whose
-// begin it never wrote. The abandoned sessions' ends reach the emulator on
+// next session and cancel the call so soon that go-amqp abandons sessions
+// whose begin it never wrote. The abandoned sessions' ends reach the emulator on
 // channels it has never seen; before the fix it closed the connection with
 // "amqp:not-found: end on unknown channel", and every session receiver of the
 // client lost its session.
@@ -55,10 +55,19 @@ func TestSharedClientSurvivesSessionChurn(t *testing.T) {
 	for i := range churners {
 		churn.Go(func() {
 			for r := range churnRounds {
-				// 0–3 ms: some contexts end before the begin is written,
-				// some during the attach, a few survive to the timeout.
-				actx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(3000))*time.Microsecond)
+				// Cancelled after 0–3 ms: some calls end before the begin
+				// is written, some during the attach. Cancelled, not timed
+				// out: go-amqp turns a context deadline into the socket's
+				// write deadline, so a frame written just as the deadline
+				// passes fails with an i/o timeout, and go-amqp closes the
+				// whole connection on it, taking every session receiver of
+				// the client down with it (no emulator can prevent that).
+				// A cancelled context (its only deadline the test's, far
+				// away) abandons sessions and links the same way.
+				actx, cancel := context.WithCancel(ctx)
+				timer := time.AfterFunc(time.Duration(rand.IntN(3000))*time.Microsecond, cancel)
 				sr, err := b.client.AcceptNextSessionForQueue(actx, "empty", nil)
+				timer.Stop()
 				cancel()
 				if err == nil {
 					errs <- fmt.Errorf("churner %d round %d: accepted session %q of an empty queue", i, r, sr.SessionID())
