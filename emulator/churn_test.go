@@ -150,8 +150,13 @@ func TestAbandonedAcceptNextLeavesNoSessionLocked(t *testing.T) {
 	for range racers {
 		wg.Go(func() {
 			for range rounds {
-				actx, cancel := context.WithTimeout(ctx, time.Duration(rand.IntN(4000))*time.Microsecond)
+				// Cancel rather than time out: go-amqp makes a context deadline the socket's
+				// write deadline, and one that passes mid-write closes the shared connection
+				// (see TestSharedClientSurvivesSessionChurn).
+				actx, cancel := context.WithCancel(ctx)
+				timer := time.AfterFunc(time.Duration(rand.IntN(4000))*time.Microsecond, cancel)
 				sr, err := b.client.AcceptNextSessionForQueue(actx, "sq", nil)
+				timer.Stop()
 				cancel()
 				if err == nil {
 					accepted.Add(1)
