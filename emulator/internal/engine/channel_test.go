@@ -110,11 +110,7 @@ func TestDetachReturnsDeliveriesHeldForTheSessionWindow(t *testing.T) {
 	t.Parallel()
 	addr, b := startServer(t, engine.Config{})
 	require.NoError(t, b.CreateQueue("long", broker.EntityProperties{LockDuration: time.Hour}))
-	q, err := b.Lookup("long")
-	require.NoError(t, err)
-	for range 3 {
-		require.NoError(t, q.Send(t.Context(), []*amqp.Message{amqp.NewMessage([]byte("m"))}))
-	}
+	enqueue(t, b, "long", 3)
 	p := dialPlain(t, addr)
 	p.write(0, &amqpwire.Begin{IncomingWindow: 1, OutgoingWindow: 100})
 	p.read()
@@ -161,18 +157,9 @@ func TestDetachReturnsDeliveriesHeldForTheSessionWindow(t *testing.T) {
 func TestReceiveAndDeleteKeepsWhatItNeverSent(t *testing.T) {
 	t.Parallel()
 	addr, b := startServer(t, engine.Config{})
-	q, err := b.Lookup("q1")
-	require.NoError(t, err)
-	for range 3 {
-		require.NoError(t, q.Send(t.Context(), []*amqp.Message{amqp.NewMessage([]byte("m"))}))
-	}
+	q := enqueue(t, b, "q1", 3)
 	p := dialPlain(t, addr)
-	p.write(0, &amqpwire.Begin{IncomingWindow: 1, OutgoingWindow: 100})
-	p.read()
-	p.write(0, &amqpwire.Attach{Name: "rad", Handle: 0, Role: amqpwire.RoleReceiver, SndSettleMode: amqpwire.SenderSettleModeSettled,
-		Source: &amqpwire.Source{Address: "q1"}, Target: &amqpwire.Target{}})
-	_, ok := p.read().Body.(*amqpwire.Attach)
-	require.True(t, ok)
+	p.openSettledReceiver("rad", 1)
 	h, dc, credit := uint32(0), uint32(0), uint32(3)
 	p.write(0, &amqpwire.Flow{IncomingWindow: 1, OutgoingWindow: 100, Handle: &h, DeliveryCount: &dc, LinkCredit: &credit})
 	tr, ok := p.read().Body.(*amqpwire.Transfer)

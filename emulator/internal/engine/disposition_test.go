@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/emulator/amqpwire"
+	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/internal/engine"
 )
 
@@ -39,6 +40,30 @@ func (p *rawPeer) read() amqpwire.Frame {
 			return fr
 		}
 	}
+}
+
+// enqueue sends n one-byte messages straight into the broker queue and returns it.
+func enqueue(t *testing.T, b *broker.Broker, queue string, n int) *broker.Entity {
+	t.Helper()
+	q, err := b.Lookup(queue)
+	require.NoError(t, err)
+	for range n {
+		require.NoError(t, q.Send(t.Context(), []*amqp.Message{amqp.NewMessage([]byte("m"))}))
+	}
+	return q
+}
+
+// openSettledReceiver begins a session with the given incoming window on channel 0 and attaches a
+// receive-and-delete (pre-settled) receiver on queue q1 as handle 0, returning the broker's attach.
+func (p *rawPeer) openSettledReceiver(name string, window uint32) *amqpwire.Attach {
+	p.t.Helper()
+	p.write(0, &amqpwire.Begin{IncomingWindow: window, OutgoingWindow: 100})
+	p.read()
+	p.write(0, &amqpwire.Attach{Name: name, Handle: 0, Role: amqpwire.RoleReceiver, SndSettleMode: amqpwire.SenderSettleModeSettled,
+		Source: &amqpwire.Source{Address: "q1"}, Target: &amqpwire.Target{}})
+	attach, ok := p.read().Body.(*amqpwire.Attach)
+	require.True(p.t, ok)
+	return attach
 }
 
 // dialPlain authenticates with SASL PLAIN and exchanges open frames.
@@ -82,11 +107,7 @@ func dialPlain(t *testing.T, addr string) *rawPeer {
 func TestDispositionRangeSettlesEveryDelivery(t *testing.T) {
 	t.Parallel()
 	addr, b := startServer(t, engine.Config{})
-	q, err := b.Lookup("q1")
-	require.NoError(t, err)
-	for range 3 {
-		require.NoError(t, q.Send(t.Context(), []*amqp.Message{amqp.NewMessage([]byte("m"))}))
-	}
+	q := enqueue(t, b, "q1", 3)
 	p := dialPlain(t, addr)
 	p.write(0, &amqpwire.Begin{IncomingWindow: 100, OutgoingWindow: 100})
 	_, ok := p.read().Body.(*amqpwire.Begin)
@@ -134,12 +155,7 @@ func TestNoTransferWithoutCredit(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Send(t.Context(), []*amqp.Message{amqp.NewMessage([]byte("a")), amqp.NewMessage([]byte("b"))}))
 	p := dialPlain(t, addr)
-	p.write(0, &amqpwire.Begin{IncomingWindow: 100, OutgoingWindow: 100})
-	p.read()
-	p.write(0, &amqpwire.Attach{Name: "r", Handle: 0, Role: amqpwire.RoleReceiver, SndSettleMode: amqpwire.SenderSettleModeSettled,
-		Source: &amqpwire.Source{Address: "q1"}, Target: &amqpwire.Target{}})
-	attach, ok := p.read().Body.(*amqpwire.Attach)
-	require.True(t, ok)
+	attach := p.openSettledReceiver("r", 100)
 	require.Equal(t, amqpwire.SenderSettleModeSettled, attach.SndSettleMode, "settle mode echoed")
 
 	// No flow yet: nothing may arrive.
@@ -263,17 +279,9 @@ func TestOversizedBatchIsRejected(t *testing.T) {
 func TestTransfersRespectTheClientsIncomingWindow(t *testing.T) {
 	t.Parallel()
 	addr, b := startServer(t, engine.Config{})
-	q, err := b.Lookup("q1")
-	require.NoError(t, err)
-	for range 5 {
-		require.NoError(t, q.Send(t.Context(), []*amqp.Message{amqp.NewMessage([]byte("m"))}))
-	}
+	enqueue(t, b, "q1", 5)
 	p := dialPlain(t, addr)
-	p.write(0, &amqpwire.Begin{IncomingWindow: 2, OutgoingWindow: 100})
-	p.read()
-	p.write(0, &amqpwire.Attach{Name: "r", Handle: 0, Role: amqpwire.RoleReceiver, SndSettleMode: amqpwire.SenderSettleModeSettled,
-		Source: &amqpwire.Source{Address: "q1"}, Target: &amqpwire.Target{}})
-	p.read()
+	p.openSettledReceiver("r", 2)
 	h, dc, credit := uint32(0), uint32(0), uint32(5)
 	p.write(0, &amqpwire.Flow{IncomingWindow: 2, OutgoingWindow: 100, Handle: &h, DeliveryCount: &dc, LinkCredit: &credit})
 
