@@ -45,9 +45,7 @@ func setup(t *testing.T, lock time.Duration) *bundle {
 
 func newClient(t *testing.T, conn string) *azservicebus.Client {
 	t.Helper()
-	client, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{
-		RetryOptions: azservicebus.RetryOptions{MaxRetries: 1, RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond},
-	})
+	client, err := sbadapter.NewClientFromConnectionString(conn, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

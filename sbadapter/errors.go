@@ -115,6 +115,15 @@ func amqpCond(conds ...amqp.ErrCond) func(error) bool {
 	}
 }
 
+// amqpFailure matches go-amqp's link, session and connection failures (the SDK usually wraps them
+// as CodeConnectionLost).
+func amqpFailure(err error) bool {
+	var le *amqp.LinkError
+	var se *amqp.SessionError
+	var ce *amqp.ConnError
+	return errors.As(err, &le) || errors.As(err, &se) || errors.As(err, &ce)
+}
+
 func ctxEnded(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
@@ -145,9 +154,21 @@ var errorRules = []errorRule{
 	// session at once); what was received on it can no longer be settled, even though the SDK
 	// may re-lock the session on a new link.
 	{"session connection lost", sdkCode(azservicebus.CodeConnectionLost), opSession, ClassLockLost, sequencer.ErrLockLost},
+	{"session link, session or connection failed", amqpFailure, opSession, ClassLockLost, sequencer.ErrLockLost},
 	{"connection lost", sdkCode(azservicebus.CodeConnectionLost), opAny, ClassReconnect, ErrConnectionLost},
 	{"timeout", sdkCode(azservicebus.CodeTimeout), opAny, ClassRetry, ErrTransient},
 	{"busy", amqpCond(condServerBusy, condTimeout), opAny, ClassRetry, ErrTransient},
+}
+
+// isServerBusy reports whether the broker refused a call as too busy (throttled): an AMQP error
+// with condition com.microsoft:server-busy, or a management answer with status 503. Nothing was
+// done, so the call may be repeated on the same link.
+func isServerBusy(err error) bool {
+	if amqpCond(condServerBusy)(err) {
+		return true
+	}
+	var rpc interface{ RPCCode() int }
+	return errors.As(err, &rpc) && rpc.RPCCode() == 503
 }
 
 // mappedError carries the original SDK error, the sentinel it maps to and its class.
@@ -182,6 +203,9 @@ func classify(o op, err error) (Class, error) {
 	var me *mappedError
 	if errors.As(err, &me) {
 		return me.class, me.sentinel
+	}
+	if errors.Is(err, sequencer.ErrLockLost) { // the adapter's own verdict
+		return ClassLockLost, sequencer.ErrLockLost
 	}
 	for _, r := range errorRules {
 		if (r.op == opAny || r.op == o) && r.match(err) {

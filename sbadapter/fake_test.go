@@ -28,6 +28,28 @@ type fakeReceiver struct {
 	sdkLockField *time.Time
 	closed       bool
 	deferredReq  [][]int64
+	// calls counts the calls that reached the fake (Close and the read-only methods excepted);
+	// failNext, when not empty, is returned by the next calls, one error each.
+	calls    int
+	failNext []error
+}
+
+// failure counts a call and returns the error it must fail with, if any. f.mu must be held.
+func (f *fakeReceiver) failure() error {
+	f.calls++
+	if len(f.failNext) > 0 {
+		err := f.failNext[0]
+		f.failNext = f.failNext[1:]
+		return err
+	}
+	return f.failWith
+}
+
+// callCount returns how many calls reached the fake.
+func (f *fakeReceiver) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
 }
 
 func newFakeReceiver(id string) *fakeReceiver {
@@ -52,9 +74,9 @@ func (f *fakeReceiver) LockedUntil() time.Time {
 
 func (f *fakeReceiver) ReceiveMessages(ctx context.Context, max int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
 	f.mu.Lock()
-	if f.failWith != nil {
+	if err := f.failure(); err != nil {
 		defer f.mu.Unlock()
-		return nil, f.failWith
+		return nil, err
 	}
 	if len(f.active) > 0 {
 		defer f.mu.Unlock()
@@ -76,8 +98,8 @@ func (f *fakeReceiver) ReceiveDeferredMessages(_ context.Context, seqs []int64, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.deferredReq = append(f.deferredReq, slices.Clone(seqs))
-	if f.failWith != nil {
-		return nil, f.failWith
+	if err := f.failure(); err != nil {
+		return nil, err
 	}
 	var out []*azservicebus.ReceivedMessage
 	for _, s := range seqs {
@@ -93,8 +115,8 @@ func (f *fakeReceiver) ReceiveDeferredMessages(_ context.Context, seqs []int64, 
 func (f *fakeReceiver) settle(m *azservicebus.ReceivedMessage, how string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failWith != nil {
-		return f.failWith
+	if err := f.failure(); err != nil {
+		return err
 	}
 	f.settled[*m.SequenceNumber] = how
 	if how == "defer" {
@@ -130,8 +152,8 @@ func (f *fakeReceiver) DeadLetterMessage(_ context.Context, m *azservicebus.Rece
 func (f *fakeReceiver) RenewSessionLock(context.Context, *azservicebus.RenewSessionLockOptions) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failWith != nil {
-		return f.failWith
+	if err := f.failure(); err != nil {
+		return err
 	}
 	f.lockedUntil = time.Now().Add(time.Minute) // a fresh lock, as Service Bus grants
 	return nil
@@ -143,8 +165,8 @@ func (f *fakeReceiver) GetSessionState(context.Context, *azservicebus.GetSession
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failWith != nil {
-		return nil, f.failWith
+	if err := f.failure(); err != nil {
+		return nil, err
 	}
 	return f.state, nil
 }
@@ -152,8 +174,8 @@ func (f *fakeReceiver) GetSessionState(context.Context, *azservicebus.GetSession
 func (f *fakeReceiver) SetSessionState(_ context.Context, b []byte, _ *azservicebus.SetSessionStateOptions) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failWith != nil {
-		return f.failWith
+	if err := f.failure(); err != nil {
+		return err
 	}
 	f.state = slices.Clone(b)
 	return nil

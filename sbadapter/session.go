@@ -39,8 +39,10 @@ type Session struct {
 	id     string
 	logger *slog.Logger
 
-	// settleTimeout bounds one settlement (Config.SettleTimeout).
+	// settleTimeout bounds one settlement attempt (Config.SettleTimeout).
 	settleTimeout time.Duration
+	// busy is how calls refused with server-busy are retried (Config.BusyRetry).
+	busy sequencer.RetryPolicy
 
 	// lockDuration is the entity's lock duration as seen at accept (LockedUntil minus the time
 	// the accept returned), used to compute the expiry after a renewal.
@@ -50,6 +52,10 @@ type Session struct {
 	// settled holds the lock tokens of messages settled through this session. The SDK treats a
 	// second settlement of the same delivery as a silent no-op; the contract wants ErrLockLost.
 	settled map[[16]byte]struct{}
+	// lost is set by the first call that showed the session lock gone (lock lost, link or
+	// connection failure): every later call fails without reaching the SDK, whose next call
+	// would otherwise lock the session again, silently, for a holder whose view may be stale.
+	lost error
 	// lockedUntil is the session lock's expiry. The SDK's SessionReceiver.LockedUntil is not safe
 	// to call while another call on the receiver runs (the SDK rewrites the field unguarded when
 	// it recovers the link), and the engine asks for it from its lock-renewal goroutine while
@@ -68,6 +74,7 @@ func newSession(r sessionReceiver, logger *slog.Logger) *Session {
 	return &Session{
 		r: r, id: r.SessionID(), logger: logger, settled: map[[16]byte]struct{}{},
 		lockedUntil: until, lockDuration: time.Until(until), settleTimeout: DefaultSettleTimeout,
+		busy: DefaultBusyRetry,
 	}
 }
 
@@ -87,6 +94,9 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 	if max <= 0 {
 		max = 1
 	}
+	if err := s.usable("receive"); err != nil {
+		return nil, err
+	}
 	msgs, err := s.r.ReceiveMessages(ctx, max, nil)
 	if err != nil {
 		if ctx.Err() != nil && len(msgs) == 0 {
@@ -99,7 +109,7 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 		// failed (it recovers them on the next call). A session link that went down released
 		// the session lock at the broker: another receiver may have taken the session, and the
 		// SDK may silently re-lock it later. Carrying on would save and settle on a lock we lost.
-		return nil, fmt.Errorf("receive session %q: the link failed and its session lock went with it: %w", s.id, sequencer.ErrLockLost)
+		return nil, s.markLost(fmt.Errorf("receive session %q: the link failed and its session lock went with it: %w", s.id, sequencer.ErrLockLost))
 	}
 	return s.convert(msgs), nil
 }
@@ -110,7 +120,11 @@ func (s *Session) ReceiveDeferred(ctx context.Context, brokerSequences []int64) 
 	if len(brokerSequences) == 0 {
 		return []*sequencer.Message{}, nil
 	}
-	msgs, err := s.r.ReceiveDeferredMessages(ctx, brokerSequences, nil)
+	var msgs []*azservicebus.ReceivedMessage
+	err := s.call(ctx, func(ctx context.Context) (err error) {
+		msgs, err = s.r.ReceiveDeferredMessages(ctx, brokerSequences, nil)
+		return err
+	})
 	if err == nil {
 		return s.convert(msgs), nil
 	}
@@ -121,7 +135,11 @@ func (s *Session) ReceiveDeferred(ctx context.Context, brokerSequences []int64) 
 	// out the missing ones.
 	out := []*sequencer.Message{}
 	for _, seq := range brokerSequences {
-		one, err := s.r.ReceiveDeferredMessages(ctx, []int64{seq}, nil)
+		var one []*azservicebus.ReceivedMessage
+		err := s.call(ctx, func(ctx context.Context) (err error) {
+			one, err = s.r.ReceiveDeferredMessages(ctx, []int64{seq}, nil)
+			return err
+		})
 		if err != nil {
 			if errors.Is(mapError(opSession, "", err), sequencer.ErrNotFound) {
 				s.logger.DebugContext(ctx, "sbadapter: deferred message gone", slog.String("session_id", s.id), slog.Int64("broker_sequence", seq))
@@ -190,12 +208,18 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 	if done {
 		return fmt.Errorf("%s session %q broker sequence %d: %w: %w", what, s.id, m.BrokerSequence, sequencer.ErrLockLost, errAlreadySettled)
 	}
-	sctx, cancel := context.WithTimeoutCause(ctx, s.settleTimeout, errSettleTimeout)
-	defer cancel()
-	if err := fn(sctx, rm); err != nil {
-		if ctx.Err() == nil && errors.Is(context.Cause(sctx), errSettleTimeout) {
-			return fmt.Errorf("%s session %q broker sequence %d: no answer within %s, the link is presumably gone: %w: %w",
-				what, s.id, m.BrokerSequence, s.settleTimeout, sequencer.ErrLockLost, err)
+	var timedOut bool
+	err = s.call(ctx, func(ctx context.Context) error {
+		sctx, cancel := context.WithTimeoutCause(ctx, s.settleTimeout, errSettleTimeout)
+		defer cancel()
+		err := fn(sctx, rm)
+		timedOut = err != nil && ctx.Err() == nil && errors.Is(context.Cause(sctx), errSettleTimeout)
+		return err
+	})
+	if err != nil {
+		if timedOut {
+			return s.markLost(fmt.Errorf("%s session %q broker sequence %d: no answer within %s, the link is presumably gone: %w: %w",
+				what, s.id, m.BrokerSequence, s.settleTimeout, sequencer.ErrLockLost, err))
 		}
 		return s.mapMsgErr(what, m, err)
 	}
@@ -212,7 +236,7 @@ var errSettleTimeout = errors.New("settlement timeout")
 // moment the renewal was sent, which is never later than the broker's own expiry.
 func (s *Session) RenewLock(ctx context.Context) (time.Time, error) {
 	start := time.Now()
-	if err := s.r.RenewSessionLock(ctx, nil); err != nil {
+	if err := s.call(ctx, func(ctx context.Context) error { return s.r.RenewSessionLock(ctx, nil) }); err != nil {
 		return time.Time{}, s.mapErr("renew session lock", err)
 	}
 	s.mu.Lock()
@@ -225,7 +249,11 @@ func (s *Session) RenewLock(ctx context.Context) (time.Time, error) {
 
 // GetState returns the session state stored at the broker (nil when none).
 func (s *Session) GetState(ctx context.Context) ([]byte, error) {
-	b, err := s.r.GetSessionState(ctx, nil)
+	var b []byte
+	err := s.call(ctx, func(ctx context.Context) (err error) {
+		b, err = s.r.GetSessionState(ctx, nil)
+		return err
+	})
 	if err != nil {
 		return nil, s.mapErr("get session state", err)
 	}
@@ -237,13 +265,16 @@ func (s *Session) GetState(ctx context.Context) ([]byte, error) {
 
 // SetState stores the session state at the broker; nil or empty clears it.
 func (s *Session) SetState(ctx context.Context, state []byte) error {
-	return s.mapErr("set session state", s.r.SetSessionState(ctx, state, nil))
+	return s.mapErr("set session state", s.call(ctx, func(ctx context.Context) error {
+		return s.r.SetSessionState(ctx, state, nil)
+	}))
 }
 
-// Close releases the session lock. Closing twice is not an error.
+// Close releases the session lock. Closing twice is not an error, nor is closing a session
+// whose lock is already known lost (its link is gone; closing only frees the receiver).
 func (s *Session) Close(ctx context.Context) error {
 	err := s.r.Close(ctx)
-	if err == nil {
+	if err == nil || s.usable("close") != nil {
 		return nil
 	}
 	var sbErr *azservicebus.Error
@@ -257,14 +288,72 @@ func (s *Session) mapErr(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return mapError(opSession, fmt.Sprintf("%s session %q", what, s.id), err)
+	return s.noteErr(mapError(opSession, fmt.Sprintf("%s session %q", what, s.id), err))
 }
 
 func (s *Session) mapMsgErr(what string, m *sequencer.Message, err error) error {
 	if err == nil {
 		return nil
 	}
-	return mapError(opSession, fmt.Sprintf("%s session %q broker sequence %d", what, s.id, m.BrokerSequence), err)
+	return s.noteErr(mapError(opSession, fmt.Sprintf("%s session %q broker sequence %d", what, s.id, m.BrokerSequence), err))
+}
+
+// noteErr marks the session lost when err shows the lock is gone, and returns err.
+func (s *Session) noteErr(err error) error {
+	if errors.Is(err, errLostEarlier) {
+		return err
+	}
+	if c := Classify(err); c == ClassLockLost || c == ClassReconnect {
+		s.markLost(err)
+	}
+	return err
+}
+
+// markLost records that the session lock is gone and returns err.
+func (s *Session) markLost(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost == nil {
+		s.lost = err
+	}
+	return err
+}
+
+// errLostEarlier is wrapped (with sequencer.ErrLockLost) by calls refused because an earlier
+// call showed the lock gone.
+var errLostEarlier = errors.New("the session lock was lost earlier; no call reaches the broker on it any more")
+
+// usable refuses a call once the session is known lost: the SDK would lock the session again
+// on a new link, silently, and the caller's view of the session may no longer be true.
+func (s *Session) usable(what string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost == nil {
+		return nil
+	}
+	return fmt.Errorf("%s session %q: %w: %w (first failure: %v)", what, s.id, sequencer.ErrLockLost, errLostEarlier, s.lost)
+}
+
+// call runs one SDK call on the session: refused once the session is lost, retried while the
+// broker answers server-busy (nothing was done; the link is intact, so a retry cannot re-lock
+// the session), within ctx.
+func (s *Session) call(ctx context.Context, fn func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		if err := s.usable("use"); err != nil {
+			return err
+		}
+		err := fn(ctx)
+		if err == nil || !isServerBusy(err) || attempt >= s.busy.Attempts {
+			return err
+		}
+		t := time.NewTimer(s.busy.Backoff(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 func (s *Session) convert(msgs []*azservicebus.ReceivedMessage) []*sequencer.Message {

@@ -2,11 +2,13 @@ package sbadapter
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/sequencer"
@@ -238,3 +240,93 @@ func TestSessionLockedUntilWhileCallsRun(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, initial, s.LockedUntil(), "only a renewal moves the expiry")
 }
+
+// Once a call shows the session lock gone, no later call reaches the SDK: its next call would
+// lock the session again on a new link, silently, for a holder whose view may be stale (issue
+// 10: a finished session handled again from sequence 1).
+func TestSessionRefusesEveryCallAfterTheLockIsLost(t *testing.T) {
+	t.Parallel()
+	lostErrs := map[string]error{
+		"lock lost":       &azservicebus.Error{Code: azservicebus.CodeLockLost},
+		"connection lost": &azservicebus.Error{Code: azservicebus.CodeConnectionLost},
+		"link detached":   &amqp.LinkError{},
+	}
+	for name, lost := range lostErrs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			f := newFakeReceiver("s1")
+			f.active = []*azservicebus.ReceivedMessage{sbMsg("s1", 1, "a")}
+			s := newSession(f, discard())
+			msgs, err := s.Receive(ctx, 1)
+			require.NoError(t, err)
+
+			f.failNext = []error{lost}
+			_, err = s.GetState(ctx)
+			require.ErrorIs(t, err, sequencer.ErrLockLost)
+			before := f.callCount()
+
+			calls := map[string]func() error{
+				"receive":          func() error { _, err := s.Receive(ctx, 1); return err },
+				"receive deferred": func() error { _, err := s.ReceiveDeferred(ctx, []int64{1}); return err },
+				"complete":         func() error { return s.Complete(ctx, msgs[0]) },
+				"defer":            func() error { return s.Defer(ctx, msgs[0]) },
+				"dead-letter":      func() error { return s.DeadLetter(ctx, msgs[0], sequencer.DeadLetterParams{}) },
+				"renew":            func() error { _, err := s.RenewLock(ctx); return err },
+				"get state":        func() error { _, err := s.GetState(ctx); return err },
+				"set state":        func() error { return s.SetState(ctx, []byte("stale")) },
+			}
+			for what, call := range calls {
+				err := call()
+				require.ErrorIs(t, err, sequencer.ErrLockLost, what)
+				require.Equal(t, ClassLockLost, Classify(err), what)
+				require.ErrorContains(t, err, "lost earlier", what)
+			}
+			require.Equal(t, before, f.callCount(), "no call reached the SDK after the lock was lost")
+			require.Nil(t, f.state, "the stale state was never written")
+			require.NoError(t, s.Close(ctx), "closing a lost session is not an error")
+		})
+	}
+}
+
+// Server-busy (throttling) is the one refusal retried on the same link: nothing was done, and the
+// link is intact, so a retry cannot lock the session again behind the engine's back.
+func TestSessionRetriesServerBusy(t *testing.T) {
+	t.Parallel()
+	busyAMQP := &amqp.Error{Condition: "com.microsoft:server-busy", Description: "throttled"}
+	busyRPC := rpcStatus(503)
+	tests := []struct {
+		name      string
+		failures  []error
+		wantErr   bool
+		wantCalls int
+	}{
+		{"busy twice then done", []error{busyAMQP, busyRPC}, false, 3},
+		{"busy past the attempts", []error{busyAMQP, busyAMQP, busyAMQP}, true, 3},
+		{"other errors are not retried", []error{&azservicebus.Error{Code: azservicebus.CodeTimeout}}, true, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeReceiver("s1")
+			s := newSession(f, discard())
+			s.busy = sequencer.RetryPolicy{Attempts: 3, Base: time.Millisecond, Cap: time.Millisecond}
+			f.failNext = tt.failures
+			err := s.SetState(context.Background(), []byte("x"))
+			if tt.wantErr {
+				require.Error(t, err)
+				require.NotErrorIs(t, err, sequencer.ErrLockLost, "busy or a timeout says nothing about the lock")
+			} else {
+				require.NoError(t, err)
+				require.Equal(t, []byte("x"), f.state)
+			}
+			require.Equal(t, tt.wantCalls, f.callCount())
+		})
+	}
+}
+
+// rpcStatus is a management answer with the given status, as the SDK reports it.
+type rpcStatus int
+
+func (r rpcStatus) Error() string { return fmt.Sprintf("rpc: failed, status code %d", int(r)) }
+func (r rpcStatus) RPCCode() int  { return int(r) }

@@ -54,9 +54,16 @@ type Config struct {
 	// message (default DefaultSettleTimeout). A settlement still unanswered then reports
 	// sequencer.ErrLockLost: see Session.Complete.
 	SettleTimeout time.Duration
+	// BusyRetry is how a session call the broker refuses as busy (throttled) is retried: the
+	// SDK's own retries are off (see ClientOptions), and server-busy is the one refusal that is
+	// safe to retry on the same link. Default DefaultBusyRetry.
+	BusyRetry sequencer.RetryPolicy
 	// Logger receives debug events (default: discard).
 	Logger *slog.Logger
 }
+
+// DefaultBusyRetry retries a busy session call up to 6 times, waiting 250ms, 500ms, … up to 8s.
+var DefaultBusyRetry = sequencer.RetryPolicy{Attempts: 6, Base: 250 * time.Millisecond, Cap: 8 * time.Second}
 
 // DefaultSettleTimeout is the default Config.SettleTimeout: far above a settlement's normal
 // round trip, far below the SDK's own retries of a settlement on a dead link (about 45s).
@@ -81,7 +88,9 @@ type Source struct {
 
 var _ sequencer.SessionSource = (*Source)(nil)
 
-// NewSource returns a source for cfg.Entity on client. The client stays owned by the caller.
+// NewSource returns a source for cfg.Entity on client. The client stays owned by the caller. It
+// must have the SDK's retries off, as NewClient, NewClientFromConnectionString and ClientOptions
+// make it: see "Lock tenure" in the package documentation.
 func NewSource(client *azservicebus.Client, cfg Config) (*Source, error) {
 	if client == nil {
 		return nil, errors.New("sbadapter: nil client")
@@ -99,6 +108,10 @@ func newSource(a accepter, cfg Config) *Source {
 	if cfg.SettleTimeout <= 0 {
 		cfg.SettleTimeout = DefaultSettleTimeout
 	}
+	if cfg.BusyRetry == (sequencer.RetryPolicy{}) {
+		cfg.BusyRetry = DefaultBusyRetry
+	}
+	cfg.BusyRetry.Attempts = max(cfg.BusyRetry.Attempts, 1)
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -140,6 +153,7 @@ func (s *Source) Accept(ctx context.Context, sessionID string) (sequencer.Sessio
 func (s *Source) newSession(r sessionReceiver) *Session {
 	sess := newSession(r, s.logger)
 	sess.settleTimeout = s.cfg.SettleTimeout
+	sess.busy = s.cfg.BusyRetry
 	return sess
 }
 

@@ -151,10 +151,11 @@ func crashAfter(h sequencer.Handler, n int, exit func(code int)) sequencer.Handl
 	})
 }
 
-// newServiceBusClient connects with the connection string, or with Entra ID on the namespace.
+// newServiceBusClient connects with the connection string, or with Entra ID on the namespace,
+// with the SDK's retries off as the adapter's sessions need.
 func newServiceBusClient(cfg *workerconfig.Config) (*azservicebus.Client, error) {
 	if cfg.ConnectionString != "" {
-		client, err := azservicebus.NewClientFromConnectionString(cfg.ConnectionString, nil)
+		client, err := sbadapter.NewClientFromConnectionString(cfg.ConnectionString, nil)
 		if err != nil {
 			// The SDK's parse errors may quote parts of the string: redact before showing.
 			return nil, fmt.Errorf("SEQBUS_CONNECTION_STRING: %s", workerconfig.RedactConnectionString(err.Error()))
@@ -165,7 +166,7 @@ func newServiceBusClient(cfg *workerconfig.Config) (*azservicebus.Client, error)
 	if err != nil {
 		return nil, fmt.Errorf("SEQBUS_NAMESPACE: Entra ID credential: %w", err)
 	}
-	client, err := azservicebus.NewClient(cfg.Namespace, cred, nil)
+	client, err := sbadapter.NewClient(cfg.Namespace, cred, nil)
 	if err != nil {
 		return nil, fmt.Errorf("SEQBUS_NAMESPACE: %w", err)
 	}

@@ -312,7 +312,7 @@ type replica struct {
 
 func startReplica(ctx context.Context, n int, conn string, checker *Checker, out sequencer.Handler, logger *slog.Logger) (*replica, error) {
 	logger = logger.With(slog.Int("replica", n))
-	client, err := azservicebus.NewClientFromConnectionString(conn, nil)
+	client, err := sbadapter.NewClientFromConnectionString(conn, nil)
 	if err != nil {
 		return nil, fmt.Errorf("demo: replica %d client: %w", n, err)
 	}

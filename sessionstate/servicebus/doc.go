@@ -24,8 +24,12 @@
 // match a state created after it. The stored version is read
 // on every Save and Delete (one GetState before each SetState) and never cached per session:
 // a dropped connection releases the session lock at the broker, another worker may take the
-// session and write its state, and the SDK then silently re-locks the session for the first
-// holder on its next call. Only the read catches that first holder's stale write.
+// session and write its state, and the SDK would then silently re-lock the session for the
+// first holder on a later call. The read catches a stale write only if nothing re-locks the
+// session between the read and the write: Service Bus has no conditional write of session state,
+// so the session must fail every call once its lock is lost, and the write itself must not be
+// retried by the SDK (its retry recovers the link, and so the lock, seconds later). The
+// adapter's sessions guarantee both (sbadapter, "Lock tenure"); another StateAccessor must too.
 //
 // servicebus imports sequencer and the standard library only; it never imports the Azure SDK: the
 // adapter's sessions provide [StateAccessor].
