@@ -114,14 +114,30 @@
 //     a duplicate, and the entry goes in a save after the dead-lettering. Like a handled message,
 //     a skipped active message is the anchor while a drain depends on it.
 //
-//  6. End: after the last message is handled and saved, leftovers are settled, then the state
-//     becomes a tombstone (State.EndedAt) kept for TombstoneTTL so late copies of the ended
-//     sequence are duplicates; the first run after expiry deletes it. With NoTombstone the state
-//     is deleted at once and a late copy starts a new sequence.
+//  6. End: the save that records the last message as handled sets State.EndedAt, so the state
+//     is a tombstone before the last message is completed; leftovers are settled, and the
+//     tombstone is kept for TombstoneTTL so that a late copy of any sequence of the ended session
+//     is a duplicate; the first run after expiry deletes it. With NoTombstone the state is
+//     deleted at once and a late copy starts a new sequence. Only a holder that lost its lock
+//     could write over a tombstone; the tenure rule below rules that out.
 //
-// A lost session lock (from RenewLock, which runs in the background for the whole run, or from
-// any call) cancels the run's context at once: the handler's ctx ends, nothing more is saved or
-// settled, and the broker offers the session again once the lock has expired.
+// # Lock tenure
+//
+// Every step above assumes that the run held the session lock without a break from its Load to
+// each save and settlement: a holder whose lock was lost meanwhile acts on a view another holder
+// may have changed. A lost session lock (from RenewLock, which runs in the background for the
+// whole run, or from any call) cancels the run's context at once: the handler's ctx ends, nothing
+// more is saved or settled, and the broker offers the session again once the lock has expired.
+// That covers every stretch in which the run makes calls, provided no call can succeed on a lock
+// that was lost and taken again behind the run's back. The Service Bus SDK does exactly that when
+// it retries: it recovers the link, which locks the session again, seconds after another worker
+// could have taken the session, ended it and let it go; a state write then replaced the tombstone
+// with a state from before the end, and a late copy of sequence 1 was handled after the last
+// message. The adapter (sbadapter, "Lock tenure") turns the SDK's retries off and refuses every
+// call on a session once one call showed the lock gone, so a Session either holds its first
+// lock or fails. The one stretch without calls is the retry backoff between handler attempts:
+// after it the engine re-reads the stored version and stops with ErrVersionConflict if another
+// holder wrote meanwhile, instead of handing the message over again.
 //
 // # Gaps
 //

@@ -806,8 +806,28 @@ func (r *run) handleWithRetry(m *Message, save bool) error {
 				return fmt.Errorf("sequencer: session %s: retry wait: %w", r.id, context.Cause(r.ctx))
 			case <-t.C():
 			}
+			if err := r.verifyTenure(); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// verifyTenure re-reads the stored version after a retry wait, in which the engine made no call
+// that would have shown a lost session lock: if another holder wrote the state meanwhile (the
+// lock was lost and then taken again behind the engine's back, see the package documentation),
+// the engine stops before it hands the message over again.
+func (r *run) verifyTenure() error {
+	r.e.stats.storeCalls.Add(1)
+	_, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.sess})
+	if err != nil {
+		return fmt.Errorf("sequencer: session %s: checking the state after a retry wait: %w", r.id, err)
+	}
+	if ver != r.ver {
+		return fmt.Errorf("sequencer: session %s: the stored state changed during a retry wait (version %d, this run's %d): %w",
+			r.id, ver, r.ver, ErrVersionConflict)
+	}
+	return nil
 }
 
 // handleOnce calls the handler once and, on success, advances the state and saves it (unless

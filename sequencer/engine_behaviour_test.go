@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,6 +164,47 @@ func TestEngineRetriesWithBackoffThenSucceeds(t *testing.T) {
 	require.Equal(t, uint64(3), b.engine.Stats().Retries)
 	require.GreaterOrEqual(t, b.engine.Stats().BrokerCalls["renew_lock"], uint64(1), "the lock is renewed while retrying")
 	require.Empty(t, b.broker.DeadLetters())
+}
+
+// During a retry wait the engine makes no call that would show a lost session lock. If another
+// holder wrote the state meanwhile (the lock was lost and taken again behind the engine's back,
+// as the SDK's link recovery can do), the engine stops instead of handing the message over again
+// after the other holder's progress.
+func TestEngineRetryWaitChecksTheStoredStateFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sequencer.EngineConfig{
+		Retry:             sequencer.RetryPolicy{Attempts: 3, Base: 10 * time.Second},
+		LockRenewInterval: time.Hour,
+	})
+	var calls atomic.Int32
+	b.setFail(func(m *sequencer.Message) error {
+		calls.Add(1)
+		return errors.New("transient")
+	})
+	publish(b, "s1", []int64{1, 2}, 0)
+	sess, err := b.client.AcceptNext(t.Context())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.engine.RunSession(ctx, sess, nil)
+		done <- err
+	}()
+	require.True(t, b.clock.WaitForTimers(2), "renewal and backoff timers")
+	other := sequencer.NewState()
+	other.Next, other.EndedAt = 3, b.clock.Now() // another holder ended the session meanwhile
+	b.store.Put("s1", other)
+	b.clock.Advance(10 * time.Second)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, sequencer.ErrVersionConflict)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the engine went on after another holder's progress (handler calls: %d)", calls.Load())
+	}
+	require.Equal(t, int32(1), calls.Load(), "the handler is not called again after the other holder's progress")
+	st, _ := b.store.Get("s1")
+	require.False(t, st.EndedAt.IsZero(), "the other holder's state stands")
 }
 
 func TestEnginePoisonPark(t *testing.T) {
