@@ -100,9 +100,10 @@ DECLARE
     v_seq     bigint;
     v_ended   timestamptz;
 BEGIN
-    IF v_entity IS NULL OR v_entity !~ '^[a-z0-9._/-]+$' OR char_length(v_entity) > 260 THEN
+    -- Checked before lower-casing, which maps a few non-ASCII letters (the Kelvin sign) to ASCII.
+    IF v_entity IS NULL OR seqbus_outbox_next_sequence.entity !~ '^[A-Za-z0-9._/-]+$' OR char_length(v_entity) > 260 THEN
         RAISE EXCEPTION USING ERRCODE = 'SQ006',
-            MESSAGE = format('seqbus outbox: invalid entity %L', v_entity),
+            MESSAGE = format('seqbus outbox: invalid entity %L', seqbus_outbox_next_sequence.entity),
             HINT = 'An entity is the name of a queue or topic: 1 to 260 letters, digits, ''.'', ''-'', ''_'' or ''/''.';
     END IF;
     v_problem := seqbus_outbox_session_id_problem(v_session);
