@@ -44,7 +44,9 @@ func TestRules_GoAndSQLAgree(t *testing.T) {
 		return err == nil
 	}
 	entityOK := func(e string) bool { return sqlOK(`SELECT seqbus_outbox_next_sequence($1, 's')`, e) }
-	traceOK := func(tp string) bool { return sqlOK(`SELECT seqbus_outbox_enqueue('orders', 's', 'x', '{}', false, $1)`, tp) }
+	traceOK := func(tp string) bool {
+		return sqlOK(`SELECT seqbus_outbox_enqueue('orders', 's', 'x', '{}', false, $1)`, tp)
+	}
 
 	ids := []string{"a", " ", "order-42", "é", strings.Repeat("x", 128), strings.Repeat("x", 129),
 		strings.Repeat("é", 128), strings.Repeat("é", 129), strings.Repeat("😀", 128), "a\tb", "\x01", "\x1f", " \x7f",
