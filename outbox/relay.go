@@ -414,7 +414,9 @@ func (r *Relay) sendBatch(ctx context.Context, k sessionKey) (out outcome, more 
 		return fail("acquiring a connection", err)
 	}
 	defer conn.Release()
-	tx, err := conn.Begin(ctx)
+	// Read committed whatever the database's default: the read after the lock must see
+	// what the lock's previous holder committed.
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fail("beginning a transaction", err)
 	}

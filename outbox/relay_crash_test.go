@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/outbox"
@@ -27,8 +29,20 @@ import (
 // and restarted. Then every committed message is received exactly once per
 // (session, sequence), in order, with gapless sequences, and nothing of the rolled-back
 // transactions; the resent batch was absorbed by duplicate detection.
+//
+// The relays run once on a database whose default isolation is read committed, and
+// once where it is repeatable read: the relay must not depend on the default.
 func TestRelay_ConcurrentEnqueuersAndCrashingRelays(t *testing.T) {
 	t.Parallel()
+	for _, isolation := range []string{"read committed", "repeatable read"} {
+		t.Run(strings.ReplaceAll(isolation, " ", "-"), func(t *testing.T) {
+			t.Parallel()
+			testConcurrentEnqueuersAndCrashingRelays(t, isolation)
+		})
+	}
+}
+
+func testConcurrentEnqueuersAndCrashingRelays(t *testing.T, isolation string) {
 	ctx := testCtx(t, 4*time.Minute)
 	const (
 		enqueuers    = 4
@@ -67,8 +81,14 @@ func TestRelay_ConcurrentEnqueuersAndCrashingRelays(t *testing.T) {
 
 	// Relay A runs throughout; relay B crashes in the first successful send of several
 	// messages after its third, between the send and the commit.
+	pcfg := b.pool.Config().Copy()
+	pcfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = isolation
+	relayPool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(relayPool.Close)
 	cfgFor := func(s *spy) *outbox.RelayConfig {
 		cfg := b.relayConfig(t)
+		cfg.Pool = relayPool
 		cfg.BatchSize, cfg.Concurrency, cfg.NewSender = relayBatch, relayWorkers, s.senders(b.client)
 		return cfg
 	}
