@@ -54,8 +54,10 @@
 //
 // # The relay
 //
-// [NewRelay] and [Relay.Run] send the committed messages. For each session the relay
-// takes, in one transaction: a transaction-level advisory lock on the session, taken
+// [NewRelay] and [Relay.Run] send the committed messages. A relay looks at the sessions
+// of the oldest pending messages and takes them in random order (so that relays scanning
+// together rarely reach for the same session). For each session it takes, in one
+// transaction: a transaction-level advisory lock on the session, taken
 // without waiting (pg_try_advisory_xact_lock; a session another relay holds is skipped
 // for now); then, in a statement of its own so that it sees what the previous holder
 // committed, the session's first BatchSize pending messages by sequence; then it sends

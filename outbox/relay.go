@@ -297,6 +297,9 @@ func (r *Relay) dispatch(ctx context.Context, wake <-chan struct{}) {
 				if due >= 0 {
 					next = min(next, max(due, 10*time.Millisecond))
 				}
+				// In random order, so that relays scanning the same oldest messages rarely
+				// reach for the same sessions.
+				rand.Shuffle(len(found), func(i, j int) { found[i], found[j] = found[j], found[i] })
 				for _, k := range found {
 					if len(inflight) == r.cfg.Concurrency {
 						break
