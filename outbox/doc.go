@@ -78,8 +78,10 @@
 //
 // A relay killed before its send leaves the rows and the lock goes with its connection.
 // A relay killed after the broker accepted a batch but before its commit leaves those
-// rows pending: the next relay sends that batch again, and only that batch; duplicate
-// detection and the worker drop the copies. A relay that hangs mid-send loses its lock
+// rows pending: the next relay sends that batch again; so a killed relay sends again at
+// most one batch for each session it was sending (Concurrency of them), and duplicate
+// detection on the entity (requiresDuplicateDetection; recommended) and the worker,
+// which drops a sequence it has handled, absorb the copies. A relay that hangs mid-send loses its lock
 // when the server ends its transaction (idle_in_transaction_session_timeout, set to
 // SendTimeout + 30s for the claim). A relay told to stop (ctx ends) records what the
 // broker already accepted before it returns.
@@ -91,14 +93,19 @@
 // seqbus_outbox_paused (where an operator sees them), and every relay leaves the session
 // alone until MinBackoff × 2^(attempts-1), capped at MaxBackoff, with jitter, has
 // passed. Other sessions go on. The first successful send ends the pause. A relay that
-// cannot reach the broker thus keeps every row and resumes when the broker is back.
-// Database errors are logged and retried with the same backoff.
+// cannot reach the broker thus keeps every row and resumes when the broker is back. A
+// message the broker can never take (larger than the entity allows, though under the
+// outbox's limit, say) keeps its session paused, retried every MaxBackoff, with the
+// reason in seqbus_outbox_paused.last_error, until an operator acts: nothing is skipped,
+// since a skipped sequence would stall the session at the worker anyway. Database
+// errors are logged and retried with the same backoff.
 //
 // # Wake-ups
 //
 // The relay LISTENs on seqbus_outbox on a connection of its own and looks for work on
 // each notification, after each batch, when a pause is due, and every PollInterval as a
-// safety net (notifications are lost while the listening connection is down).
+// safety net (notifications are lost while the listening connection is down, and never
+// arrive through a pooler in transaction mode, such as PgBouncer's).
 //
 // # Counter
 //
