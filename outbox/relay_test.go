@@ -366,3 +366,41 @@ func TestRelay_RunRefusesAMissingSchemaAndASecondRun(t *testing.T) {
 	cancel()
 	require.NoError(t, r.Run(rctx), "a cancelled context is a clean stop")
 }
+
+// TestRelay_MessageTheBrokerNeverTakes: a message under the outbox's limit (raised for
+// Premium) but over the entity's keeps its session paused with the reason recorded;
+// the session's later messages wait behind it and other sessions go on.
+func TestRelay_MessageTheBrokerNeverTakes(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, 60*time.Second)
+	b := setup(t, 8, "orders") // the emulator takes 256 KiB
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL seqbus.outbox_max_message_bytes = '1048576'"); err != nil {
+			return err
+		}
+		for _, p := range []outbox.EnqueueParams{
+			{Entity: "orders", SessionID: "huge", Body: make([]byte, 512*1024)},
+			{Entity: "orders", SessionID: "huge", Body: []byte("after")},
+			{Entity: "orders", SessionID: "fine", Body: []byte("ok")},
+		} {
+			if _, err := outbox.Enqueue(ctx, tx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	r := start(t, b.relayConfig(t))
+	receiveSessions(ctx, t, b.client, "orders", map[string]int{"fine": 1})
+	require.Eventually(t, func() bool {
+		return count(t, b.pool, `SELECT coalesce(max(attempts), 0) FROM seqbus_outbox_paused WHERE session_key = 'huge'`) >= 2
+	}, 30*time.Second, 10*time.Millisecond)
+	var lastErr string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT last_error FROM seqbus_outbox_paused WHERE session_key = 'huge'`).Scan(&lastErr))
+	t.Logf("the paused session's error: %s", lastErr)
+	require.Contains(t, lastErr, "too large")
+	require.Equal(t, int64(2), pending(t, b.pool))
+	require.GreaterOrEqual(t, r.relay.Stats().Failures, int64(2))
+	info, err := b.srv.Broker().GetQueue("orders")
+	require.NoError(t, err)
+	require.Zero(t, info.Counts.Active, "nothing of the paused session was sent")
+}
