@@ -50,7 +50,8 @@
 //
 // Service Bus compares entity names and session ids case-insensitively, so the outbox
 // stores entities lower-cased and keys sessions by their lower-cased id: "Order-42" and
-// "order-42" share one sequence, as they share one session at the broker.
+// "order-42" share one sequence, as they share one session at the broker. Each message
+// keeps the casing it was enqueued with, and a batch never mixes two casings.
 //
 // # The relay
 //

@@ -454,6 +454,15 @@ func (r *Relay) sendBatch(ctx context.Context, k sessionKey) (out outcome, more 
 	if len(pending) == 0 {
 		return outcomeIdle, false
 	}
+	// One SessionId per batch: a session enqueued under several casings of its id (one
+	// session at the broker) goes out in several batches.
+	full := len(pending) == r.cfg.BatchSize
+	for i, p := range pending {
+		if p.sessionID != pending[0].sessionID {
+			pending, full = pending[:i], true
+			break
+		}
+	}
 
 	sent, sendErr := r.send(ctx, k.entity, pending)
 
@@ -494,7 +503,7 @@ func (r *Relay) sendBatch(ctx context.Context, k sessionKey) (out outcome, more 
 	if out == outcomeFailed {
 		r.failures.Add(1)
 	}
-	return out, out == outcomeIdle && len(pending) == r.cfg.BatchSize
+	return out, out == outcomeIdle && full
 }
 
 // send builds the messages and sends them; it returns how many of the leading ones the

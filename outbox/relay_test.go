@@ -68,6 +68,7 @@ func TestRelay_MessageShape(t *testing.T) {
 
 	st := r.relay.Stats()
 	require.Equal(t, int64(5), st.Sent)
+	require.Equal(t, int64(5), st.Batches, "one SessionId per batch: Order-1, order-1, Order-1, long, e")
 	require.Equal(t, int64(0), st.Failures)
 	// Sent last messages wait for the purge; nothing else is left.
 	require.Equal(t, int64(2), count(t, b.pool, "SELECT count(*) FROM seqbus_outbox WHERE sent_at IS NOT NULL AND is_last"))
