@@ -66,10 +66,11 @@ SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM ended)`
 
 	sqlPauseAttempts = `SELECT coalesce((SELECT attempts FROM seqbus_outbox_paused WHERE entity = $1 AND session_key = $2), 0)`
 
-	// sqlPause records a failed send: the session waits $5 microseconds.
+	// sqlPause records a failed send: the session waits $5 microseconds from now (the clock,
+	// not the start of the transaction, which began before the send).
 	sqlPause = `INSERT INTO seqbus_outbox_paused AS p
     (entity, session_key, session_id, attempts, next_attempt_at, last_error)
-VALUES ($1, $2, $3, $4, now() + $5 * interval '1 microsecond', $6)
+VALUES ($1, $2, $3, $4, clock_timestamp() + $5 * interval '1 microsecond', $6)
 ON CONFLICT (entity, session_key) DO UPDATE
     SET attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,
         last_error = EXCLUDED.last_error, session_id = EXCLUDED.session_id`
