@@ -58,16 +58,16 @@
 // [NewRelay] and [Relay.Run] send the committed messages. A relay looks at the sessions
 // of the oldest pending messages and takes them in random order (so that relays scanning
 // together rarely reach for the same session). For each session it takes, in one
-// transaction: a transaction-level advisory lock on the session, taken
-// without waiting (pg_try_advisory_xact_lock; a session another relay holds is skipped
-// for now); then, in a statement of its own so that it sees what the previous holder
-// committed, the session's first BatchSize pending messages by sequence; then it sends
-// them with SendMessageBatch (as few batches as fit) and deletes them before it commits.
-// The lock is on the session, not on rows, so no relay can send a session's later
-// messages while another still holds earlier ones: each session goes out in order, and
-// different sessions go out in parallel, across relays and Concurrency. The lock is not
-// the counter row, so a relay never blocks an application's enqueue, even while the
-// broker hangs.
+// transaction: a transaction-level advisory lock on the session, without waiting
+// (pg_try_advisory_xact_lock; a session another relay holds is skipped for now); then,
+// in a statement of its own so that it sees what the previous holder committed, the
+// session's first BatchSize pending messages by sequence; then it sends them with
+// SendMessageBatch (as few batches as fit) and deletes them (a last message is kept,
+// without its body, for the purge) before it commits. The lock is on the session, not
+// on rows, so no relay can send a session's later messages while another still holds
+// earlier ones: each session goes out in order, and different sessions go out in
+// parallel, across relays and Concurrency. The lock is not the counter row, so a relay
+// never blocks an application's enqueue, even while the broker hangs.
 //
 // Each message carries SessionId, the sequence (application property "Sequence" by
 // default), "IsLast" = true on the last, Diagnostic-Id = the traceparent given at
@@ -77,15 +77,15 @@
 //
 // # Crashes
 //
-// A relay killed before its send leaves the rows and the lock goes with its connection.
-// A relay killed after the broker accepted a batch but before its commit leaves those
-// rows pending: the next relay sends that batch again; so a killed relay sends again at
-// most one batch for each session it was sending (Concurrency of them), and duplicate
-// detection on the entity (requiresDuplicateDetection; recommended) and the worker,
-// which drops a sequence it has handled, absorb the copies. A relay that hangs mid-send loses its lock
-// when the server ends its transaction (idle_in_transaction_session_timeout, set to
-// SendTimeout + 30s for the claim). A relay told to stop (ctx ends) records what the
-// broker already accepted before it returns.
+// A relay killed before its send leaves the rows, and the lock goes with its
+// connection. A relay killed after the broker accepted a batch but before its commit
+// leaves those rows pending, and the next relay sends that batch again: a killed relay
+// sends again at most one batch for each session it was sending (Concurrency of them).
+// Duplicate detection on the entity (requiresDuplicateDetection, recommended) and the
+// worker, which drops a sequence it has handled, absorb the copies. A relay that hangs
+// mid-send loses its lock when the server ends its transaction
+// (idle_in_transaction_session_timeout, set to SendTimeout + 30s for the claim). A relay
+// told to stop (ctx ends) records what the broker already accepted before it returns.
 //
 // # Failures
 //
