@@ -17,6 +17,12 @@
 //   - 001_session_state: seqbus_session_state, the postgres state store's table.
 //   - 002_journal: seqbus_journal, the journal handler's table (one row per handled message,
 //     primary key (entity, session_id, sequence)).
+//   - 003_outbox: the transactional outbox of package outbox: seqbus_outbox (pending
+//     messages), seqbus_outbox_counter (each session's last sequence), seqbus_outbox_paused
+//     (sessions whose last send failed), and the functions seqbus_outbox_enqueue,
+//     seqbus_outbox_next_sequence and seqbus_outbox_session_id_problem, which applications in
+//     any language call inside their transactions. The functions keep the search_path they were
+//     created with, so they find their tables however they are called.
 //
 // Down rolls back one migration unless told otherwise; Status lists every known migration and
 // whether it is applied.

@@ -18,18 +18,44 @@
 //     SessionId itself: values taken from the body, normalisation (lower-casing,
 //     trimming), mappings (pull_request_review → pull_request) beyond a fixed list of
 //     rules, hashing or truncating keys that may exceed 128 characters.
-//   - None sends without a session id (unordered processing).
+//   - None sends without a session id (unordered processing), to entities that do not
+//     require sessions.
 //
-// A session id longer than 128 characters is refused (ErrSessionIDTooLong).
+// # Session ids
+//
+// ValidateSessionID is the one rule for session ids in seqbus: not empty, at most 128
+// characters, no control characters. A Publisher refuses a message whose session id
+// breaks it (ErrInvalidSessionID; ErrEmptySessionID for a strategy that computes an
+// empty id), before numbering or sending anything; only a Publisher whose Strategy is
+// None sends without a session. The outbox (package outbox) applies the same rule, in
+// Go and in its SQL functions.
 //
 // # Sequence numbers
 //
-// The Counter (default: in memory, per Publisher) hands out 1, 2, 3, … per session id
-// and forgets a session once its last message is published. Publish keeps a Sequence
+// The Counter hands out 1, 2, 3, … per session id. The default, MemoryCounter, lives in
+// the process: it is for tests and a single publishing process, since a restarted
+// publisher or a second instance would hand out numbers again. outbox.Counter keeps the
+// numbers in Postgres, shared by every process and surviving restarts; a Counter that
+// is also a LastCounter ends the session with its last number. Publish keeps a Sequence
 // property the message already has, so a failed send is retried by publishing the same
-// *azservicebus.Message again, without leaving a gap the worker would wait for. A
-// session id must not be reused after its last message: the worker treats late copies
-// of an ended session as duplicates.
+// *azservicebus.Message again, without leaving a gap the worker would wait for; it also
+// sets MessageId to MessageID(session, sequence) unless the message has one, so
+// duplicate detection on the entity absorbs a send that succeeded although it reported
+// an error. A session id must not be reused after its last message: the worker treats
+// late copies of an ended session as duplicates.
+//
+// What direct publishing cannot give is atomicity with the application's own writes: a
+// process that dies between numbering a message and sending it leaves a gap, and a
+// message can go out for a change that then rolls back. The transactional outbox
+// (package outbox) closes both.
+//
+// # Batches
+//
+// PublishBatch numbers a list of messages, groups them per session and sends each
+// session's messages in order in as few SendMessageBatch calls as fit (SendInBatches),
+// as Pub/Sub's ordering-key publisher batches per key. A session whose send fails stops
+// there, so its later messages cannot overtake the failed one; other sessions go on, and
+// the *BatchError lists what to send again.
 //
 // # Imports
 //

@@ -239,3 +239,109 @@ func TestOwnSessionIDAndSequenceAreKept(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(2), res.Sequence, "the caller's own number did not use up one of the counter's")
 }
+
+func TestPublishSetsTheMessageID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := &recorder{}
+	p, err := publisher.New(rec, &publisher.Config{Strategy: publisher.Gjura()})
+	require.NoError(t, err)
+	props := func() map[string]any {
+		return map[string]any{"SessionName": "s", "TransactionId": "t", "InstanceId": "i"}
+	}
+
+	_, err = p.Publish(ctx, msg(props()), nil)
+	require.NoError(t, err)
+	require.Equal(t, "s_t_i/1", *rec.sent[0].MessageID)
+
+	own := "mine"
+	m := msg(props())
+	m.MessageID = &own
+	_, err = p.Publish(ctx, m, nil)
+	require.NoError(t, err)
+	require.Equal(t, "mine", *rec.sent[1].MessageID, "a MessageId the caller set is kept")
+}
+
+// lastCounter is a LastCounter that records its calls.
+type lastCounter struct {
+	*publisher.MemoryCounter
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *lastCounter) record(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, s)
+}
+
+func (c *lastCounter) Next(ctx context.Context, id string) (int64, error) {
+	c.record("next " + id)
+	return c.MemoryCounter.Next(ctx, id)
+}
+
+func (c *lastCounter) NextLast(ctx context.Context, id string) (int64, error) {
+	c.record("last " + id)
+	return c.MemoryCounter.Next(ctx, id)
+}
+
+func (c *lastCounter) End(ctx context.Context, id string) error {
+	c.record("end " + id)
+	return c.MemoryCounter.End(ctx, id)
+}
+
+// TestLastCounterEndsWithTheLastNumber: a LastCounter numbers the last message with
+// NextLast and is not told End afterwards; a plain Counter is told End after the send.
+func TestLastCounterEndsWithTheLastNumber(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := &lastCounter{MemoryCounter: publisher.NewMemoryCounter()}
+	p, err := publisher.New(&recorder{}, &publisher.Config{Strategy: publisher.Gjura(), Counter: c})
+	require.NoError(t, err)
+	props := func() map[string]any {
+		return map[string]any{"SessionName": "s", "TransactionId": "t", "InstanceId": "i"}
+	}
+	_, err = p.Publish(ctx, msg(props()), nil)
+	require.NoError(t, err)
+	res, err := p.Publish(ctx, msg(props()), &publisher.PublishOptions{Last: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.Sequence)
+	require.Equal(t, []string{"next s_t_i", "last s_t_i"}, c.calls)
+
+	// A last message the caller numbered allocates nothing, so the counter is told End.
+	m := msg(props())
+	m.ApplicationProperties["Sequence"] = int64(3)
+	_, err = p.Publish(ctx, m, &publisher.PublishOptions{Last: true})
+	require.NoError(t, err)
+	require.Equal(t, []string{"next s_t_i", "last s_t_i", "end s_t_i"}, c.calls)
+}
+
+func TestPublishBatchWithoutBatchSender(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := &recorder{}
+	p, err := publisher.New(rec, &publisher.Config{Strategy: publisher.Repository()})
+	require.NoError(t, err)
+	a := func() map[string]any { return map[string]any{"Owner": "o", "Repo": "a"} }
+	b := func() map[string]any { return map[string]any{"Owner": "o", "Repo": "b"} }
+	res, err := p.PublishBatch(ctx, []publisher.BatchItem{
+		{Message: msg(a())}, {Message: msg(b())}, {Message: msg(a())}, {Message: msg(b()), Last: true}, {Message: msg(a())},
+	}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []publisher.Published{
+		{"o/a/repository", 1}, {"o/b/repository", 1}, {"o/a/repository", 2}, {"o/b/repository", 2}, {"o/a/repository", 3},
+	}, res)
+	// Grouped per session in order of first appearance, each in its own order.
+	var got []string
+	for _, m := range rec.sent {
+		got = append(got, *m.MessageID)
+	}
+	require.Equal(t, []string{"o/a/repository/1", "o/a/repository/2", "o/a/repository/3", "o/b/repository/1", "o/b/repository/2"}, got)
+	require.Equal(t, true, rec.sent[4].ApplicationProperties["IsLast"])
+
+	// An item without a session id fails the whole batch before anything is numbered.
+	_, err = p.PublishBatch(ctx, []publisher.BatchItem{{Message: msg(a())}, {Message: msg(map[string]any{"Owner": "o"})}}, nil)
+	require.ErrorIs(t, err, publisher.ErrNoSessionKey)
+	require.ErrorContains(t, err, "batch item 1")
+	require.Len(t, rec.sent, 5)
+}

@@ -6,24 +6,16 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
-// MaxSessionIDLength is the longest session id Service Bus accepts, in characters.
-const MaxSessionIDLength = 128
-
-var (
-	// ErrNoSessionKey is returned (wrapped) when a message lacks the properties its
-	// strategy needs: a forwarding subscription would not forward it either.
-	ErrNoSessionKey = errors.New("publisher: message lacks the session key properties")
-	// ErrSessionIDTooLong is returned (wrapped) for a session id over MaxSessionIDLength
-	// characters.
-	ErrSessionIDTooLong = errors.New("publisher: session id too long")
-)
+// ErrNoSessionKey is returned (wrapped) when a message lacks the properties its strategy
+// needs: a forwarding subscription would not forward it either.
+var ErrNoSessionKey = errors.New("publisher: message lacks the session key properties")
 
 // Strategy builds a message's session id from its application properties. ok is false
-// when the message lacks what the strategy needs. An empty id with ok true means "no
-// session".
+// when the message lacks what the strategy needs. A Publisher refuses an id that
+// ValidateSessionID refuses, an empty one included (ErrEmptySessionID), unless its
+// Strategy is None.
 type Strategy interface {
 	SessionID(props map[string]any) (id string, ok bool, err error)
 }
@@ -106,7 +98,9 @@ func (f Fallback) SessionID(props map[string]any) (string, bool, error) {
 	return "", false, nil
 }
 
-// None sends messages without a session id.
+// None sends messages without a session id, to entities that do not require sessions.
+// It applies to a whole Publisher: as an alternative inside a Fallback it yields an
+// empty session id, which the Publisher refuses.
 type None struct{}
 
 // SessionID implements Strategy.
@@ -164,11 +158,4 @@ func formatFloat(f float64) string {
 		return strconv.FormatFloat(f, 'E', -1, 64)
 	}
 	return strconv.FormatFloat(f, 'f', -1, 64)
-}
-
-func checkLength(id string) error {
-	if n := utf8.RuneCountInString(id); n > MaxSessionIDLength {
-		return fmt.Errorf("%w: %q is %d characters, the limit is %d", ErrSessionIDTooLong, id, n, MaxSessionIDLength)
-	}
-	return nil
 }

@@ -42,11 +42,13 @@ func TestPostgresMigrateAndRun(t *testing.T) {
 	up := migrate("up")
 	require.Contains(t, up, "UP 001_session_state")
 	require.Contains(t, up, "UP 002_journal")
+	require.Contains(t, up, "UP 003_outbox")
 	require.Contains(t, migrate("up"), "nothing to do")
 	st := migrate("status")
 	require.Contains(t, st, "001")
 	require.Contains(t, st, "true")
-	require.Contains(t, migrate("down"), "DOWN 002_journal", "down rolls back one step")
+	require.Contains(t, migrate("down"), "DOWN 003_outbox", "down rolls back one step")
+	require.Contains(t, migrate("down"), "DOWN 002_journal")
 	require.Contains(t, migrate("down"), "DOWN 001_session_state")
 
 	// The worker migrates on start and keeps its state in Postgres.
