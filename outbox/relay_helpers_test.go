@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -227,84 +226,6 @@ func receiveSessions(ctx context.Context, t *testing.T, client *azservicebus.Cli
 		require.NoError(t, r.Close(ctx))
 	}
 	return got
-}
-
-// proxy forwards TCP connections to a target until it is cut: then it closes every
-// connection and refuses new ones, until it is restored.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.Cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			_ = c.Close()
-			continue
-		}
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
-			_ = dst.Close()
-			_ = src.Close()
-			p.mu.Lock()
-			delete(p.conns, dst)
-			delete(p.conns, src)
-			p.mu.Unlock()
-		}
-		p.wg.Go(func() { pipe(up, c) })
-		p.wg.Go(func() { pipe(c, up) })
-	}
-}
-
-// Cut closes every connection and refuses new ones.
-func (p *proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-}
-
-// Restore lets connections through again.
-func (p *proxy) Restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
 }
 
 var errInjected = errors.New("injected send failure")

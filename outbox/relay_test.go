@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/internal/tcpproxy"
 	"github.com/seqbus/seqbus/outbox"
 	"github.com/seqbus/seqbus/publisher"
 )
@@ -196,7 +197,9 @@ func TestRelay_BrokerOutage(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t, 90*time.Second)
 	b := setup(t, 8, "orders")
-	px := newProxy(t, b.srv.AMQPAddr())
+	px, err := tcpproxy.Start(b.srv.AMQPAddr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = px.Close() })
 	client := newClient(t, strings.Replace(b.srv.ConnectionString(), b.srv.AMQPAddr(), px.Addr(), 1))
 	cfg := b.relayConfig(t)
 	cfg.Client = client
@@ -214,6 +217,7 @@ func TestRelay_BrokerOutage(t *testing.T) {
 	e(1)
 	require.Eventually(t, func() bool { return pending(t, b.pool) == 0 }, 30*time.Second, 10*time.Millisecond)
 
+	px.Pause() // the broker is unreachable: open connections cut, new ones refused
 	px.Cut()
 	e(2)
 	require.Eventually(t, func() bool {
@@ -228,7 +232,7 @@ func TestRelay_BrokerOutage(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT last_error FROM seqbus_outbox_paused LIMIT 1`).Scan(&lastErr))
 	t.Logf("while cut: %+v; a paused session's error: %s", r.relay.Stats(), lastErr)
 
-	px.Restore()
+	px.Resume()
 	require.Eventually(t, func() bool { return pending(t, b.pool) == 0 }, 60*time.Second, 20*time.Millisecond)
 	got := receiveSessions(ctx, t, b.client, "orders", map[string]int{"a": 8, "b": 8, "c": 8})
 	for s, msgs := range got {
