@@ -1,0 +1,326 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/handler"
+	"github.com/seqbus/seqbus/internal/demo"
+	"github.com/seqbus/seqbus/internal/tcpproxy"
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+var (
+	chaosLong = flag.Bool("chaos.long", false,
+		"run TestChaos with the long preset: 1,500 sessions × 40 messages, 3 workers, a SIGKILL every 3 s and a cut every 5 s for 60 s")
+	chaosSeed = flag.Uint64("chaos.seed", 0, "seed of TestChaos's plan, kills and handler failures (0: a random seed, logged)")
+)
+
+// chaosPreset is the shape of one chaos run.
+type chaosPreset struct {
+	name string
+	// sessions × messages are published, shuffled within each session, with duplicates extra
+	// copies of random sequences per session and garbage messages without a valid sequence.
+	sessions, messages, duplicates, garbage int
+	// replicas worker processes run at once, each with maxSessions concurrent sessions.
+	replicas, maxSessions int
+	// latency is the handler's time per call; failRate the share of calls answered 503, at most
+	// maxFails times per message.
+	latency  time.Duration
+	failRate float64
+	maxFails int
+	// For faultsFor, a random replica is SIGKILLed (and a replacement started) every killEvery,
+	// and every connection between the workers and the emulator is cut every cutEvery.
+	killEvery, cutEvery, faultsFor time.Duration
+	// finishWithin bounds the wait, after the faults, for every session to end by itself.
+	finishWithin time.Duration
+	// sweepInterval is SEQBUS_SWEEP_INTERVAL.
+	sweepInterval time.Duration
+}
+
+var (
+	// chaosShort runs in the test suite: many sessions, few messages each, ten seconds of faults.
+	chaosShort = chaosPreset{
+		name: "short", sessions: 1000, messages: 3, duplicates: 1, garbage: 5,
+		replicas: 3, maxSessions: 8, latency: 2 * time.Millisecond, failRate: 0.02, maxFails: 2,
+		killEvery: 2 * time.Second, cutEvery: 3 * time.Second, faultsFor: 10 * time.Second,
+		finishWithin: 3 * time.Minute, sweepInterval: 5 * time.Second,
+	}
+	// chaosLongPreset is the shape of issue 10's report, behind -chaos.long.
+	chaosLongPreset = chaosPreset{
+		name: "long", sessions: 1500, messages: 40, duplicates: 4, garbage: 15,
+		replicas: 3, maxSessions: 8, latency: 20 * time.Millisecond, failRate: 0.02, maxFails: 2,
+		killEvery: 3 * time.Second, cutEvery: 5 * time.Second, faultsFor: 60 * time.Second,
+		finishWithin: 10 * time.Minute, sweepInterval: 10 * time.Second,
+	}
+)
+
+// TestChaos runs worker replicas through a TCP proxy that cuts every connection again and again,
+// SIGKILLs a random replica every few seconds and starts a replacement, with a handler that fails
+// transiently; then the faults stop and the run must finish by itself. Checked with each state
+// store: every sequence of every session handled (nothing lost), no handler call out of order
+// (a call for a session's sequence is either the next one or a repeat of the last one handled,
+// the documented at-least-once window, counted), every late copy of an ended session dropped,
+// the queue drained, and the dead-letter queue holding exactly the garbage published.
+//
+//	go test ./test/e2e -run TestChaos -v                                   # the short preset
+//	go test ./test/e2e -run TestChaos/servicebus -chaos.long -count 10 -v  # issue 10's shape
+func TestChaos(t *testing.T) {
+	t.Parallel()
+	preset := chaosShort
+	if *chaosLong {
+		preset = chaosLongPreset
+	}
+	for _, store := range stores {
+		t.Run(store, func(t *testing.T) {
+			if !*chaosLong {
+				t.Parallel()
+			}
+			runChaos(t, store, preset)
+		})
+	}
+}
+
+func runChaos(t *testing.T, store string, p chaosPreset) {
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("chaos %s, store %s, seed %d (-chaos.seed to repeat)", p.name, store, seed)
+	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
+
+	f := newFixture(t)
+	px, err := tcpproxy.Start(f.srv.AMQPAddr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = px.Close() })
+
+	h := newChaosHandler(p, rng.Uint64())
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+
+	env := f.baseEnv(append(storeEnv(t, store),
+		"SEQBUS_CONNECTION_STRING="+strings.Replace(f.srv.ConnectionString(), f.srv.AMQPAddr(), px.Addr(), 1),
+		"SEQBUS_HANDLER=http",
+		"SEQBUS_HANDLER_URL="+hs.URL,
+		"SEQBUS_MAX_CONCURRENT_SESSIONS="+strconv.Itoa(p.maxSessions),
+		"SEQBUS_SWEEP_INTERVAL="+p.sweepInterval.String(),
+		"SEQBUS_LOG_LEVEL=warn",
+	)...)
+	var procs []*proc
+	live := make([]*proc, p.replicas)
+	for i := range live {
+		live[i] = startWorker(t, fmt.Sprintf("worker-%d", i), env)
+		procs = append(procs, live[i])
+	}
+
+	plan := demo.Plan(p.sessions, p.messages, p.duplicates, seed)
+	start := time.Now()
+	f.publish(t, plan)
+	publishGarbage(t, f, p.garbage)
+
+	// Faults: kills and cuts on their own tickers until faultsFor has passed.
+	kills, cuts := 0, 0
+	killT, cutT := time.NewTicker(p.killEvery), time.NewTicker(p.cutEvery)
+	deadline := time.After(p.faultsFor)
+faults:
+	for {
+		select {
+		case <-killT.C:
+			i := rng.IntN(len(live))
+			live[i].kill(t)
+			kills++
+			live[i] = startWorker(t, fmt.Sprintf("worker-%d-after-kill-%d", i, kills), env)
+			procs = append(procs, live[i])
+		case <-cutT.C:
+			px.Cut()
+			cuts++
+		case <-deadline:
+			break faults
+		}
+	}
+	killT.Stop()
+	cutT.Stop()
+	faultsEnd := time.Since(start)
+
+	// The run must finish by itself: every session handled to its end and the queue drained.
+	ids := sessionIDs(p.sessions)
+	finished := func() bool {
+		c := f.counts(t)
+		return h.ended(ids, int64(p.messages)) && c.Active == 0 && c.DeadLetter >= int64(p.garbage)
+	}
+	waitFor(t, p.finishWithin, finished, func() string {
+		return fmt.Sprintf("%s; queue %+v; first messages left: %s", h.progress(ids, int64(p.messages)), f.counts(t), f.peek(t))
+	})
+	took := time.Since(start)
+	for _, w := range live {
+		w.stop(t)
+	}
+
+	s := h.summary()
+	t.Logf("chaos summary: preset=%s store=%s seed=%d kills=%d cuts=%d calls=%d handled=%d failed=%d repeats=%d violations=%d dead_lettered=%d faults=%s total=%s",
+		p.name, store, seed, kills, cuts, s.calls, s.handled, s.failed, s.repeats, len(s.violations), f.counts(t).DeadLetter,
+		faultsEnd.Round(time.Second), took.Round(time.Second))
+	require.Empty(t, s.violations, "handler calls out of order")
+	require.Equal(t, p.sessions*p.messages, s.handled, "every sequence handled once, repeats aside")
+	require.Positive(t, kills)
+	require.Positive(t, cuts)
+	requireOnlyGarbageDeadLettered(t, f, p.garbage)
+	c := f.counts(t)
+	require.Equal(t, c.DeadLetter, c.Total, "nothing but the dead letters is left: %+v", c)
+}
+
+// publishGarbage sends n messages that no worker can sequence into the first n sessions: a missing
+// sequence, a word, a zero.
+func publishGarbage(t *testing.T, f *fixture, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := azservicebus.NewClientFromConnectionString(f.srv.ConnectionString(), nil)
+	require.NoError(t, err)
+	defer func() { _ = client.Close(ctx) }()
+	sender, err := client.NewSender(queueName, nil)
+	require.NoError(t, err)
+	defer func() { _ = sender.Close(ctx) }()
+	kinds := []map[string]any{{}, {"Sequence": "seven"}, {"Sequence": int64(0)}}
+	for i := range n {
+		sid := demo.SessionID(i)
+		require.NoError(t, sender.SendMessage(ctx, &azservicebus.Message{
+			SessionID: &sid, Body: []byte("garbage"), ApplicationProperties: kinds[i%len(kinds)],
+		}, nil))
+	}
+}
+
+// requireOnlyGarbageDeadLettered checks that the dead-letter queue holds exactly n messages, all
+// dead-lettered as InvalidSequence with the garbage body.
+func requireOnlyGarbageDeadLettered(t *testing.T, f *fixture, n int) {
+	t.Helper()
+	dlq, err := f.srv.Broker().Lookup(queueName + "/$DeadLetterQueue")
+	require.NoError(t, err)
+	msgs := dlq.Peek(0, n+10, "")
+	require.Len(t, msgs, n, "the dead-letter queue holds the garbage and nothing else")
+	for _, m := range msgs {
+		require.Equal(t, sequencer.ReasonInvalidSequence, m.ApplicationProperties["DeadLetterReason"], "%v", m.ApplicationProperties)
+		require.Equal(t, "garbage", string(m.GetData()))
+	}
+}
+
+// chaosHandler is the HTTP endpoint the workers' http handler calls. It checks the order of the
+// calls as they arrive, answers 503 to a share of them (at most maxFails per message), and
+// answers the rest after the preset's latency.
+type chaosHandler struct {
+	latency  time.Duration
+	failRate float64
+	maxFails int
+
+	mu    sync.Mutex
+	rng   *rand.Rand
+	fails map[string]int
+	// last is the last sequence of each session whose call succeeded.
+	last       map[string]int64
+	calls      int
+	handled    int
+	failed     int
+	repeats    int
+	violations []string
+}
+
+func newChaosHandler(p chaosPreset, seed uint64) *chaosHandler {
+	return &chaosHandler{
+		latency: p.latency, failRate: p.failRate, maxFails: p.maxFails,
+		rng: rand.New(rand.NewPCG(seed, 0xfa11)), fails: map[string]int{}, last: map[string]int64{},
+	}
+}
+
+func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get(handler.HeaderSessionID)
+	seq, err := strconv.ParseInt(r.Header.Get(handler.HeaderSequence), 10, 64)
+	if sid == "" || err != nil {
+		http.Error(w, "no session or sequence", http.StatusBadRequest)
+		return
+	}
+	fail := h.record(sid, seq)
+	time.Sleep(h.latency)
+	if fail {
+		http.Error(w, "transient failure (chaos)", http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// record checks one call against the session's last handled sequence and decides its answer.
+// A call is in order when it asks for the next sequence or repeats the last one handled (a
+// worker that died or lost its lock before settling hands its message over again).
+func (h *chaosHandler) record(sid string, seq int64) (fail bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls++
+	last := h.last[sid]
+	if seq != last && seq != last+1 {
+		h.violations = append(h.violations, fmt.Sprintf("session %s: call for %d after %d was handled", sid, seq, last))
+	}
+	key := sid + "/" + strconv.FormatInt(seq, 10)
+	if h.fails[key] < h.maxFails && h.rng.Float64() < h.failRate {
+		h.fails[key]++
+		h.failed++
+		return true
+	}
+	if seq == last {
+		h.repeats++
+	} else if seq == last+1 {
+		h.last[sid] = seq
+		h.handled++
+	}
+	return false
+}
+
+func (h *chaosHandler) ended(ids []string, messages int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if h.last[id] != messages {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *chaosHandler) progress(ids []string, messages int64) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var open []string
+	for _, id := range ids {
+		if h.last[id] != messages {
+			open = append(open, fmt.Sprintf("%s at %d", id, h.last[id]))
+		}
+	}
+	n := len(open)
+	slices.Sort(open)
+	if n > 20 {
+		open = append(open[:20], "…")
+	}
+	return fmt.Sprintf("%d sessions not ended (%s); %d calls, %d violations", n, strings.Join(open, ", "), h.calls, len(h.violations))
+}
+
+type chaosSummary struct {
+	calls, handled, failed, repeats int
+	violations                      []string
+}
+
+func (h *chaosHandler) summary() chaosSummary {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return chaosSummary{calls: h.calls, handled: h.handled, failed: h.failed, repeats: h.repeats, violations: slices.Clone(h.violations)}
+}
