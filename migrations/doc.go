@@ -23,6 +23,8 @@
 //     seqbus_outbox_next_sequence and seqbus_outbox_session_id_problem, which applications in
 //     any language call inside their transactions. The functions keep the search_path they were
 //     created with, so they find their tables however they are called.
+//   - 004_session_gap: seqbus_session_state.gap_since, the state's GapSince, indexed for the
+//     sessions waiting on a missing sequence.
 //
 // Down rolls back one migration unless told otherwise; Status lists every known migration and
 // whether it is applied.

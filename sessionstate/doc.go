@@ -8,6 +8,11 @@
 //
 // storetest holds the one conformance suite that every store runs.
 //
-// This package holds no code. Stores import sequencer (for the contract) and their own driver;
-// nothing under sequencer/ may import them.
+// This package itself holds [Lister], how sweepers and operator commands list an entity's
+// sessions by what their state says, and [ScanLister], the Lister of stores that keep the state
+// in the session itself (each session is locked briefly to read it). The postgres and memory
+// stores list with a query of their own; storetest.RunLister checks every Lister the same way.
+//
+// Stores import sequencer (for the contract) and their own driver; nothing under sequencer/ may
+// import them.
 package sessionstate

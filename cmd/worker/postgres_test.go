@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/internal/pgtest"
+	"github.com/seqbus/seqbus/migrations"
 )
 
 // TestPostgresMigrateAndRun drives `worker migrate` and a worker with the Postgres store on a
@@ -38,18 +40,20 @@ func TestPostgresMigrateAndRun(t *testing.T) {
 		require.Equal(t, 0, c.run(ctx, []string{"migrate", action}), errOut.String())
 		return out.String()
 	}
+	all, err := migrations.Load(migrations.FS())
+	require.NoError(t, err)
 	require.Contains(t, migrate("status"), "false")
 	up := migrate("up")
-	require.Contains(t, up, "UP 001_session_state")
-	require.Contains(t, up, "UP 002_journal")
-	require.Contains(t, up, "UP 003_outbox")
+	for _, m := range all {
+		require.Contains(t, up, "UP "+m.String())
+	}
 	require.Contains(t, migrate("up"), "nothing to do")
 	st := migrate("status")
 	require.Contains(t, st, "001")
 	require.Contains(t, st, "true")
-	require.Contains(t, migrate("down"), "DOWN 003_outbox", "down rolls back one step")
-	require.Contains(t, migrate("down"), "DOWN 002_journal")
-	require.Contains(t, migrate("down"), "DOWN 001_session_state")
+	for _, m := range slices.Backward(all) {
+		require.Contains(t, migrate("down"), "DOWN "+m.String(), "down rolls back one step")
+	}
 
 	// The worker migrates on start and keeps its state in Postgres.
 	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})

@@ -5,5 +5,5 @@
 // counter per Store, so a version is never reused, not even after a Delete: a writer holding a
 // version from before a Delete cannot overwrite a state created after it.
 //
-// memory imports only sequencer and the standard library.
+// memory imports only sequencer, sessionstate (the Lister contract) and the standard library.
 package memory

@@ -3,9 +3,12 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate"
 )
 
 // Store is an in-memory sequencer.StateStore keyed by session id. The zero value is not usable;
@@ -21,7 +24,10 @@ type entry struct {
 	version int64
 }
 
-var _ sequencer.StateStore = (*Store)(nil)
+var (
+	_ sequencer.StateStore = (*Store)(nil)
+	_ sessionstate.Lister  = (*Store)(nil)
+)
 
 // New returns an empty Store.
 func New() *Store {
@@ -93,4 +99,31 @@ func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.entries)
+}
+
+// List implements sessionstate.Lister.
+func (s *Store) List(ctx context.Context, p sessionstate.ListParams) ([]sessionstate.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory state store: list: %w", err)
+	}
+	s.mu.Lock()
+	entries := maps.Clone(s.entries)
+	s.mu.Unlock()
+	var out []sessionstate.Entry
+	for _, id := range slices.Sorted(maps.Keys(entries)) {
+		if p.After != "" && id <= p.After {
+			continue
+		}
+		if p.Limit > 0 && len(out) >= p.Limit {
+			break
+		}
+		st := &sequencer.State{}
+		if err := st.UnmarshalBinary(entries[id].blob); err != nil {
+			return nil, fmt.Errorf("memory state store: list: session %q: %w", id, err)
+		}
+		if p.Filter.Match(st) {
+			out = append(out, sessionstate.Entry{SessionID: id, State: st, Version: entries[id].version})
+		}
+	}
+	return out, nil
 }

@@ -32,3 +32,14 @@ func TestLen_CountsStoredSessions(t *testing.T) {
 	require.NoError(t, store.Delete(ctx, sequencer.DeleteParams{Session: a, ExpectedVersion: va}))
 	require.Equal(t, 1, store.Len())
 }
+
+func TestListerConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunLister(t, func(*testing.T) storetest.ListerFixture {
+		store := memory.New()
+		return storetest.ListerFixture{
+			Store: store, Lister: store,
+			Session: func(_ *testing.T, id string) sequencer.Session { return storetest.NewSession(id) },
+		}
+	})
+}

@@ -9,9 +9,11 @@
 //
 // # Sweeper and tombstones
 //
-// Besides the encoded state, each row mirrors next_seq, last_seq, parked, due_deferred and
-// ended_at, indexed for [Store.ListStranded] (sessions a sweeper must accept because the broker
-// will not offer them) and [Store.PurgeTombstones] (ended sessions whose tombstone has expired).
+// Besides the encoded state, each row mirrors next_seq, last_seq, parked, due_deferred, ended_at
+// and gap_since (migration 004), indexed for [Store.ListStranded] (sessions a sweeper must
+// accept because the broker will not offer them), [Store.List] (sessionstate.Lister: sessions by
+// what their state says, for sweepers and operators) and [Store.PurgeTombstones] (ended sessions
+// whose tombstone has expired).
 //
 // # Transactional mode
 //
@@ -30,6 +32,6 @@
 // ends keep wrapping context.Canceled / context.DeadlineExceeded, anything else becomes an
 // [*Error] holding the SQLSTATE and message as text, so no pgx type reaches the engine.
 //
-// postgres imports sequencer, pgx and the standard library; it must not import migrations (the
+// postgres imports sequencer, sessionstate (the Lister contract), pgx and the standard library; it must not import migrations (the
 // schema is applied by the application or its tests) nor any other seqbus package.
 package postgres

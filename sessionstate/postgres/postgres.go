@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate"
 )
 
 // Config configures a Store.
@@ -26,7 +28,10 @@ type Store struct {
 	entity string
 }
 
-var _ sequencer.StateStore = (*Store)(nil)
+var (
+	_ sequencer.StateStore = (*Store)(nil)
+	_ sessionstate.Lister  = (*Store)(nil)
+)
 
 // New returns a Store on pool for cfg.Entity.
 func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
@@ -85,18 +90,15 @@ func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int6
 		return 0, fmt.Errorf("postgres state store: %s: %w", op, err)
 	}
 	st := p.State
-	var endedAt *time.Time
-	if !st.EndedAt.IsZero() {
-		endedAt = &st.EndedAt
-	}
+	endedAt, gapSince := nullTime(st.EndedAt), nullTime(st.GapSince)
 
 	var version int64
 	if p.ExpectedVersion == 0 {
 		err = db.QueryRow(ctx, sqlInsert, s.entity, id, blob, st.Next, st.Last, st.Parked != nil,
-			st.NeedsWake(), endedAt).Scan(&version)
+			st.NeedsWake(), endedAt, gapSince).Scan(&version)
 	} else {
 		err = db.QueryRow(ctx, sqlUpdate, s.entity, id, p.ExpectedVersion, blob, st.Next, st.Last,
-			st.Parked != nil, st.NeedsWake(), endedAt).Scan(&version)
+			st.Parked != nil, st.NeedsWake(), endedAt, gapSince).Scan(&version)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("postgres state store: %s: expected version %d is not stored: %w",
@@ -106,6 +108,14 @@ func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int6
 		return 0, interpretError(op, err)
 	}
 	return version, nil
+}
+
+// nullTime is t, or NULL when t is zero.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // Delete implements sequencer.StateStore.
@@ -123,6 +133,41 @@ func (s *Store) Delete(ctx context.Context, p sequencer.DeleteParams) error {
 	}
 	return fmt.Errorf("postgres state store: delete session %q: expected version %d, stored %d: %w",
 		id, p.ExpectedVersion, *stored, sequencer.ErrVersionConflict)
+}
+
+// List implements sessionstate.Lister with one query on the mirrored columns.
+func (s *Store) List(ctx context.Context, p sessionstate.ListParams) ([]sessionstate.Entry, error) {
+	f := p.Filter
+	limit := int64(p.Limit)
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
+	rows, err := s.pool.Query(ctx, sqlList, s.entity, p.After, f.Ended, f.Parked || f.Gap || f.Stranded,
+		f.Parked, f.Gap, f.Stranded, limit)
+	if err != nil {
+		return nil, interpretError("list sessions", err)
+	}
+	var out []sessionstate.Entry
+	for rows.Next() {
+		var (
+			e    sessionstate.Entry
+			blob []byte
+		)
+		if err := rows.Scan(&e.SessionID, &e.Version, &blob); err != nil {
+			rows.Close()
+			return nil, interpretError("list sessions", err)
+		}
+		e.State = &sequencer.State{}
+		if err := e.State.UnmarshalBinary(blob); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("postgres state store: list sessions: session %q: %w", e.SessionID, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError("list sessions", err)
+	}
+	return out, nil
 }
 
 // ListStranded returns up to limit sessions of entity that have not ended and whose state

@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +44,19 @@ func TestConformance(t *testing.T) {
 		func(t *testing.T) sequencer.StateStore { return newStore(t, pool, "orders") },
 		func(_ *testing.T, id string) sequencer.Session { return session(id) },
 	)
+}
+
+func TestListerConformance(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	var n atomic.Int64
+	storetest.RunLister(t, func(t *testing.T) storetest.ListerFixture {
+		store := newStore(t, pool, fmt.Sprintf("entity-%d", n.Add(1))) // an empty entity each
+		return storetest.ListerFixture{
+			Store: store, Lister: store,
+			Session: func(_ *testing.T, id string) sequencer.Session { return session(id) },
+		}
+	})
 }
 
 func TestConformance_Transactional(t *testing.T) {

@@ -2,12 +2,15 @@ package servicebus_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
+	"github.com/seqbus/seqbus/sessionstate"
 	"github.com/seqbus/seqbus/sessionstate/servicebus"
 	"github.com/seqbus/seqbus/sessionstate/storetest"
 )
@@ -57,4 +60,61 @@ func TestSave_AfterLockLossFailsAndNextHolderSeesLastSavedState(t *testing.T) {
 	require.Equal(t, int64(4), got.Next)
 	_, err = servicebus.New(nil).Save(ctx, sequencer.SaveParams{Session: second, State: st, ExpectedVersion: gotV})
 	require.NoError(t, err, "a fresh store instance (another process) checks the version kept in the blob")
+}
+
+// The Service Bus store is listed by scanning: each session is locked briefly to read its state.
+func TestListerConformance_Scan(t *testing.T) {
+	t.Parallel()
+	storetest.RunLister(t, func(t *testing.T) storetest.ListerFixture {
+		client := sequencertest.NewBroker(nil).NewClient(nil)
+		store := servicebus.New(nil)
+		var mu sync.Mutex
+		var ids []string
+		return storetest.ListerFixture{
+			Store: store,
+			Lister: sessionstate.NewScanLister(sessionstate.ScanConfig{
+				IDs: func(context.Context) ([]string, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					return slices.Clone(ids), nil
+				},
+				Source: client,
+				Store:  store,
+			}),
+			Session: func(t *testing.T, id string) sequencer.Session {
+				mu.Lock()
+				ids = append(ids, id)
+				mu.Unlock()
+				s, err := client.Accept(context.Background(), id)
+				require.NoError(t, err)
+				return s
+			},
+		}
+	})
+}
+
+// A session another receiver holds is listed as busy: its state cannot be read.
+func TestScanLister_BusySession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	broker := sequencertest.NewBroker(nil)
+	store := servicebus.New(nil)
+	holder, err := broker.NewClient(nil).Accept(ctx, "held")
+	require.NoError(t, err)
+	_, err = store.Save(ctx, sequencer.SaveParams{Session: holder, State: sequencer.NewState()})
+	require.NoError(t, err)
+
+	l := sessionstate.NewScanLister(sessionstate.ScanConfig{
+		IDs:    func(context.Context) ([]string, error) { return []string{"held"}, nil },
+		Source: broker.NewClient(nil),
+		Store:  store,
+	})
+	got, err := l.List(ctx, sessionstate.ListParams{Filter: sessionstate.Filter{Parked: true}})
+	require.NoError(t, err)
+	require.Equal(t, []sessionstate.Entry{{SessionID: "held", Busy: true}}, got, "listed whatever the filter")
+	require.NoError(t, holder.Close(ctx))
+	got, err = l.List(ctx, sessionstate.ListParams{})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.False(t, got[0].Busy, "readable once released")
 }

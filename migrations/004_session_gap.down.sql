@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS seqbus_session_state_gap_idx;
+ALTER TABLE seqbus_session_state DROP COLUMN IF EXISTS gap_since;

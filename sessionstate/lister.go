@@ -1,0 +1,149 @@
+package sessionstate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// Entry is one session's stored state, as a Lister found it.
+type Entry struct {
+	SessionID string
+	// State and Version are what is stored (nil and 0 when Busy).
+	State   *sequencer.State
+	Version int64
+	// Busy reports that the state could not be read because another receiver holds the session:
+	// Service Bus session state is read only under the session lock. A worker is processing it.
+	Busy bool
+}
+
+// Filter selects sessions by what their state says. The set fields are alternatives: a session
+// is listed when it matches any of them; a Filter with none set lists every session. Ended
+// sessions (tombstones) are left out unless Ended is set.
+type Filter struct {
+	// Parked: the poison policy parked the session (State.Parked).
+	Parked bool
+	// Gap: the session waits for a missing sequence while later ones wait (State.GapSince).
+	Gap bool
+	// Stranded: the session needs a run the broker will not start (State.NeedsWake).
+	Stranded bool
+	// Ended includes the tombstones of ended sessions.
+	Ended bool
+}
+
+// any reports whether f selects on the state at all.
+func (f Filter) any() bool { return f.Parked || f.Gap || f.Stranded }
+
+// Match reports whether st passes f.
+func (f Filter) Match(st *sequencer.State) bool {
+	if !st.EndedAt.IsZero() && !f.Ended {
+		return false
+	}
+	if !f.any() {
+		return true
+	}
+	return (f.Parked && st.Parked != nil) || (f.Gap && !st.GapSince.IsZero()) || (f.Stranded && st.NeedsWake())
+}
+
+// ListParams are the arguments of Lister.List.
+type ListParams struct {
+	Filter Filter
+	// After lists only sessions whose id sorts after it (paging: pass the last id of a page).
+	After string
+	// Limit bounds the entries returned; 0 means no bound.
+	Limit int
+}
+
+// Lister lists the sessions of an entity that have stored state, ordered by session id. Busy
+// entries (a state another receiver holds) are listed whatever the filter, since their state is
+// unknown. Sweepers and operator commands use it; storetest.RunLister is its conformance suite.
+type Lister interface {
+	List(ctx context.Context, p ListParams) ([]Entry, error)
+}
+
+// ScanConfig configures a ScanLister.
+type ScanConfig struct {
+	// IDs lists the ids of the sessions that may have stored state (Service Bus: the SDK's
+	// list-sessions pager with a state filter). Required.
+	IDs func(ctx context.Context) ([]string, error)
+	// Source locks each session by id to read its state. Required.
+	Source sequencer.SessionSource
+	// Store reads the state of a locked session. Required.
+	Store sequencer.StateStore
+	// PerSession bounds the accept, load and release of one session (default 10s).
+	PerSession time.Duration
+}
+
+// ScanLister lists sessions by locking each one briefly and reading its state: the way to list
+// a store that keeps the state in the session itself (Service Bus session state). A session that
+// another receiver holds is listed as Busy.
+type ScanLister struct {
+	cfg ScanConfig
+}
+
+var _ Lister = (*ScanLister)(nil)
+
+// NewScanLister checks cfg and returns a ScanLister. Missing fields are a programmer error.
+func NewScanLister(cfg ScanConfig) *ScanLister {
+	if cfg.IDs == nil || cfg.Source == nil || cfg.Store == nil {
+		panic("sessionstate: ScanConfig needs IDs, Source and Store")
+	}
+	cfg.PerSession = cmp.Or(cfg.PerSession, 10*time.Second)
+	return &ScanLister{cfg: cfg}
+}
+
+// List implements Lister.
+func (l *ScanLister) List(ctx context.Context, p ListParams) ([]Entry, error) {
+	ids, err := l.cfg.IDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sessionstate: list session ids: %w", err)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var out []Entry
+	for _, id := range ids {
+		if id <= p.After && p.After != "" {
+			continue
+		}
+		if p.Limit > 0 && len(out) >= p.Limit {
+			break
+		}
+		e, err := l.read(ctx, id)
+		if err != nil {
+			return out, err
+		}
+		if e.Busy || (e.Version != 0 && p.Filter.Match(e.State)) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (l *ScanLister) read(ctx context.Context, id string) (Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.PerSession)
+	defer cancel()
+	sess, err := l.cfg.Source.Accept(ctx, id)
+	if errors.Is(err, sequencer.ErrSessionLocked) {
+		return Entry{SessionID: id, Busy: true}, nil
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("sessionstate: lock session %q to read its state: %w", id, err)
+	}
+	defer func() {
+		// Release the lock even when ctx has ended, but never wait on a hung connection longer
+		// than one session may take.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.PerSession)
+		defer ccancel()
+		_ = sess.Close(cctx)
+	}()
+	st, ver, err := l.cfg.Store.Load(ctx, sequencer.LoadParams{Session: sess})
+	if err != nil {
+		return Entry{}, fmt.Errorf("sessionstate: read the state of session %q: %w", id, err)
+	}
+	return Entry{SessionID: id, State: st, Version: ver}, nil
+}
