@@ -9,15 +9,16 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/seqbus/seqbus/worker"
 )
 
-const usage = `usage: worker [run | migrate up|down|status | demo | help]
+const usage = `usage: worker [run | migrate up|down|status | help]
 
   run (default)   run the worker; configured by SEQBUS_* environment variables
   migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL)
   migrate down    roll back the latest migration
   migrate status  list migrations and whether they are applied
-  demo            publish shuffled sessions to an in-process emulator and restore their order
 `
 
 // errUsage marks a command line the CLI does not understand (exit code 2).
@@ -43,8 +44,9 @@ func osSignals() (<-chan os.Signal, func()) {
 	return ch, func() { signal.Stop(ch) }
 }
 
+// logger writes JSON lines on stderr, with the trace_id of the active span where there is one.
 func (c *cli) logger(level slog.Leveler) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+	return slog.New(worker.LogHandler(slog.NewJSONHandler(c.stderr, &slog.HandlerOptions{Level: level})))
 }
 
 // run dispatches args and returns the process exit code.
@@ -59,8 +61,6 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		err = c.runWorker(ctx)
 	case "migrate":
 		err = c.migrate(ctx, args)
-	case "demo":
-		err = c.demo(ctx, args)
 	case "help", "-h", "-help", "--help":
 		_, _ = fmt.Fprint(c.stdout, usage)
 		return 0

@@ -3,7 +3,6 @@
 //
 //	worker [run]                    run the worker (configured by SEQBUS_* variables)
 //	worker migrate up|down|status   manage the Postgres state store schema (SEQBUS_DATABASE_URL)
-//	worker demo                     run an end-to-end demo on the in-process emulator
 //
 // Logs are JSON on stderr; the log handler writes handled messages to stdout. The first SIGINT or
 // SIGTERM stops gracefully (each session finishes its message in hand) within

@@ -187,7 +187,7 @@ func TestRunFailsFastOnMissingQueue(t *testing.T) {
 	start := time.Now()
 	require.Equal(t, 1, c.run(ctx, nil))
 	require.Less(t, time.Since(start), 20*time.Second)
-	require.Contains(t, errOut.String(), "cannot use no-such-queue")
+	require.Contains(t, errOut.String(), "SEQBUS_QUEUE: cannot use no-such-queue")
 	require.Contains(t, errOut.String(), "not found")
 }
 
@@ -206,7 +206,7 @@ func TestRunFailsFastOnUnreachableDatabase(t *testing.T) {
 	t.Setenv("SEQBUS_DATABASE_URL", "postgres://app:hunter2@127.0.0.1:1/seqbus?connect_timeout=2")
 	c, _, errOut := newTestCLI()
 	require.Equal(t, 1, c.run(ctx, nil))
-	require.Contains(t, errOut.String(), "SEQBUS_DATABASE_URL: reach postgres://app:REDACTED@127.0.0.1:1/seqbus")
+	require.Contains(t, errOut.String(), "SEQBUS_DATABASE_URL: postgres://app:REDACTED@127.0.0.1:1/seqbus?connect_timeout=2: cannot reach the database")
 	require.NotContains(t, errOut.String(), "hunter2")
 }
 
@@ -221,7 +221,7 @@ func TestCrashAfterExitsOnTheNthHandledMessage(t *testing.T) {
 		}
 		return nil
 	})
-	h := crashAfter(inner, 3, func(code int) { exits = append(exits, code) })
+	h := crashAfter(3, func(code int) { exits = append(exits, code) })(inner)
 	ctx := context.Background()
 	require.NoError(t, h.Handle(ctx, &sequencer.Message{}))
 	failNext = true

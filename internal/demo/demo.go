@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -17,7 +18,7 @@ import (
 	"github.com/seqbus/seqbus/handler"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
-	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
+	"github.com/seqbus/seqbus/worker"
 )
 
 // Options configure a demo run. Zero fields take the defaults in brackets.
@@ -81,7 +82,11 @@ type Summary struct {
 	Crashes     int
 	Deferred    uint64
 	Held        uint64
-	Duplicates  uint64
+	// Duplicates counts the copies the workers recognised and dropped: every published duplicate
+	// copy, plus messages handled before a crash whose completion the crash lost.
+	Duplicates uint64
+	// LeftAtBroker counts the messages still in the queue when the run ended (must be 0).
+	LeftAtBroker int64
 	// Violations lists every order violation the checker saw (must be empty).
 	Violations []string
 	// Incomplete lists sessions not finished when the run ended, with the next expected sequence.
@@ -95,23 +100,32 @@ type Summary struct {
 // OK reports whether every message was handled in order, and exactly once unless a crash forced
 // a redelivery.
 func (s Summary) OK() bool {
-	if s.Crashes == 0 && s.Redelivered > 0 {
+	if s.Crashes == 0 && (s.Redelivered > 0 || s.Duplicates != s.copies()) {
 		return false
 	}
-	return len(s.Violations) == 0 && len(s.Incomplete) == 0 && s.Handled-s.Redelivered == uint64(s.Messages)
+	return len(s.Violations) == 0 && len(s.Incomplete) == 0 && s.Handled-s.Redelivered == uint64(s.Messages) &&
+		s.Duplicates >= s.copies() && s.LeftAtBroker == 0
 }
+
+// copies is how many duplicate copies were published.
+func (s Summary) copies() uint64 { return uint64(max(s.Published-s.Messages, 0)) }
 
 // Print writes the summary for people.
 func (s Summary) Print(w io.Writer) {
 	_, _ = fmt.Fprintf(w, "seqbus demo: %d sessions × %d messages on the in-process emulator, %d replicas\n",
 		s.Sessions, s.Messages/max(s.Sessions, 1), s.Replicas)
-	_, _ = fmt.Fprintf(w, "  published           %d (%d duplicates, shuffled)\n", s.Published, s.Published-s.Messages)
+	_, _ = fmt.Fprintf(w, "  published           %d (%d messages + %d duplicate copies, shuffled)\n", s.Published, s.Messages, s.copies())
 	_, _ = fmt.Fprintf(w, "  handled             %d of %d %v\n", s.Handled-s.Redelivered, s.Messages, s.PerReplica)
 	if s.Crashes > 0 {
 		_, _ = fmt.Fprintf(w, "  crashes             %d (replica restarted; %d messages handled again)\n", s.Crashes, s.Redelivered)
 	}
 	_, _ = fmt.Fprintf(w, "  deferred            %d (held in memory: %d)\n", s.Deferred, s.Held)
-	_, _ = fmt.Fprintf(w, "  duplicates dropped  %d\n", s.Duplicates)
+	if extra := int64(s.Duplicates) - int64(s.copies()); extra > 0 && s.Crashes > 0 {
+		_, _ = fmt.Fprintf(w, "  duplicates dropped  %d (%d copies + %d messages redelivered after the crash)\n", s.Duplicates, s.copies(), extra)
+	} else {
+		_, _ = fmt.Fprintf(w, "  duplicates dropped  %d of %d copies\n", s.Duplicates, s.copies())
+	}
+	_, _ = fmt.Fprintf(w, "  left at the broker  %d\n", s.LeftAtBroker)
 	_, _ = fmt.Fprintf(w, "  order violations    %d\n", len(s.Violations))
 	_, _ = fmt.Fprintf(w, "  elapsed             %s\n", s.Elapsed.Round(time.Millisecond))
 	for i, v := range s.Violations {
@@ -189,15 +203,17 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if err := waitDone(ctx, o, checker, &replicas, &sum, srv.ConnectionString(), logHandler); err != nil {
 		return sum, err
 	}
+	// Every session is handled; the copies still at the broker are dropped as they come.
+	sum.LeftAtBroker = waitDrained(ctx, srv, 15*time.Second)
 	for _, r := range replicas {
 		stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		r.stop(stopCtx)
 		stopCancel()
-		st := r.runner.Stats()
+		st := r.stats()
 		sum.Deferred += st.Deferred
 		sum.Held += st.Held
 		sum.Duplicates += st.Duplicates
-		sum.PerReplica = append(sum.PerReplica, r.handled())
+		sum.PerReplica = append(sum.PerReplica, r.handled.Load())
 	}
 	sum.Handled = checker.Handled()
 	sum.Redelivered = checker.Redelivered()
@@ -241,6 +257,22 @@ func waitDone(ctx context.Context, o Options, checker *Checker, replicas *[]*rep
 			return err
 		}
 		*replicas = append(*replicas, r)
+	}
+}
+
+// waitDrained waits until the demo queue holds no message, or timeout, and returns how many it
+// still holds.
+func waitDrained(ctx context.Context, srv *emulator.Server, timeout time.Duration) int64 {
+	deadline := time.Now().Add(timeout)
+	for {
+		info, err := srv.Broker().GetQueue(queueName)
+		if err != nil {
+			return -1
+		}
+		if n := info.Counts.Active; n == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -300,104 +332,59 @@ func publish(ctx context.Context, conn string, plan []Publication) error {
 	return flush()
 }
 
-// replica is one in-process worker: its own client, source, store, runner and sweeper.
+// replica is one in-process worker, built like cmd/worker's.
 type replica struct {
-	client  *azservicebus.Client
-	runner  *sequencer.Runner
-	metrics *handler.Metrics
-	cancel  context.CancelFunc // stops the sweeper
-	done    chan struct{}      // closed when the sweeper returned
+	w       *worker.Client
+	handled atomic.Uint64
 	once    sync.Once
 }
 
 func startReplica(ctx context.Context, n int, conn string, checker *Checker, out sequencer.Handler, logger *slog.Logger) (*replica, error) {
-	logger = logger.With(slog.Int("replica", n))
-	client, err := sbadapter.NewClientFromConnectionString(conn, nil)
-	if err != nil {
-		return nil, fmt.Errorf("demo: replica %d client: %w", n, err)
-	}
-	source, err := sbadapter.NewSource(client, sbadapter.Config{Entity: sbadapter.Entity{Queue: queueName}, Logger: logger})
-	if err != nil {
-		_ = client.Close(ctx)
-		return nil, fmt.Errorf("demo: replica %d: %w", n, err)
-	}
-	metrics := &handler.Metrics{}
-	h := handler.Chain(sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
-		if err := checker.Handle(ctx, m); err != nil {
-			return err
-		}
-		return out.Handle(ctx, m)
-	}), metrics.Middleware(), handler.WithRecover(logger))
-	store := sbstate.New(nil)
-	runner, err := sequencer.NewRunner(sequencer.RunnerConfig{
-		Source:  source,
-		Store:   store,
-		Handler: h,
+	r := &replica{}
+	w, err := worker.New(worker.Config{
+		ConnectionString: conn,
+		Entity:           sbadapter.Entity{Queue: queueName},
+		Handler: sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+			if err := checker.Handle(ctx, m); err != nil {
+				return err
+			}
+			if err := out.Handle(ctx, m); err != nil {
+				return err
+			}
+			r.handled.Add(1)
+			return nil
+		}),
 		Engine: sequencer.EngineConfig{
-			SequenceProperty: "Sequence",
-			LastProperty:     "IsLast",
 			// A small reorder window, so that some early messages are deferred at the broker.
 			WindowMessages: 8,
 			IdleTimeout:    time.Second,
 		},
 		MaxConcurrentSessions: 4,
-		AcceptTimeout:         2 * time.Second,
-		Logger:                logger,
+		SweepInterval:         2 * time.Second,
+		Logger:                logger.With(slog.Int("replica", n)),
 	})
 	if err != nil {
-		_ = client.Close(ctx)
 		return nil, fmt.Errorf("demo: replica %d: %w", n, err)
 	}
-	if err := runner.Start(context.WithoutCancel(ctx)); err != nil {
-		_ = client.Close(ctx)
+	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("demo: replica %d: %w", n, err)
 	}
-	lister, err := sbadapter.StrandedFilter(sbadapter.StrandedFilterConfig{Lister: sbadapter.SessionListerFunc(source.ListSessionsWithState), Source: source, Store: store, Logger: logger})
-	if err != nil {
-		_ = runner.StopAndCancel(ctx)
-		_ = client.Close(ctx)
-		return nil, err
-	}
-	sweeper, err := sbadapter.NewSweeper(sbadapter.SweeperConfig{
-		Lister:   lister,
-		Handoff:  func(_ context.Context, id string) { runner.Wake(id) },
-		Interval: 2 * time.Second,
-		Logger:   logger,
-	})
-	if err != nil {
-		_ = runner.StopAndCancel(ctx)
-		_ = client.Close(ctx)
-		return nil, err
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	r := &replica{client: client, runner: runner, metrics: metrics, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		_ = sweeper.Run(sctx)
-	}()
+	r.w = w
 	return r, nil
 }
 
-func (r *replica) handled() uint64 { return r.metrics.Snapshot().Succeeded }
+func (r *replica) stats() sequencer.Stats { return r.w.Stats() }
 
 // crash ends the replica as a killed process would: in-flight work is cancelled and nothing more
 // is settled or saved; the connection closes, so the broker releases its session locks.
 func (r *replica) crash(ctx context.Context) {
-	r.once.Do(func() {
-		r.cancel()
-		<-r.done
-		_ = r.runner.StopAndCancel(ctx)
-		_ = r.client.Close(ctx)
-	})
+	r.once.Do(func() { _ = r.w.StopAndCancel(ctx) })
 }
 
 func (r *replica) stop(ctx context.Context) {
 	r.once.Do(func() {
-		r.cancel()
-		<-r.done
-		if err := r.runner.Stop(ctx); err != nil {
-			_ = r.runner.StopAndCancel(ctx)
+		if err := r.w.Stop(ctx); err != nil {
+			_ = r.w.StopAndCancel(ctx)
 		}
-		_ = r.client.Close(ctx)
 	})
 }

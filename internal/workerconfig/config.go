@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"regexp"
 	"slices"
@@ -69,6 +70,30 @@ type Config struct {
 	// than counting as handled. See sequencer.EngineConfig.SaveEachMessage.
 	SaveEachMessage bool `envconfig:"SAVE_EACH_MESSAGE" default:"false"`
 
+	// Retry policy of a failing handler: attempt n waits min(RetryBase·2^(n-1), RetryMax).
+	RetryBase time.Duration `envconfig:"RETRY_BASE" default:"1s"`
+	RetryMax  time.Duration `envconfig:"RETRY_MAX" default:"30s"`
+	// ReorderWindow bounds the early messages held in memory per session (0 turns the window
+	// off: every early message is deferred at the broker); ReorderWindowBytes bounds their bodies.
+	ReorderWindow      int      `envconfig:"REORDER_WINDOW" default:"256"`
+	ReorderWindowBytes ByteSize `envconfig:"REORDER_WINDOW_BYTES" default:"8MiB"`
+	// DrainBatch caps the deferred messages fetched per receive-deferred call.
+	DrainBatch int `envconfig:"DRAIN_BATCH" default:"32"`
+	// Prefetch is how many messages one receive asks for.
+	Prefetch int `envconfig:"PREFETCH" default:"32"`
+	// TombstoneTTL is how long an ended session's state is kept so that late copies are
+	// dropped (0 deletes it at once).
+	TombstoneTTL time.Duration `envconfig:"TOMBSTONE_TTL" default:"24h"`
+	// StateMaxBytes bounds the Service Bus session state: the entity's maximum message size.
+	StateMaxBytes ByteSize `envconfig:"STATE_MAX_BYTES" default:"256KiB"`
+	// LockRenewInterval is how often session locks are renewed (0: half the remaining lock time).
+	LockRenewInterval time.Duration `envconfig:"LOCK_RENEW_INTERVAL" default:"0s"`
+
+	// HTTPAddr serves /metrics, /healthz and /readyz ("off" serves nothing).
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:":9464"`
+	// ReadyCheckInterval is how often readiness (broker, database) is checked.
+	ReadyCheckInterval time.Duration `envconfig:"READY_CHECK_INTERVAL" default:"5s"`
+
 	Handler        string        `envconfig:"HANDLER" default:"log"`
 	HandlerURL     string        `envconfig:"HANDLER_URL"`
 	HandlerTimeout time.Duration `envconfig:"HANDLER_TIMEOUT" default:"30s"`
@@ -81,6 +106,9 @@ type Config struct {
 	// advance commits. The end-to-end tests use it to crash inside the journal transaction.
 	TestCrashBeforeCommit int `envconfig:"TEST_CRASH_BEFORE_COMMIT"`
 }
+
+// HTTPOff is the SEQBUS_HTTP_ADDR value that serves no HTTP at all.
+const HTTPOff = "off"
 
 // HandlerJournal is the handler that writes in the postgres store's transaction.
 const HandlerJournal = "journal"
@@ -195,6 +223,43 @@ func (c *Config) Validate(handlers []string) error {
 	if c.HandlerTimeout <= 0 {
 		bad("HANDLER_TIMEOUT", "must be positive, got %s", c.HandlerTimeout)
 	}
+	if c.RetryBase < 0 {
+		bad("RETRY_BASE", "must not be negative, got %s", c.RetryBase)
+	}
+	if c.RetryMax < c.RetryBase {
+		bad("RETRY_MAX", "must be at least SEQBUS_RETRY_BASE (%s), got %s", c.RetryBase, c.RetryMax)
+	}
+	if c.ReorderWindow < 0 {
+		bad("REORDER_WINDOW", "must not be negative (0 turns the window off), got %d", c.ReorderWindow)
+	}
+	if c.ReorderWindowBytes <= 0 {
+		bad("REORDER_WINDOW_BYTES", "must be positive, got %d", c.ReorderWindowBytes)
+	}
+	if c.DrainBatch <= 0 {
+		bad("DRAIN_BATCH", "must be positive, got %d", c.DrainBatch)
+	}
+	if c.Prefetch <= 0 {
+		bad("PREFETCH", "must be positive, got %d", c.Prefetch)
+	}
+	if c.TombstoneTTL < 0 {
+		bad("TOMBSTONE_TTL", "must not be negative (0 deletes an ended session's state at once), got %s", c.TombstoneTTL)
+	}
+	if c.StateMaxBytes < 1024 {
+		bad("STATE_MAX_BYTES", "must be at least 1KiB (the entity's maximum message size), got %d bytes", c.StateMaxBytes)
+	}
+	if c.LockRenewInterval < 0 {
+		bad("LOCK_RENEW_INTERVAL", "must not be negative (0 renews at half the remaining lock time), got %s", c.LockRenewInterval)
+	}
+	if c.HTTPAddr == "" {
+		bad("HTTP_ADDR", `must not be empty (an address such as :9464, or "off")`)
+	} else if c.HTTPAddr != HTTPOff {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			bad("HTTP_ADDR", "%q is not host:port, :port or off", c.HTTPAddr)
+		}
+	}
+	if c.ReadyCheckInterval <= 0 {
+		bad("READY_CHECK_INTERVAL", "must be positive, got %s", c.ReadyCheckInterval)
+	}
 
 	oneOf("LOG_LEVEL", strings.ToLower(c.LogLevel), logLevels)
 	if c.ShutdownTimeout <= 0 {
@@ -238,6 +303,17 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("max_handler_attempts", c.MaxHandlerAttempts),
 		slog.Bool("save_each_message", c.SaveEachMessage),
 		slog.Duration("sweep_interval", c.SweepInterval),
+		slog.Duration("retry_base", c.RetryBase),
+		slog.Duration("retry_max", c.RetryMax),
+		slog.Int("reorder_window", c.ReorderWindow),
+		slog.Int64("reorder_window_bytes", int64(c.ReorderWindowBytes)),
+		slog.Int("drain_batch", c.DrainBatch),
+		slog.Int("prefetch", c.Prefetch),
+		slog.Duration("tombstone_ttl", c.TombstoneTTL),
+		slog.Int64("state_max_bytes", int64(c.StateMaxBytes)),
+		slog.Duration("lock_renew_interval", c.LockRenewInterval),
+		slog.String("http_addr", c.HTTPAddr),
+		slog.Duration("ready_check_interval", c.ReadyCheckInterval),
 		slog.String("handler", c.Handler),
 		slog.String("handler_url", RedactDatabaseURL(c.HandlerURL)),
 		slog.Duration("handler_timeout", c.HandlerTimeout),
@@ -385,3 +461,36 @@ func (c *MigrateConfig) Validate() error {
 
 // SlogLevel returns LogLevel as a slog level.
 func (c *MigrateConfig) SlogLevel() slog.Level { return (&Config{LogLevel: c.LogLevel}).SlogLevel() }
+
+// fieldVars maps the fields of worker.Config that settings fill to their variables.
+var fieldVars = map[string]string{
+	"ConnectionString":      "CONNECTION_STRING",
+	"Namespace":             "NAMESPACE",
+	"StateStore":            "STATE_STORE",
+	"DatabaseURL":           "DATABASE_URL",
+	"MigrateOnStart":        "MIGRATE_ON_START",
+	"StateMaxBytes":         "STATE_MAX_BYTES",
+	"Handler":               "HANDLER",
+	"Journal":               "HANDLER",
+	"Transactional":         "HANDLER",
+	"HandlerTimeout":        "HANDLER_TIMEOUT",
+	"MaxConcurrentSessions": "MAX_CONCURRENT_SESSIONS",
+	"SweepInterval":         "SWEEP_INTERVAL",
+	"HTTPAddr":              "HTTP_ADDR",
+	"ReadyInterval":         "READY_CHECK_INTERVAL",
+}
+
+// Var names the variable behind a worker.Config field ("" when none does). The entity names
+// SEQBUS_QUEUE, or SEQBUS_TOPIC/SEQBUS_SUBSCRIPTION as configured.
+func (c *Config) Var(field string) string {
+	if field == "Entity" {
+		if c.Queue != "" {
+			return Prefix + "_QUEUE"
+		}
+		return Prefix + "_TOPIC/" + Prefix + "_SUBSCRIPTION"
+	}
+	if v, ok := fieldVars[field]; ok {
+		return Prefix + "_" + v
+	}
+	return ""
+}

@@ -30,6 +30,16 @@ func valid() Config {
 		HandlerTimeout:        30 * time.Second,
 		LogLevel:              "info",
 		ShutdownTimeout:       30 * time.Second,
+		RetryBase:             time.Second,
+		RetryMax:              30 * time.Second,
+		ReorderWindow:         256,
+		ReorderWindowBytes:    8 << 20,
+		DrainBatch:            32,
+		Prefetch:              32,
+		TombstoneTTL:          24 * time.Hour,
+		StateMaxBytes:         256 << 10,
+		HTTPAddr:              ":9464",
+		ReadyCheckInterval:    5 * time.Second,
 	}
 }
 
@@ -83,6 +93,23 @@ func TestValidate(t *testing.T) {
 		{"zero handler timeout", func(c *Config) { c.HandlerTimeout = 0 }, "SEQBUS_HANDLER_TIMEOUT"},
 		{"unknown log level", func(c *Config) { c.LogLevel = "verbose" }, "SEQBUS_LOG_LEVEL"},
 		{"zero shutdown timeout", func(c *Config) { c.ShutdownTimeout = 0 }, "SEQBUS_SHUTDOWN_TIMEOUT: must be positive"},
+		{"window off", func(c *Config) { c.ReorderWindow = 0 }, ""},
+		{"no retry wait", func(c *Config) { c.RetryBase, c.RetryMax = 0, 0 }, ""},
+		{"tombstone off", func(c *Config) { c.TombstoneTTL = 0 }, ""},
+		{"http off", func(c *Config) { c.HTTPAddr = "off" }, ""},
+		{"http on a host", func(c *Config) { c.HTTPAddr = "127.0.0.1:0" }, ""},
+		{"negative retry base", func(c *Config) { c.RetryBase = -time.Second }, "SEQBUS_RETRY_BASE: must not be negative"},
+		{"retry max below base", func(c *Config) { c.RetryMax = 100 * time.Millisecond }, "SEQBUS_RETRY_MAX: must be at least SEQBUS_RETRY_BASE (1s)"},
+		{"negative window", func(c *Config) { c.ReorderWindow = -1 }, "SEQBUS_REORDER_WINDOW: must not be negative"},
+		{"zero window bytes", func(c *Config) { c.ReorderWindowBytes = 0 }, "SEQBUS_REORDER_WINDOW_BYTES: must be positive"},
+		{"zero drain batch", func(c *Config) { c.DrainBatch = 0 }, "SEQBUS_DRAIN_BATCH: must be positive"},
+		{"zero prefetch", func(c *Config) { c.Prefetch = 0 }, "SEQBUS_PREFETCH: must be positive"},
+		{"negative tombstone", func(c *Config) { c.TombstoneTTL = -time.Hour }, "SEQBUS_TOMBSTONE_TTL: must not be negative"},
+		{"tiny state limit", func(c *Config) { c.StateMaxBytes = 100 }, "SEQBUS_STATE_MAX_BYTES: must be at least 1KiB"},
+		{"negative renew", func(c *Config) { c.LockRenewInterval = -time.Second }, "SEQBUS_LOCK_RENEW_INTERVAL"},
+		{"http address without port", func(c *Config) { c.HTTPAddr = "localhost" }, `SEQBUS_HTTP_ADDR: "localhost" is not host:port`},
+		{"empty http address", func(c *Config) { c.HTTPAddr = "" }, "SEQBUS_HTTP_ADDR: must not be empty"},
+		{"zero ready interval", func(c *Config) { c.ReadyCheckInterval = 0 }, "SEQBUS_READY_CHECK_INTERVAL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -225,6 +252,34 @@ func TestLoadFromEnvironment(t *testing.T) {
 	t.Setenv("SEQBUS_SHUTDOWN_TIMEOUT", "soon")
 	_, err = Load(handlers)
 	require.ErrorContains(t, err, "SEQBUS_SHUTDOWN_TIMEOUT")
+	t.Setenv("SEQBUS_SHUTDOWN_TIMEOUT", "10s")
+
+	require.Equal(t, ByteSize(8<<20), c.ReorderWindowBytes, "default")
+	require.Equal(t, ByteSize(256<<10), c.StateMaxBytes, "default")
+	require.Equal(t, ":9464", c.HTTPAddr, "default")
+	t.Setenv("SEQBUS_STATE_MAX_BYTES", "1MiB")
+	t.Setenv("SEQBUS_REORDER_WINDOW_BYTES", "500000")
+	c, err = Load(handlers)
+	require.NoError(t, err)
+	require.Equal(t, ByteSize(1<<20), c.StateMaxBytes)
+	require.Equal(t, ByteSize(500000), c.ReorderWindowBytes)
+	t.Setenv("SEQBUS_STATE_MAX_BYTES", "lots")
+	_, err = Load(handlers)
+	require.ErrorContains(t, err, "SEQBUS_STATE_MAX_BYTES")
+}
+
+func TestByteSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"0": 0, "512": 512, "64KiB": 64 << 10, "8MiB": 8 << 20, "1GiB": 1 << 30,
+		"8 mib": 8 << 20, "64KB": 64000, "2MB": 2000000, "100B": 100} {
+		var b ByteSize
+		require.NoError(t, b.Decode(in), in)
+		require.Equal(t, ByteSize(want), b, in)
+	}
+	for _, in := range []string{"", "MiB", "-1", "1.5MiB", "8 MiBs", "99999999999GiB"} {
+		var b ByteSize
+		require.Error(t, b.Decode(in), in)
+	}
 }
 
 func TestMigrateConfigValidate(t *testing.T) {

@@ -104,6 +104,10 @@ func configFrom(t *testing.T, env map[string]string) workerconfig.Config {
 			continue
 		}
 		field := v.Field(i)
+		if d, ok := field.Addr().Interface().(interface{ Decode(string) error }); ok { // envconfig.Decoder
+			require.NoError(t, d.Decode(raw), f.Name)
+			continue
+		}
 		switch {
 		case f.Type == reflect.TypeFor[time.Duration]():
 			d, err := time.ParseDuration(raw)

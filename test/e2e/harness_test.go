@@ -160,6 +160,7 @@ func (f *fixture) baseEnv(extra ...string) []string {
 		"SEQBUS_SWEEP_INTERVAL=1s",
 		"SEQBUS_SHUTDOWN_TIMEOUT=10s",
 		"SEQBUS_LOG_LEVEL=info",
+		"SEQBUS_HTTP_ADDR=127.0.0.1:0", // a free port each: processes run side by side
 	)
 	return append(env, extra...)
 }

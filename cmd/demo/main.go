@@ -5,17 +5,51 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/seqbus/seqbus/internal/demo"
 )
 
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
 // errDemoFailed is returned when the demo ran but did not restore every session's order.
 var errDemoFailed = errors.New("demo: order not restored (see summary)")
 
-func (c *cli) demo(ctx context.Context, args []string) error {
+// run parses args, runs the demo and returns the exit code: 0 when every session was restored,
+// 1 when not (or the run failed), 2 for a bad command line. A canceled ctx (a signal) ends the
+// demo early; the summary still prints.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := runDemo(ctx, args, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		_, _ = fmt.Fprintf(stderr, "demo: %v\n", err)
+		return 2
+	default:
+		_, _ = fmt.Fprintf(stderr, "demo: %v\n", err)
+		return 1
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		_, _ = fmt.Fprintln(stderr, "usage: demo [flags]\n\nPublishes shuffled sessions (with duplicate copies) to an in-process Service Bus emulator,\nruns worker replicas that restore their order, and prints a summary.\n\nFlags:")
+		fs.PrintDefaults()
+	}
 	var o demo.Options
 	fs.IntVar(&o.Sessions, "sessions", 8, "sessions to publish")
 	fs.IntVar(&o.Messages, "messages", 50, "messages per session")
@@ -42,27 +76,14 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 	if o.Duplicates == 0 {
 		o.Duplicates = -1 // -duplicates 0 asks for none; demo.Options reads 0 as "the default"
 	}
-	o.Out = c.stdout
-	o.Logger = c.logger(level)
-
-	// A signal ends the demo early; the summary still prints.
-	sigs, stop := c.signals()
-	defer stop()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-sigs:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	o.Out = stdout
+	o.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	sum, err := demo.Run(ctx, o)
 	if err != nil {
 		return err
 	}
-	sum.Print(c.stdout)
+	sum.Print(stdout)
 	if !sum.OK() {
 		return errDemoFailed
 	}

@@ -1,0 +1,382 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/seqbus/seqbus/handler"
+	"github.com/seqbus/seqbus/migrations"
+	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate"
+	"github.com/seqbus/seqbus/sessionstate/postgres"
+	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
+)
+
+// Client is a running seqbus worker: it accepts the entity's sessions, restores each one's
+// application order and hands the messages to the handler, with a sweeper for the sessions the
+// broker will not offer, and optionally an HTTP server for metrics and health. New builds it,
+// Start runs it, Stop drains it.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+	m   *metrics
+
+	// sessions runs the sessions, with the SDK's retries off (see sbadapter, "Lock tenure");
+	// mgmt serves probes and session listings, with a few SDK retries so that it reconnects.
+	sessions, mgmt     *azservicebus.Client
+	source, mgmtSource *sbadapter.Source
+	pool               *pgxpool.Pool
+	ownPool            bool
+	pg                 *postgres.Store
+	runner             *sequencer.Runner
+	sweeper            *sweeper
+	ready              readiness
+
+	mu       sync.Mutex
+	started  bool
+	stopping bool
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+	done     chan struct{}
+}
+
+// New checks cfg and builds a Client. It connects to nothing yet: Start does.
+func New(cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, done: make(chan struct{})}
+	if c.reg == nil {
+		c.reg = prometheus.NewRegistry()
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			c.closeConnections()
+		}
+	}()
+
+	var err error
+	if c.sessions, err = newSBClient(cfg, sbadapter.ClientOptions(nil)); err != nil {
+		return nil, err
+	}
+	if c.mgmt, err = newSBClient(cfg, &azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{
+		MaxRetries: 2, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
+	}}); err != nil {
+		return nil, err
+	}
+	if c.source, err = sbadapter.NewSource(c.sessions, sbadapter.Config{Entity: cfg.Entity, Logger: c.log}); err != nil {
+		return nil, err
+	}
+	if c.mgmtSource, err = sbadapter.NewSource(c.mgmt, sbadapter.Config{Entity: cfg.Entity, Logger: c.log}); err != nil {
+		return nil, err
+	}
+
+	// The store, the handler and the sweeper's way of listing sessions.
+	var (
+		store  sequencer.StateStore
+		h      = cfg.Handler
+		lister sessionstate.Lister
+	)
+	switch cfg.StateStore {
+	case StateStorePostgres:
+		c.pool, c.ownPool = cfg.Pool, cfg.Pool == nil
+		if c.ownPool {
+			if c.pool, err = pgxpool.New(context.Background(), cfg.DatabaseURL); err != nil {
+				return nil, configError("DatabaseURL", err)
+			}
+		}
+		if c.pg, err = postgres.New(c.pool, &postgres.Config{Entity: cfg.Entity.String()}); err != nil {
+			return nil, err
+		}
+		store, lister = c.pg, c.pg
+		if cfg.Transactional {
+			tx := c.pg.Transactional()
+			store = tx
+			if cfg.Journal {
+				h = tx.Journal()
+			}
+		}
+	default:
+		sb := sbstate.New(&sbstate.Config{MaxStateSize: cfg.StateMaxBytes})
+		store = sb
+		lister = sessionstate.NewScanLister(sessionstate.ScanConfig{
+			IDs: c.mgmtSource.ListSessionsWithState, Source: c.source, Store: sb,
+		})
+	}
+
+	c.m, err = newMetrics(c.reg, func() float64 { return float64(c.activeSessions()) }, c.brokerCalls)
+	if err != nil {
+		return nil, err
+	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	h = handler.Chain(h, append([]handler.Middleware{
+		tracingMiddleware(tp, cfg.Entity.String()),
+		c.m.handlerMiddleware,
+		handler.WithRecover(c.log),
+		handler.WithTimeout(cfg.HandlerTimeout),
+	}, cfg.Middleware...)...)
+	c.runner, err = sequencer.NewRunner(sequencer.RunnerConfig{
+		Source:                c.source,
+		Store:                 instrument(store, c.m),
+		Handler:               h,
+		Engine:                cfg.Engine,
+		MaxConcurrentSessions: cfg.MaxConcurrentSessions,
+		Logger:                c.log,
+		Observer:              c.m,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	engine := c.runner.Engine().Config()
+	c.sweeper = &sweeper{
+		lister:     lister,
+		wake:       c.runner.Wake,
+		interval:   cfg.SweepInterval,
+		gapTimeout: engine.GapTimeout,
+		gapActs:    engine.GapTimeout > 0,
+		now:        time.Now,
+		m:          c.m,
+		log:        c.log,
+		warned:     map[string]gapWarned{},
+	}
+	if c.pg != nil && engine.TombstoneTTL > 0 {
+		ttl := engine.TombstoneTTL
+		c.sweeper.before = func(ctx context.Context) {
+			// The engine deletes an expired tombstone only when its session runs again; without
+			// this purge the table would grow with every session ever ended.
+			n, err := c.pg.PurgeTombstones(ctx, c.pg.Entity(), time.Now().Add(-ttl))
+			switch {
+			case err != nil && ctx.Err() == nil:
+				c.log.WarnContext(ctx, "worker: purging expired tombstones", slog.Any("error", err))
+			case n > 0:
+				c.log.InfoContext(ctx, "worker: purged expired tombstones", slog.Int64("num_deleted", n))
+			}
+		}
+	}
+	ok = true
+	return c, nil
+}
+
+// newSBClient connects with the connection string or with Entra ID on the namespace.
+func newSBClient(cfg Config, opts *azservicebus.ClientOptions) (*azservicebus.Client, error) {
+	if cfg.ConnectionString != "" {
+		c, err := azservicebus.NewClientFromConnectionString(cfg.ConnectionString, opts)
+		if err != nil {
+			return nil, configError("ConnectionString", err)
+		}
+		return c, nil
+	}
+	cred := cfg.Credential
+	if cred == nil {
+		var err error
+		if cred, err = azidentity.NewDefaultAzureCredential(nil); err != nil {
+			return nil, configError("Namespace", fmt.Errorf("Entra ID credential: %w", err))
+		}
+	}
+	c, err := azservicebus.NewClient(cfg.Namespace, cred, opts)
+	if err != nil {
+		return nil, configError("Namespace", err)
+	}
+	return c, nil
+}
+
+// Start connects, checks and starts the work: the HTTP server (when Config.HTTPAddr is set), the
+// database (migrated or checked), a probe of the entity (a wrong name or key fails here instead
+// of retrying forever), the runner, the sweeper and the readiness checks. Canceling ctx later
+// cancels the work in hand, as StopAndCancel does.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("worker: already started")
+	}
+	c.started = true
+	fail := func(err error) error {
+		c.stopping = true // a later Stop has nothing to stop
+		if c.httpSrv != nil {
+			_ = c.httpSrv.Close()
+		}
+		c.closeConnections()
+		close(c.done)
+		return err
+	}
+
+	if c.cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", c.cfg.HTTPAddr)
+		if err != nil {
+			return fail(configError("HTTPAddr", fmt.Errorf("HTTP server: %w", err)))
+		}
+		c.httpLn = ln
+		c.httpSrv = &http.Server{Handler: c.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = c.httpSrv.Serve(ln) }()
+	}
+	if c.pool != nil {
+		if err := c.prepareDatabase(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := c.mgmtSource.Probe(pctx)
+	cancel()
+	if err != nil {
+		if sbadapter.Classify(err) == sbadapter.ClassFatal {
+			field := "Entity"
+			if errors.Is(err, sbadapter.ErrUnauthorized) {
+				field = "ConnectionString"
+				if c.cfg.Namespace != "" {
+					field = "Namespace"
+				}
+			}
+			return fail(configError(field, fmt.Errorf("cannot use %s: %w", c.cfg.Entity, err)))
+		}
+		c.log.WarnContext(ctx, "worker: probing the entity failed; starting anyway, the runner retries", slog.Any("error", err))
+	}
+
+	if err := c.runner.Start(ctx); err != nil {
+		return fail(fmt.Errorf("worker: start runner: %w", err))
+	}
+	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
+	c.bgCancel = cancelBG
+	c.bg.Go(func() { c.sweeper.run(bg) })
+	c.bg.Go(func() { c.readyLoop(bg) })
+	c.log.InfoContext(ctx, "worker: running", slog.String("entity", c.cfg.Entity.String()),
+		slog.String("state_store", string(c.cfg.StateStore)), slog.String("http_addr", c.HTTPAddr()))
+	return nil
+}
+
+// prepareDatabase pings the database and applies the migrations, or checks that they are.
+func (c *Client) prepareDatabase(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.pool.Ping(pctx); err != nil {
+		return configError("DatabaseURL", fmt.Errorf("cannot reach the database: %w", err))
+	}
+	m := migrations.New(c.pool, &migrations.Config{Logger: c.log})
+	if c.cfg.MigrateOnStart {
+		res, err := m.Up(ctx, migrations.UpOptions{})
+		if err != nil {
+			return configError("MigrateOnStart", err)
+		}
+		c.log.InfoContext(ctx, "worker: migrated", slog.Int("num_applied", len(res.Migrations)))
+		return nil
+	}
+	st, err := m.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("worker: check the database schema: %w", err)
+	}
+	for _, s := range st {
+		if s.Known && !s.Applied {
+			return configError("MigrateOnStart", fmt.Errorf("the database lacks migration %03d_%s: apply the migrations first (`worker migrate up`) or migrate on start", s.Version, s.Name))
+		}
+	}
+	return nil
+}
+
+// Stop stops gracefully: no new session is accepted, each session finishes the message in hand,
+// saves and is released. When ctx ends first, the work left is canceled and Stop returns ctx's
+// error. It then closes the connections; Stopped is closed when everything has stopped.
+func (c *Client) Stop(ctx context.Context) error {
+	return c.stop(ctx, c.runner.Stop)
+}
+
+// StopAndCancel cancels the work in hand (handlers see their ctx canceled; nothing more is
+// settled), then stops like Stop.
+func (c *Client) StopAndCancel(ctx context.Context) error {
+	return c.stop(ctx, c.runner.StopAndCancel)
+}
+
+func (c *Client) stop(ctx context.Context, stopRunner func(context.Context) error) error {
+	c.mu.Lock()
+	if !c.started {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.stopping {
+		c.mu.Unlock()
+		err := stopRunner(ctx) // a second call (a second signal) escalates
+		<-c.done
+		return err
+	}
+	c.stopping = true
+	c.mu.Unlock()
+
+	if c.bgCancel != nil {
+		c.bgCancel()
+		c.bg.Wait()
+	}
+	err := stopRunner(ctx)
+	if c.httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = c.httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	c.closeConnections()
+	st := c.runner.Stats()
+	c.log.InfoContext(ctx, "worker: stopped",
+		slog.Uint64("sessions", st.Sessions),
+		slog.Uint64("handled", st.Handled),
+		slog.Uint64("deferred", st.Deferred),
+		slog.Uint64("duplicates", st.Duplicates),
+		slog.Uint64("invalid", st.Invalid),
+		slog.Uint64("dead_lettered", st.DeadLettered),
+		slog.Uint64("retries", st.Retries),
+		slog.Uint64("parked", st.Parked))
+	close(c.done)
+	return err
+}
+
+// closeConnections closes the Service Bus clients and a pool the Client opened itself.
+func (c *Client) closeConnections() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, sb := range []*azservicebus.Client{c.sessions, c.mgmt} {
+		if sb != nil {
+			_ = sb.Close(ctx)
+		}
+	}
+	if c.ownPool && c.pool != nil {
+		c.pool.Close()
+	}
+}
+
+// Stopped is closed once the Client has stopped and closed its connections.
+func (c *Client) Stopped() <-chan struct{} { return c.done }
+
+// Stats returns the running totals of the runner.
+func (c *Client) Stats() sequencer.Stats { return c.runner.Stats() }
+
+// HTTPAddr returns the address the HTTP server listens on ("" when there is none).
+func (c *Client) HTTPAddr() string {
+	if c.httpLn == nil {
+		return ""
+	}
+	return c.httpLn.Addr().String()
+}
+
+// Registry returns the registry the metrics are in.
+func (c *Client) Registry() *prometheus.Registry { return c.reg }
+
+func (c *Client) activeSessions() int { return c.runner.Stats().ActiveSessions }
+
+func (c *Client) brokerCalls() map[string]uint64 { return c.runner.Stats().BrokerCalls }

@@ -1,0 +1,57 @@
+// Package worker runs seqbus as a service: [New] builds, from one [Config], the Service Bus
+// adapter, the state store, the handler chain, the runner and the sweeper that cmd/worker and
+// the demo run alike (river's Client is the model); [Client.Start] connects and starts,
+// [Client.Stop] drains and [Client.StopAndCancel] cancels.
+//
+// # What runs
+//
+//   - The runner (sequencer.Runner) accepts up to Config.MaxConcurrentSessions sessions at once
+//     and restores each one's order with the engine's policy (Config.Engine).
+//   - The handler chain: tracing (one span per call), metrics, panic recovery and a timeout
+//     around Config.Handler (or the journal handler with Postgres).
+//   - The sweeper, every Config.SweepInterval, lists the sessions whose state says they are
+//     parked, waiting on a gap or stranded (sessionstate.Lister: a query with Postgres, a scan
+//     of the session states with Service Bus), wakes those the broker will not offer (stranded on
+//     deferred messages; past their gap timeout), refreshes the session gauges, warns about gaps
+//     open for 1 min, 10 min and 1 h, and with Postgres purges expired tombstones.
+//   - Readiness checks every Config.ReadyInterval: the broker (a management call) and, with
+//     Postgres, the database.
+//
+// # HTTP
+//
+// With Config.HTTPAddr set the Client serves GET /metrics (Prometheus), GET /healthz (200 while
+// the process runs) and GET /readyz (200 when the last check reached the broker and the database,
+// 503 with a JSON list of reasons otherwise; within two ready intervals of losing either).
+//
+// # Metrics
+//
+// The names and labels are part of the interface; no label ever carries a session id:
+//
+//	seqbus_messages_total{outcome}          handled, held, deferred, duplicate, invalid, dead_lettered, retried
+//	seqbus_handler_duration_seconds         histogram of handler calls
+//	seqbus_handler_errors_total             failed, panicked or timed-out handler calls
+//	seqbus_sessions_active                  sessions this worker handles now
+//	seqbus_sessions_parked                  parked sessions of the entity (as of the last sweep)
+//	seqbus_sessions_blocked                 blocked sessions of the entity (as of the last sweep)
+//	seqbus_gap_wait_seconds                 histogram of gap waits, observed when a gap closes
+//	seqbus_gap_oldest_seconds               age of the oldest open gap (as of the last sweep)
+//	seqbus_state_saves_total                state saves
+//	seqbus_state_conflicts_total            saves refused by the version check
+//	seqbus_state_save_duration_seconds      histogram of state saves
+//	seqbus_broker_calls_total{op}           Service Bus calls by operation
+//	seqbus_lock_lost_total                  session runs stopped by a lost lock
+//	seqbus_sweeper_wakes_total              sessions the sweeper handed to the runner
+//	seqbus_ready                            1 when the last readiness check passed
+//
+// plus the Go and process collectors.
+//
+// # Tracing
+//
+// With Config.TracerProvider set (TracingFromEnv builds one from the OTEL_* variables) each
+// handler call is a span, a child of the publisher's trace context when the message carries one
+// in its Diagnostic-Id or traceparent application property, with the session id, sequence,
+// delivery count and outcome as attributes. [LogHandler] adds trace_id to log records made with
+// the span's context.
+//
+// worker may import every seqbus package but the emulator; cmd/worker and the demo import it.
+package worker

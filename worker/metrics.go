@@ -1,0 +1,186 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// Outcomes of seqbus_messages_total. A message may count under several (held, then handled).
+const (
+	OutcomeHandled      = "handled"
+	OutcomeHeld         = "held"
+	OutcomeDeferred     = "deferred"
+	OutcomeDuplicate    = "duplicate"
+	OutcomeInvalid      = "invalid"
+	OutcomeDeadLettered = "dead_lettered"
+	OutcomeRetried      = "retried"
+)
+
+var outcomes = []string{OutcomeHandled, OutcomeHeld, OutcomeDeferred, OutcomeDuplicate, OutcomeInvalid,
+	OutcomeDeadLettered, OutcomeRetried}
+
+// metrics holds the worker's Prometheus metrics. Their names and labels are part of the worker's
+// interface (dashboards and alerts depend on them); no label ever carries a session id.
+type metrics struct {
+	messages        *prometheus.CounterVec
+	handlerDuration prometheus.Histogram
+	handlerErrors   prometheus.Counter
+	sessionsParked  prometheus.Gauge
+	sessionsBlocked prometheus.Gauge
+	gapWait         prometheus.Histogram
+	gapOldest       prometheus.Gauge
+	stateSaves      prometheus.Counter
+	stateConflicts  prometheus.Counter
+	stateSaveTime   prometheus.Histogram
+	lockLost        prometheus.Counter
+	sweeperWakes    prometheus.Counter
+	ready           prometheus.Gauge
+}
+
+// newMetrics registers the worker's metrics, and the Go and process collectors, in reg.
+// activeSessions and brokerCalls are read at each scrape.
+func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerCalls func() map[string]uint64) (*metrics, error) {
+	m := &metrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqbus_messages_total",
+			Help: "Messages by what the worker did with them: handled, held (in the reorder window), deferred, duplicate, invalid, dead_lettered, retried (a failed handler call that is tried again).",
+		}, []string{"outcome"}),
+		handlerDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "seqbus_handler_duration_seconds",
+			Help:    "Duration of handler calls, failed ones included.",
+			Buckets: prometheus.DefBuckets,
+		}),
+		handlerErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqbus_handler_errors_total",
+			Help: "Handler calls that returned an error, panicked or timed out.",
+		}),
+		sessionsParked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_sessions_parked",
+			Help: "Sessions parked by the poison policy, waiting for an operator (as of the last sweep; every session of the entity).",
+		}),
+		sessionsBlocked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_sessions_blocked",
+			Help: "Sessions blocked by the poison policy block, retrying a failing message until the broker dead-letters it (as of the last sweep; every session of the entity).",
+		}),
+		gapWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "seqbus_gap_wait_seconds",
+			Help:    "Time spent waiting for a missing sequence while later ones waited, observed when the gap closed (the sequence arrived or was skipped).",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 12), // 10ms … about 12h
+		}),
+		gapOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_gap_oldest_seconds",
+			Help: "How long the oldest open gap has been waiting for its missing sequence (as of the last sweep; 0 when none is open).",
+		}),
+		stateSaves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqbus_state_saves_total",
+			Help: "State saves (with the version check), deletes included.",
+		}),
+		stateConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqbus_state_conflicts_total",
+			Help: "State saves refused because another holder changed the state (version conflict).",
+		}),
+		stateSaveTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "seqbus_state_save_duration_seconds",
+			Help:    "Duration of state saves; in transactional mode (postgres with the journal or a transactional handler) the handler runs inside the save and counts too.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms … about 4s
+		}),
+		lockLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqbus_lock_lost_total",
+			Help: "Session runs stopped because the session lock was lost (a cut connection, a detached link, an expired lock).",
+		}),
+		sweeperWakes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqbus_sweeper_wakes_total",
+			Help: "Sessions the sweeper handed to the runner by id: stranded on deferred messages, or past their gap timeout.",
+		}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_ready",
+			Help: "1 when the last readiness check reached the broker (and the database with the postgres store), 0 otherwise.",
+		}),
+	}
+	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "seqbus_sessions_active",
+		Help: "Sessions this worker is handling now.",
+	}, activeSessions)
+	for _, c := range []prometheus.Collector{
+		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked,
+		m.gapWait, m.gapOldest, m.stateSaves, m.stateConflicts, m.stateSaveTime, m.lockLost,
+		m.sweeperWakes, m.ready, &brokerCallsCollector{calls: brokerCalls},
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("worker: registering metrics: %w", err)
+		}
+	}
+	// The Go and process collectors, unless the registry has them already.
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		var already prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
+			return nil, fmt.Errorf("worker: registering metrics: %w", err)
+		}
+	}
+	for _, o := range outcomes {
+		m.messages.WithLabelValues(o) // every outcome is exported from the start, at 0
+	}
+	return m, nil
+}
+
+// Observe implements sequencer.Observer: engine events become counters and the gap histogram.
+func (m *metrics) Observe(e sequencer.Event) {
+	switch e.Kind {
+	case sequencer.EventHandled:
+		m.messages.WithLabelValues(OutcomeHandled).Inc()
+	case sequencer.EventHeld:
+		m.messages.WithLabelValues(OutcomeHeld).Inc()
+	case sequencer.EventDeferred:
+		m.messages.WithLabelValues(OutcomeDeferred).Inc()
+	case sequencer.EventDuplicate:
+		m.messages.WithLabelValues(OutcomeDuplicate).Inc()
+	case sequencer.EventInvalid:
+		m.messages.WithLabelValues(OutcomeInvalid).Inc()
+		m.messages.WithLabelValues(OutcomeDeadLettered).Inc()
+	case sequencer.EventDeadLettered:
+		m.messages.WithLabelValues(OutcomeDeadLettered).Inc()
+	case sequencer.EventRetry:
+		m.messages.WithLabelValues(OutcomeRetried).Inc()
+	case sequencer.EventGapResolved:
+		m.gapWait.Observe(e.Duration.Seconds())
+	case sequencer.EventLockLost:
+		m.lockLost.Inc()
+	}
+}
+
+// handlerMiddleware times each handler call and counts the failed ones.
+func (m *metrics) handlerMiddleware(next sequencer.Handler) sequencer.Handler {
+	return sequencer.HandlerFunc(func(ctx context.Context, msg *sequencer.Message) error {
+		start := time.Now()
+		err := next.Handle(ctx, msg)
+		m.handlerDuration.Observe(time.Since(start).Seconds())
+		if err != nil {
+			m.handlerErrors.Inc()
+		}
+		return err
+	})
+}
+
+// brokerCallsCollector exports the engine's broker call counts as seqbus_broker_calls_total{op}.
+type brokerCallsCollector struct {
+	calls func() map[string]uint64
+}
+
+var brokerCallsDesc = prometheus.NewDesc("seqbus_broker_calls_total",
+	"Calls to Service Bus by operation: receive, receive_deferred, complete, defer, dead_letter, abandon, renew_lock, close, accept (session state reads and writes count under seqbus_state_saves_total).",
+	[]string{"op"}, nil)
+
+func (c *brokerCallsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- brokerCallsDesc }
+
+func (c *brokerCallsCollector) Collect(ch chan<- prometheus.Metric) {
+	for op, n := range c.calls() {
+		ch <- prometheus.MustNewConstMetric(brokerCallsDesc, prometheus.CounterValue, float64(n), op)
+	}
+}

@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// instrumented counts and times the saves of a state store for the metrics.
+type instrumented struct {
+	sequencer.StateStore
+	m *metrics
+}
+
+// instrumentedAtomic is instrumented for an AtomicStore, so that the engine still finds SaveWith.
+type instrumentedAtomic struct {
+	instrumented
+	atomic sequencer.AtomicStore
+}
+
+// instrument wraps s with the save metrics, keeping its AtomicStore side if it has one.
+func instrument(s sequencer.StateStore, m *metrics) sequencer.StateStore {
+	in := instrumented{StateStore: s, m: m}
+	if a, ok := s.(sequencer.AtomicStore); ok {
+		return &instrumentedAtomic{instrumented: in, atomic: a}
+	}
+	return &in
+}
+
+func (s *instrumented) observe(start time.Time, err error) {
+	s.m.stateSaves.Inc()
+	s.m.stateSaveTime.Observe(time.Since(start).Seconds())
+	if errors.Is(err, sequencer.ErrVersionConflict) {
+		s.m.stateConflicts.Inc()
+	}
+}
+
+func (s *instrumented) Save(ctx context.Context, p sequencer.SaveParams) (int64, error) {
+	start := time.Now()
+	v, err := s.StateStore.Save(ctx, p)
+	s.observe(start, err)
+	return v, err
+}
+
+func (s *instrumented) Delete(ctx context.Context, p sequencer.DeleteParams) error {
+	start := time.Now()
+	err := s.StateStore.Delete(ctx, p)
+	s.observe(start, err)
+	return err
+}
+
+// SaveWith counts a save only when the handler succeeded: a failed handler call is no save.
+func (s *instrumentedAtomic) SaveWith(ctx context.Context, p sequencer.SaveParams, fn func(ctx context.Context) error) (int64, error) {
+	start := time.Now()
+	var handled bool
+	v, err := s.atomic.SaveWith(ctx, p, func(ctx context.Context) error {
+		err := fn(ctx)
+		handled = err == nil
+		return err
+	})
+	if handled {
+		s.observe(start, err)
+	}
+	return v, err
+}

@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/seqbus/seqbus/sessionstate"
+)
+
+// gapWarnings are the ages of an open gap at which the sweeper warns (again).
+var gapWarnings = []time.Duration{time.Minute, 10 * time.Minute, time.Hour}
+
+// sweeper looks, every interval, at the sessions whose state says they may need attention
+// (parked, waiting on a gap, stranded on deferred messages): it hands the runner those the broker
+// will not offer (stranded; past their gap timeout when the gap policy acts), refreshes the
+// session gauges, and warns about gaps open for long.
+type sweeper struct {
+	lister   sessionstate.Lister
+	wake     func(id string)
+	interval time.Duration
+	// gapTimeout, when positive and gapActs, makes a session whose gap is that old due a run.
+	gapTimeout time.Duration
+	gapActs    bool
+	// before runs at the start of each sweep (the Postgres tombstone purge).
+	before func(ctx context.Context)
+	now    func() time.Time
+	m      *metrics
+	log    *slog.Logger
+
+	// warned holds, per session with an open gap, how many gapWarnings were logged, and since
+	// when the gap is open (a new gap starts over).
+	warned map[string]gapWarned
+}
+
+type gapWarned struct {
+	since time.Time
+	n     int
+}
+
+// pageSize bounds one List call of a sweep.
+const pageSize = 500
+
+func (s *sweeper) run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "worker: sweep failed; trying again at the next interval", slog.Any("error", err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweep looks at every session that is parked, waiting on a gap or stranded, once.
+func (s *sweeper) sweep(ctx context.Context) error {
+	if s.before != nil {
+		s.before(ctx)
+	}
+	now := s.now()
+	var (
+		parked, wakes int
+		oldest        time.Duration
+		after         string
+	)
+	seen := map[string]bool{}
+	for {
+		page, err := s.lister.List(ctx, sessionstate.ListParams{
+			Filter: sessionstate.Filter{Parked: true, Gap: true, Stranded: true},
+			After:  after, Limit: pageSize,
+		})
+		if err != nil {
+			return fmt.Errorf("worker: sweep: list sessions: %w", err)
+		}
+		for _, e := range page {
+			if e.Busy {
+				continue // a worker holds it: it is being handled
+			}
+			st := e.State
+			if st.Parked != nil {
+				parked++
+			}
+			if !st.GapSince.IsZero() && st.Parked == nil {
+				age := now.Sub(st.GapSince)
+				oldest = max(oldest, age)
+				seen[e.SessionID] = true
+				s.warnGap(ctx, e, age)
+			}
+			if st.NeedsWake() || (s.gapActs && st.GapExpired(now, s.gapTimeout)) {
+				s.wake(e.SessionID)
+				wakes++
+			}
+		}
+		if len(page) < pageSize {
+			break
+		}
+		after = page[len(page)-1].SessionID
+	}
+	for id := range s.warned {
+		if !seen[id] {
+			delete(s.warned, id) // the gap closed
+		}
+	}
+	s.m.sessionsParked.Set(float64(parked))
+	s.m.gapOldest.Set(oldest.Seconds())
+	s.m.sweeperWakes.Add(float64(wakes))
+	if wakes > 0 {
+		s.log.DebugContext(ctx, "worker: sweeper woke sessions", slog.Int("num_sessions", wakes))
+	}
+	return nil
+}
+
+// warnGap logs a warning when the gap of e has been open for another of gapWarnings.
+func (s *sweeper) warnGap(ctx context.Context, e sessionstate.Entry, age time.Duration) {
+	w := s.warned[e.SessionID]
+	if !w.since.Equal(e.State.GapSince) {
+		w = gapWarned{since: e.State.GapSince}
+	}
+	n := w.n
+	for n < len(gapWarnings) && age >= gapWarnings[n] {
+		n++
+	}
+	if n > w.n {
+		s.log.WarnContext(ctx, "worker: session still waiting for a missing sequence",
+			slog.String("session_id", e.SessionID),
+			slog.Int64("expected", e.State.Next),
+			slog.Int64("lowest_waiting", lowestWaiting(e)),
+			slog.Duration("waiting", age.Round(time.Second)),
+			slog.Time("gap_since", e.State.GapSince))
+	}
+	w.n = n
+	s.warned[e.SessionID] = w
+}
+
+// lowestWaiting is the lowest deferred sequence above Next (0 when the waiting messages are held
+// in a worker's memory, not deferred).
+func lowestWaiting(e sessionstate.Entry) int64 {
+	var low int64
+	for k := range e.State.Deferred {
+		if k > e.State.Next && (low == 0 || k < low) {
+			low = k
+		}
+	}
+	return low
+}

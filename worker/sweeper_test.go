@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate/memory"
+	"github.com/seqbus/seqbus/sessionstate/storetest"
+)
+
+type sweepBundle struct {
+	store *memory.Store
+	s     *sweeper
+	woken []string
+	logs  *bytes.Buffer
+	now   time.Time
+}
+
+func newSweepBundle(t *testing.T, gapTimeout time.Duration) *sweepBundle {
+	t.Helper()
+	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
+	require.NoError(t, err)
+	b := &sweepBundle{store: memory.New(), logs: &bytes.Buffer{}, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	b.s = &sweeper{
+		lister: b.store, wake: func(id string) { b.woken = append(b.woken, id) },
+		gapTimeout: gapTimeout, gapActs: gapTimeout > 0,
+		now: func() time.Time { return b.now }, m: m,
+		log:    slog.New(slog.NewTextHandler(b.logs, nil)),
+		warned: map[string]gapWarned{},
+	}
+	return b
+}
+
+func (b *sweepBundle) save(t *testing.T, id string, st *sequencer.State) {
+	t.Helper()
+	_, err := b.store.Save(context.Background(), sequencer.SaveParams{Session: storetest.NewSession(id), State: st})
+	require.NoError(t, err)
+}
+
+func (b *sweepBundle) sweep(t *testing.T) {
+	t.Helper()
+	b.woken = nil
+	require.NoError(t, b.s.sweep(context.Background()))
+}
+
+func TestSweepWakesStrandedAndCountsParked(t *testing.T) {
+	t.Parallel()
+	b := newSweepBundle(t, 0)
+	stranded := sequencer.NewState()
+	stranded.Next, stranded.Deferred[3] = 3, 30
+	b.save(t, "stranded", stranded)
+	parked := sequencer.NewState()
+	parked.Parked = &sequencer.Parked{Sequence: 1, BrokerSequence: 7, Reason: "boom"}
+	b.save(t, "parked", parked)
+	ended := sequencer.NewState()
+	ended.EndedAt = b.now
+	ended.Parked = &sequencer.Parked{Sequence: 1}
+	b.save(t, "ended", ended)
+
+	b.sweep(t)
+	require.Equal(t, []string{"stranded"}, b.woken, "a parked session waits for an operator")
+	require.Equal(t, 1.0, testutil.ToFloat64(b.s.m.sessionsParked), "ended sessions do not count")
+	require.Equal(t, 1.0, testutil.ToFloat64(b.s.m.sweeperWakes))
+
+	parked.Unpark(false, b.now)
+	b.store = memory.New() // the operator resumed; the stranded session ran
+	b.s.lister = b.store
+	b.save(t, "parked", parked)
+	b.sweep(t)
+	require.Empty(t, b.woken)
+	require.Zero(t, testutil.ToFloat64(b.s.m.sessionsParked), "the gauge returns to 0")
+}
+
+func TestSweepGapTimeoutWakesAndWarns(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		gapTimeout time.Duration
+		wantWoken  []string
+	}{
+		{"policy acts after the timeout", 5 * time.Minute, []string{"gap"}},
+		{"no timeout: waits forever", 0, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := newSweepBundle(t, tt.gapTimeout)
+			gap := sequencer.NewState()
+			gap.Next, gap.Deferred[4], gap.GapSince = 2, 40, b.now.Add(-30*time.Second)
+			b.save(t, "gap", gap)
+
+			b.sweep(t)
+			require.Empty(t, b.woken, "not yet due")
+			require.InDelta(t, 30, testutil.ToFloat64(b.s.m.gapOldest), 0.001)
+			require.Empty(t, b.logs.String(), "no warning before a minute")
+
+			b.now = b.now.Add(45 * time.Second) // 75s open
+			b.sweep(t)
+			require.Equal(t, 1, strings.Count(b.logs.String(), "still waiting for a missing sequence"))
+			require.Contains(t, b.logs.String(), "session_id=gap expected=2 lowest_waiting=4 waiting=1m15s")
+			b.sweep(t)
+			require.Equal(t, 1, strings.Count(b.logs.String(), "still waiting"), "one warning per threshold")
+
+			b.now = b.now.Add(10 * time.Minute)
+			b.sweep(t)
+			require.Equal(t, 2, strings.Count(b.logs.String(), "still waiting"), "again at 10 minutes")
+			require.Equal(t, tt.wantWoken, b.woken)
+			require.InDelta(t, (10*time.Minute + 75*time.Second).Seconds(), testutil.ToFloat64(b.s.m.gapOldest), 0.001)
+		})
+	}
+}
+
+func TestSweepForgetsClosedGaps(t *testing.T) {
+	t.Parallel()
+	b := newSweepBundle(t, 0)
+	gap := sequencer.NewState()
+	gap.Next, gap.Deferred[4], gap.GapSince = 2, 40, b.now.Add(-2*time.Minute)
+	b.save(t, "gap", gap)
+	b.sweep(t)
+	require.Len(t, b.s.warned, 1)
+
+	b.store = memory.New()
+	b.s.lister = b.store
+	b.sweep(t)
+	require.Empty(t, b.s.warned)
+	require.Zero(t, testutil.ToFloat64(b.s.m.gapOldest), "no gap open")
+
+	// A new gap in the same session warns again.
+	gap.GapSince = b.now.Add(-90 * time.Second)
+	b.save(t, "gap", gap)
+	b.sweep(t)
+	require.Equal(t, 2, strings.Count(b.logs.String(), "still waiting"))
+}
