@@ -182,12 +182,10 @@ func (s *session) attachOutgoingLocked(l *link) {
 	}
 	lower := strings.ToLower(l.address)
 	if l.address == "$cbs" || strings.HasSuffix(lower, "/$management") {
+		// Any reply-link shape is accepted; replyLinkForLocked routes the
+		// responses (see reply.go).
 		l.kind = kindReply
-		if a.Target == nil || a.Target.Address == "" {
-			l.refuseLocked(&amqpwire.Error{Condition: "amqp:invalid-field", Description: "reply link needs a target address"})
-			return
-		}
-		c.replyLinks[a.Target.Address] = l
+		c.replyLinkAttachedLocked(l)
 		l.state = linkAttached
 		s.send(&amqpwire.Attach{
 			Name: a.Name, Handle: l.handle, Role: amqpwire.RoleSender,
@@ -365,8 +363,8 @@ func (l *link) releaseResourcesLocked() {
 	if c.linksByName[l.name] == l {
 		delete(c.linksByName, l.name)
 	}
-	if l.kind == kindReply && l.attach.Target != nil && c.replyLinks[l.attach.Target.Address] == l {
-		delete(c.replyLinks, l.attach.Target.Address)
+	if l.kind == kindReply {
+		c.replyLinkGoneLocked(l)
 	}
 	if l.sessionLock != nil {
 		l.sessionLock.Release()
@@ -519,7 +517,7 @@ func (l *link) deliveryLocked(d *partialDelivery) amqpwire.DeliveryState {
 		if err != nil {
 			return rejectDecode(err)
 		}
-		c.replyLocked(req, c.handleCBSLocked(req))
+		c.replyLocked(l, req, c.handleCBSLocked(req))
 	case kindMgmt:
 		if c.srv.takeMgmtDrop() {
 			c.log.Debug("engine: dropping the connection on a management request (fault injected)")
@@ -530,7 +528,7 @@ func (l *link) deliveryLocked(d *partialDelivery) amqpwire.DeliveryState {
 		if err != nil {
 			return rejectDecode(err)
 		}
-		c.replyLocked(req, c.handleManagementLocked(l, req))
+		c.replyLocked(l, req, c.handleManagementLocked(l, req))
 	case kindEntity:
 		// The token that authorized the attach must still be valid.
 		if !c.claimedLocked(l.address) {
@@ -551,26 +549,6 @@ func decodeMessage(b []byte) (*amqp.Message, error) {
 		return nil, fmt.Errorf("decode message: %w", err)
 	}
 	return m, nil
-}
-
-// replyLocked routes a $cbs or $management response to the reply link named
-// by the request's reply-to.
-func (c *conn) replyLocked(req, resp *amqp.Message) {
-	if req.Properties == nil || req.Properties.ReplyTo == nil {
-		c.log.Debug("engine: request without reply-to dropped")
-		return
-	}
-	if resp.Properties == nil {
-		resp.Properties = &amqp.MessageProperties{}
-	}
-	resp.Properties.CorrelationID = req.Properties.MessageID
-	rl := c.replyLinks[*req.Properties.ReplyTo]
-	if rl == nil {
-		c.log.Debug("engine: no reply link", slog.String("reply_to", *req.Properties.ReplyTo))
-		return
-	}
-	rl.replies = append(rl.replies, resp)
-	rl.flushRepliesLocked()
 }
 
 func (l *link) flushRepliesLocked() {
