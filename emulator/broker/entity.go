@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -242,6 +243,11 @@ func (e *Entity) send(msgs []*amqp.Message, at time.Time) ([]int64, error) {
 		}
 		if c.Properties == nil {
 			c.Properties = &amqp.MessageProperties{}
+		}
+		if c.Properties.MessageID == nil {
+			// Service Bus gives every message an id; SDKs rely on it (the
+			// JavaScript receiver tracks its lock renewals by message id).
+			c.Properties.MessageID = newMessageID()
 		}
 		raw, err := c.MarshalBinary()
 		if err != nil {
@@ -692,3 +698,10 @@ func (e *Entity) putLocked(q *Entity, s *stored, now time.Time) {
 }
 
 func newToken() lockKey { return lockKey(uuid.New()) }
+
+// newMessageID returns the id the broker gives a message sent without one: a
+// random GUID as 32 hex digits.
+func newMessageID() string {
+	u := uuid.New()
+	return hex.EncodeToString(u[:])
+}
