@@ -46,6 +46,7 @@ type Entity struct {
 	orderDead int
 	avail     seqHeap // available messages of a non-session entity
 	sessions  map[string]*session
+	ready     sessionHeap // sessions accept-next can take (see sessionChangedLocked)
 	locks     map[lockKey]*stored
 	sizeBytes int64
 	scheduled int64 // count of scheduled messages
@@ -397,6 +398,7 @@ func (e *Entity) removeLocked(s *stored) {
 	if s.sess != nil {
 		s.sess.avail.remove(s)
 		s.sess.count--
+		e.sessionChangedLocked(s.sess)
 		e.maybeDropSessionLocked(s.sess)
 	} else {
 		e.avail.remove(s)
@@ -474,6 +476,7 @@ func (e *Entity) makeAvailableLocked(s *stored, now time.Time) {
 	s.state = stateActive
 	if s.sess != nil {
 		s.sess.avail.add(s)
+		e.sessionChangedLocked(s.sess)
 	} else {
 		e.avail.add(s)
 	}

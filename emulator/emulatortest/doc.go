@@ -10,8 +10,8 @@
 //	})
 //	sender, err := srv.Client.NewSender("orders", nil)
 //
-// The log level is Info; SEQBUS_EMULATOR_TEST_LOG=debug (or any level name)
-// changes it. Server.NewAdminClient and Server.AdminClientOptions reach the
+// The log level is Info in tests and Warn in benchmarks;
+// SEQBUS_EMULATOR_TEST_LOG=debug (or any level name) changes it. Server.NewAdminClient and Server.AdminClientOptions reach the
 // emulator's management API (ATOM, served on the AMQP port) with the admin
 // client, through emulator/admintransport.
 //

@@ -190,10 +190,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// testLogger logs to t.Log at the level LogEnv names (Info by default),
-// until stopped is set: a test must not log once it has completed.
+// testLogger logs to t.Log at the level LogEnv names (by default Info in
+// tests, Warn in benchmarks, whose log is always printed), until stopped is
+// set: a test must not log once it has completed.
 func testLogger(t testing.TB, stopped *atomic.Bool) *slog.Logger {
 	level := slog.LevelInfo
+	if _, isTest := t.(*testing.T); !isTest {
+		level = slog.LevelWarn
+	}
 	if v := os.Getenv(LogEnv); v != "" {
 		if err := level.UnmarshalText([]byte(v)); err != nil {
 			level = slog.LevelDebug

@@ -232,7 +232,18 @@ func (s *session) attachOutgoingLocked(l *link) {
 		l.completeReceiverAttachLocked()
 		return
 	}
-	// Accept next available session: wait without blocking the connection.
+	// Accept the next available session: at once when one is available,
+	// else wait without blocking the connection.
+	lock, err := e.TryAcceptNextSession(l.name)
+	if err != nil {
+		l.refuseLocked(brokerError(err))
+		return
+	}
+	if lock != nil {
+		l.sessionLock = lock
+		l.completeReceiverAttachLocked()
+		return
+	}
 	timeout := c.srv.cfg.AcceptNextTimeout
 	if v, ok := a.Properties[timeoutPropertyKey]; ok {
 		if ms, ok := toInt64(v); ok && ms > 0 {
