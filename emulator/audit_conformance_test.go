@@ -16,8 +16,8 @@ import (
 
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/emulator/internal/sas"
 )
 
