@@ -3,6 +3,8 @@ package emulator_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,6 +131,114 @@ func BenchmarkAcceptNextSession(b *testing.B) {
 				if err := r.Close(ctx); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkConcurrentWorkers is the shape of a session worker pool next to a
+// pool of queue receivers: 8 workers, each with a client (AMQP connection) of
+// its own, receiving one message at a time and completing it. The session
+// workers accept the next session, take its 50 messages and close it; the
+// queue workers only receive. One op is one message; the messages (batches of
+// 50, one session each) are sent before the timer starts. msgs/s counts up to
+// the last completion; accept-ns/session is what accepting and closing a
+// session cost a worker.
+func BenchmarkConcurrentWorkers(b *testing.B) {
+	const workers = 8
+	for _, sessions := range []bool{false, true} {
+		name := map[bool]string{false: "queue", true: "session"}[sessions]
+		b.Run(name, func(b *testing.B) {
+			srv := emulatortest.Start(b, &emulatortest.Options{Queues: map[string]broker.EntityProperties{
+				"work": {RequiresSession: sessions},
+			}})
+			ctx, cancel := context.WithCancel(b.Context())
+			defer cancel()
+			s, err := srv.Client.NewSender("work", nil)
+			require.NoError(b, err)
+			total := b.N
+			for sent := 0; sent < total; {
+				batch, err := s.NewMessageBatch(ctx, nil)
+				require.NoError(b, err)
+				sid := fmt.Sprintf("s%d", sent)
+				for i := 0; i < settleBatch && sent < total; i++ {
+					last := i == settleBatch-1 || sent == total-1
+					require.NoError(b, batch.AddMessage(&azservicebus.Message{Body: []byte("m"), SessionID: &sid,
+						ApplicationProperties: map[string]any{"last": last}}, nil))
+					sent++
+				}
+				require.NoError(b, s.SendMessageBatch(ctx, batch, nil))
+			}
+			clients := make([]*azservicebus.Client, workers)
+			for i := range clients {
+				clients[i] = srv.NewClient(b, nil)
+			}
+			var done, sessionNs, accepted, end atomic.Int64
+			completed := func() {
+				if done.Add(1) == int64(total) {
+					end.Store(time.Now().UnixNano())
+					cancel() // workers waiting for a session stop at once
+				}
+			}
+			// settle receives and completes from r until the last message of
+			// a session (untilLast) or until cancelled.
+			settle := func(r settler, untilLast bool) error {
+				for ctx.Err() == nil {
+					msgs, err := r.ReceiveMessages(ctx, 1, nil)
+					if err != nil {
+						return nil // cancelled: all done
+					}
+					for _, m := range msgs {
+						if err := r.CompleteMessage(ctx, m, nil); err != nil {
+							return err
+						}
+						completed()
+						if last, _ := m.ApplicationProperties["last"].(bool); last && untilLast {
+							return nil
+						}
+					}
+				}
+				return nil
+			}
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for _, c := range clients {
+				wg.Go(func() {
+					if !sessions {
+						r, err := c.NewReceiverForQueue("work", nil)
+						if err == nil {
+							err = settle(r, false)
+						}
+						if err != nil {
+							b.Error(err)
+						}
+						return
+					}
+					for ctx.Err() == nil {
+						t0 := time.Now()
+						r, err := c.AcceptNextSessionForQueue(ctx, "work", nil)
+						if err != nil {
+							return // cancelled: all done
+						}
+						spent := time.Since(t0)
+						if err := settle(r, true); err != nil {
+							b.Error(err)
+							return
+						}
+						t1 := time.Now()
+						_ = r.Close(context.WithoutCancel(ctx))
+						sessionNs.Add(int64(spent + time.Since(t1)))
+						accepted.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			require.Equal(b, int64(total), done.Load())
+			b.ReportMetric(float64(total)/time.Duration(end.Load()-start.UnixNano()).Seconds(), "msgs/s")
+			if n := accepted.Load(); n > 0 {
+				b.ReportMetric(float64(sessionNs.Load())/float64(n), "accept-ns/session")
 			}
 		})
 	}
