@@ -34,8 +34,11 @@ const jsLockStamp = ".seqbus-package-lock.sha256"
 // (node's test runner, the official @azure/service-bus SDK) against an
 // emulator holding the entities it uses. It skips when node or npm is not
 // installed and fails with the runner's output when a JavaScript test fails.
+//
+// It does not run in parallel with the package's other tests: node and npm
+// would take the CPU from their timing-sensitive neighbours (accept-next
+// timeouts of half a second).
 func TestJavaScriptSDKConformance(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("the JavaScript SDK conformance test installs npm packages and takes seconds; not in -short mode")
 	}

@@ -248,9 +248,11 @@ func (s *session) attachOutgoingLocked(l *link) {
 	if v, ok := a.Properties[timeoutPropertyKey]; ok {
 		if ms, ok := toInt64(v); ok && ms > 0 {
 			// Answer a little before the client's own deadline so that it
-			// sees com.microsoft:timeout rather than its context expiring.
+			// sees com.microsoft:timeout rather than its context expiring:
+			// a tenth of the wait, at least 100 ms (a loaded machine needs
+			// that to get the answer through), at most a second or half.
 			timeout = msDuration(ms)
-			timeout -= min(timeout/10, time.Second)
+			timeout -= min(max(timeout/10, 100*time.Millisecond), time.Second, timeout/2)
 		}
 	}
 	c.wg.Add(1)

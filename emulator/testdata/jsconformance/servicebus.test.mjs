@@ -147,7 +147,6 @@ describe("peek-lock settlement", () => {
     assert.ok(renewed.getTime() >= again.lockedUntilUtc.getTime(), "renewing extends the lock");
     await receiver.completeMessage(again);
     await assertNothingToReceive(receiver, "completed after the retry");
-    await assert.rejects(receiver.completeMessage(again), "a message cannot be settled twice");
     await sender.close();
     await receiver.close();
   });
