@@ -58,11 +58,12 @@ type Subscription struct {
 	Rules []broker.Rule
 }
 
-// Server is a running emulator with a client connected to it.
+// Server is a running emulator with a client of it.
 type Server struct {
 	*emulator.Server
-	// Client is connected to the emulator with Options.ClientOptions and is
-	// closed when the test ends.
+	// Client is a client of the emulator with Options.ClientOptions (it
+	// connects on first use, as every SDK client does), closed when the test
+	// ends.
 	Client *azservicebus.Client
 }
 
