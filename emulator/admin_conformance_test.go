@@ -209,7 +209,7 @@ func TestAdminErrorsThroughTheRealClient(t *testing.T) {
 		t.Parallel()
 		cs := strings.Replace(b.srv.ConnectionString(), "SharedAccessKey=SAS_KEY_VALUE", "SharedAccessKey=not-the-key", 1)
 		require.NotEqual(t, b.srv.ConnectionString(), cs)
-		wrong := newAdminClient(t, cs)
+		wrong := newAdminClient(t, b.srv, cs)
 		_, err := wrong.CreateQueue(ctx, "intruder", nil)
 		requireHTTPStatus(t, err, http.StatusUnauthorized)
 		_, err = wrong.GetQueue(ctx, "exists", nil)

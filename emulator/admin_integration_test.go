@@ -9,8 +9,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/require"
 
-	"github.com/seqbus/seqbus/emulator"
-	"github.com/seqbus/seqbus/emulator/admintransport"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 )
 
 // TestAdminClientOnTheAMQPPort creates entities with the real admin client,
@@ -18,18 +17,14 @@ import (
 func TestAdminClientOnTheAMQPPort(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"}) // the default admin handler
-	require.NoError(t, err)
-	defer srv.Close()
-
-	adm, err := admintransport.NewAdminClient(srv.ConnectionString(), nil)
-	require.NoError(t, err)
-	_, err = adm.CreateQueue(ctx, "made-by-admin", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{
+	srv := emulatortest.Start(t, nil) // the default admin handler
+	adm := srv.NewAdminClient(t)
+	_, err := adm.CreateQueue(ctx, "made-by-admin", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{
 		RequiresSession: to.Ptr(true), LockDuration: to.Ptr("PT45S"),
 	}})
 	require.NoError(t, err)
 
-	client := newClient(t, srv.ConnectionString())
+	client := srv.Client
 	s, err := client.NewSender("made-by-admin", nil)
 	require.NoError(t, err)
 	require.NoError(t, s.SendMessage(ctx, &azservicebus.Message{Body: []byte("x"), SessionID: to.Ptr("a")}, nil))

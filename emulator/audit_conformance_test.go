@@ -17,6 +17,7 @@ import (
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/emulator/internal/sas"
 )
 
@@ -504,7 +505,7 @@ func TestExpiredSessionLockGoesToTheNextTaker(t *testing.T) {
 	m := receiveN(ctx, t, sr, 1)[0]
 	clk.Advance(31 * time.Second)
 
-	other := newClient(t, b.srv.ConnectionString())
+	other := b.srv.NewClient(t, testClientOptions())
 	sr2, err := other.AcceptSessionForQueue(ctx, "sq", "a", nil)
 	require.NoError(t, err, "the expired lock frees the session")
 	t.Cleanup(func() { _ = sr2.Close(ctx) })
@@ -853,14 +854,13 @@ func TestEntityDefaultTimeToLiveCapsMessages(t *testing.T) {
 
 func TestAcceptNextWithoutADeadlineUsesTheServerTimeout(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-", AcceptNextTimeout: 200 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.NoError(t, srv.Broker().CreateQueue("sq", broker.EntityProperties{RequiresSession: true}))
-	client := newClient(t, srv.ConnectionString())
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues:        map[string]broker.EntityProperties{"sq": {RequiresSession: true}},
+		Config:        emulator.Config{AcceptNextTimeout: 200 * time.Millisecond},
+		ClientOptions: testClientOptions(),
+	})
 	start := time.Now()
-	_, err = client.AcceptNextSessionForQueue(context.Background(), "sq", nil)
+	_, err := srv.Client.AcceptNextSessionForQueue(context.Background(), "sq", nil)
 	requireCode(t, err, azservicebus.CodeTimeout)
 	require.Less(t, time.Since(start), 5*time.Second)
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 )
 
 // BenchmarkSendReceiveComplete measures end-to-end throughput through the
@@ -29,16 +29,9 @@ func benchmarkThroughput(b *testing.B, batchSize int) {
 	const senders, receivers = 4, 4
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(b, err)
-	defer srv.Close()
-	require.NoError(b, srv.Broker().CreateQueue("bench", broker.EntityProperties{}))
-
-	newBenchClient := func() *azservicebus.Client {
-		c, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
-		require.NoError(b, err)
-		return c
-	}
+	srv := emulatortest.Start(b, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"bench": {}}})
+	// A client (an AMQP connection) per sender and receiver.
+	newBenchClient := func() *azservicebus.Client { return srv.NewClient(b, nil) }
 	body := make([]byte, 1024)
 	total := int64(b.N)
 	var sent, received atomic.Int64
@@ -46,7 +39,6 @@ func benchmarkThroughput(b *testing.B, batchSize int) {
 	b.ResetTimer()
 	for range senders {
 		c := newBenchClient()
-		defer c.Close(ctx)
 		s, err := c.NewSender("bench", nil)
 		require.NoError(b, err)
 		wg.Go(func() {
@@ -82,7 +74,6 @@ func benchmarkThroughput(b *testing.B, batchSize int) {
 	}
 	for range receivers {
 		c := newBenchClient()
-		defer c.Close(ctx)
 		r, err := c.NewReceiverForQueue("bench", nil)
 		require.NoError(b, err)
 		wg.Go(func() {
@@ -118,13 +109,8 @@ func BenchmarkSessionChurnOneClient(b *testing.B) {
 	const workers = 8
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(b, err)
-	defer srv.Close()
-	require.NoError(b, srv.Broker().CreateQueue("bench", broker.EntityProperties{RequiresSession: true}))
-	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
-	require.NoError(b, err)
-	defer client.Close(ctx)
+	srv := emulatortest.Start(b, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"bench": {RequiresSession: true}}})
+	client := srv.Client
 	s, err := client.NewSender("bench", nil)
 	require.NoError(b, err)
 	for n := 0; n < b.N; {

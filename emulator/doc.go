@@ -11,6 +11,52 @@
 // apart by the first bytes of a connection; Config.HTTPAddr serves the same
 // handler on a port of its own.
 //
+// # SDKs
+//
+// The Go SDK (azservicebus v1.11) and the JavaScript SDK (@azure/service-bus
+// 7.9, on rhea) run against the emulator in its tests; for JavaScript,
+// testdata/jsconformance holds a node --test suite that TestJavaScriptSDKConformance
+// runs (send and receive, batches, settlement, dead-lettering, deferral,
+// scheduling, peek, sessions with state, accept-next, a wrong key, rules
+// through the rule manager and the administration client). For any SDK:
+//
+//   - $cbs and $management accept each reply-link shape of the official
+//     SDKs and route a response by the request's reply-to: to the reply
+//     link with that target address, else the one with that name (rhea
+//     attaches its $cbs reply link without a target address); a request
+//     without reply-to (pyamqp's put-token) goes to the reply link of the
+//     node on the request's session. Responses carry status-code and
+//     status-description, and statusCode and statusDescription, which .NET
+//     and Python read, with the request's message-id, whatever its type, as
+//     correlation-id. Requests may come pre-settled (.NET).
+//   - Client receivers may drain their credit (JavaScript does at the end
+//     of every receiveMessages call and closes its link when no answer comes
+//     within 200 ms); a session filter comes back in the form it was sent
+//     (described for go-amqp, a bare string for JavaScript); deliveries
+//     state delivery-count 0; messages sent without an id get one.
+//   - A subscription's $management node serves add-rule, remove-rule and
+//     enumerate-rules (the rule managers of JavaScript, .NET, Java, Python).
+//
+// The .NET, Java and Python SDKs are not run here: their reply-link shapes
+// come from their sources and are covered by the engine's tests with go-amqp.
+//
+// The JavaScript administration client always builds https:// URLs from the
+// Endpoint and takes no option that changes that (UseDevelopmentEmulator is
+// ignored, and its constructor passes neither additionalPolicies nor
+// httpClient to its pipeline). After construction its pipeline accepts a
+// policy that sends the requests over plain HTTP to the Endpoint's port,
+// where the emulator answers HTTP too:
+//
+//	admin.pipeline.addPolicy({name: "emulator", sendRequest: (req, next) => {
+//		req.url = req.url.replace(/^https:/, "http:"); req.allowInsecureConnection = true; return next(req)
+//	}}, {afterPhase: "Sign"})
+//
+// # Tests
+//
+// emulator/emulatortest starts an emulator for a test in one call (free
+// ports, log to t.Log, entities declared in Go, a client with fast retries,
+// cleanup with t.Cleanup).
+//
 // # Fault hooks
 //
 // DropConnections (TCP close: the SDK reconnects), DetachEntityLinks

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 )
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -28,16 +29,17 @@ func httpGet(t *testing.T, url string) (int, string) {
 func TestStartServesHealthAndAdminOnBothPorts(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	srv, err := emulator.Start(ctx, emulator.Config{
-		AdminHandler: func(b *broker.Broker) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_, _ = io.WriteString(w, "admin "+r.URL.Path+" "+b.ListQueues()[0].Name)
-			})
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues: map[string]broker.EntityProperties{"q1": {}},
+		Config: emulator.Config{
+			HTTPAddr: "127.0.0.1:0",
+			AdminHandler: func(b *broker.Broker) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.WriteString(w, "admin "+r.URL.Path+" "+b.ListQueues()[0].Name)
+				})
+			},
 		},
-		UserConfig: &broker.UserConfig{Namespaces: []broker.NamespaceConfig{{Name: "ns", Queues: []broker.QueueConfig{{Name: "q1"}}}}},
 	})
-	require.NoError(t, err)
-	defer srv.Close()
 	defer http.DefaultClient.CloseIdleConnections()
 
 	code, _ := httpGet(t, "http://"+srv.HTTPAddr()+"/health")
@@ -51,8 +53,7 @@ func TestStartServesHealthAndAdminOnBothPorts(t *testing.T) {
 	require.Equal(t, "admin /q1 q1", body)
 
 	// And AMQP still works on that port.
-	client := newClient(t, srv.ConnectionString())
-	s, err := client.NewSender("q1", nil)
+	s, err := srv.Client.NewSender("q1", nil)
 	require.NoError(t, err)
 	require.NoError(t, s.SendMessage(ctx, &azservicebus.Message{Body: []byte("x")}, nil))
 }
@@ -97,15 +98,14 @@ func TestStartRejectsBadConfig(t *testing.T) {
 
 func TestConnectionStringOnAllInterfacesNamesLocalhost(t *testing.T) {
 	t.Parallel()
-	srv, err := emulator.Start(testCtx(t), emulator.Config{AMQPAddr: "0.0.0.0:0", HTTPAddr: "-",
-		UserConfig: &broker.UserConfig{Namespaces: []broker.NamespaceConfig{{Name: "ns", Queues: []broker.QueueConfig{{Name: "q1"}}}}}})
-	require.NoError(t, err)
-	defer srv.Close()
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues: map[string]broker.EntityProperties{"q1": {}},
+		Config: emulator.Config{AMQPAddr: "0.0.0.0:0"},
+	})
 	_, port, err := net.SplitHostPort(srv.AMQPAddr())
 	require.NoError(t, err)
 	require.Contains(t, srv.ConnectionString(), "Endpoint=sb://localhost:"+port+";")
-	client := newClient(t, srv.ConnectionString())
-	s, err := client.NewSender("q1", nil)
+	s, err := srv.Client.NewSender("q1", nil)
 	require.NoError(t, err)
 	require.NoError(t, s.SendMessage(testCtx(t), &azservicebus.Message{Body: []byte("x")}, nil))
 }

@@ -149,7 +149,7 @@ func TestDropConnectionsReleasesSessionLocksButKeepsMessageLocks(t *testing.T) {
 	require.Equal(t, 1, b.srv.DropConnections())
 
 	// The session lock went with the connection: another client takes it at once.
-	other := newClient(t, b.srv.ConnectionString())
+	other := b.srv.NewClient(t, testClientOptions())
 	sr2, err := other.AcceptSessionForQueue(ctx, "sq", "a", nil)
 	require.NoError(t, err)
 	require.NoError(t, sr2.Close(ctx))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 )
 
 // BenchmarkGoAMQP measures raw AMQP 1.0 throughput with go-amqp, no Service Bus SDK: 4 senders
@@ -26,11 +27,7 @@ import (
 // amqp://guest:guest@127.0.0.1:5672; scripts/bench-emulator.sh enables the plugin and sets it).
 func BenchmarkGoAMQP(b *testing.B) {
 	b.Run("emulator", func(b *testing.B) {
-		ctx := context.Background()
-		srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-		require.NoError(b, err)
-		defer srv.Close()
-		require.NoError(b, srv.Broker().CreateQueue("bench", broker.EntityProperties{}))
+		srv := emulatortest.Start(b, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"bench": {}}})
 		addr := "amqp://" + srv.AMQPAddr()
 		opts := &amqp.ConnOptions{SASLType: amqp.SASLTypePlain(emulator.DefaultKeyName, emulator.DefaultKey)}
 		benchmarkGoAMQP(b, addr, opts, "bench", "bench")

@@ -2,8 +2,6 @@ package emulator_test
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -13,11 +11,12 @@ import (
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 )
 
 // testBundle is one emulator with an SDK client connected to it.
 type testBundle struct {
-	srv    *emulator.Server
+	srv    *emulatortest.Server
 	client *azservicebus.Client
 }
 
@@ -29,34 +28,39 @@ type setupOpts struct {
 	topics map[string][]string
 }
 
-func setup(t *testing.T, o setupOpts) *testBundle {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cfg := emulator.Config{Clock: o.clock, MaxMessageSize: o.maxMessageSize, HTTPAddr: "-"}
-	if os.Getenv("SEQBUS_EMULATOR_TEST_LOG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+// testClientOptions are the SDK options of the tests' clients: two quick
+// retries, so a failure surfaces in well under a second.
+func testClientOptions() *azservicebus.ClientOptions {
+	return &azservicebus.ClientOptions{
+		RetryOptions: azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond},
 	}
-	srv, err := emulator.Start(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	for name, p := range o.queues {
-		require.NoError(t, srv.Broker().CreateQueue(name, p))
-	}
-	for topic, subs := range o.topics {
-		require.NoError(t, srv.Broker().CreateTopic(topic, broker.EntityProperties{}))
-		for _, s := range subs {
-			require.NoError(t, srv.Broker().CreateSubscription(topic, s, broker.EntityProperties{}))
-		}
-	}
-	return &testBundle{srv: srv, client: newClient(t, srv.ConnectionString())}
 }
 
+func setup(t *testing.T, o setupOpts) *testBundle {
+	t.Helper()
+	topics := make(map[string]emulatortest.Topic, len(o.topics))
+	for topic, subs := range o.topics {
+		tp := emulatortest.Topic{Subscriptions: make(map[string]emulatortest.Subscription, len(subs))}
+		for _, s := range subs {
+			tp.Subscriptions[s] = emulatortest.Subscription{}
+		}
+		topics[topic] = tp
+	}
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues:        o.queues,
+		Topics:        topics,
+		Config:        emulator.Config{Clock: o.clock, MaxMessageSize: o.maxMessageSize},
+		ClientOptions: testClientOptions(),
+	})
+	return &testBundle{srv: srv, client: srv.Client}
+}
+
+// newClient connects a client with testClientOptions to any connection
+// string (a wrong key, a pre-built signature, ...); the emulator's own gets
+// one from srv.NewClient.
 func newClient(t *testing.T, connStr string) *azservicebus.Client {
 	t.Helper()
-	client, err := azservicebus.NewClientFromConnectionString(connStr, &azservicebus.ClientOptions{
-		RetryOptions: azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond},
-	})
+	client, err := azservicebus.NewClientFromConnectionString(connStr, testClientOptions())
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -2,14 +2,11 @@ package emulator_test
 
 import (
 	"context"
-	"net/http"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
@@ -19,39 +16,31 @@ import (
 	"github.com/seqbus/seqbus/emulator/admintransport"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 )
 
-// adminBundle is an emulator reached only through the real clients: the admin
-// client (through admintransport, on the AMQP port) and the data-plane client, both
-// built from the same connection string. Entities are created with the admin client.
+// adminBundle is one emulator with an admin client (through admintransport, on the
+// AMQP port) and a data-plane client, both built from the same connection string.
+// Entities are created with the admin client.
 type adminBundle struct {
-	srv    *emulator.Server
+	srv    *emulatortest.Server
 	adm    *admin.Client
 	client *azservicebus.Client
 }
 
 // setupWithAdmin starts an emulator (clk may be nil for the real clock) and connects
-// both clients.
+// both clients; the admin client has no retries, so that errors surface at once.
 func setupWithAdmin(t *testing.T, clk clock.Clock) *adminBundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{Clock: clk, HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	return &adminBundle{srv: srv, adm: newAdminClient(t, srv.ConnectionString()), client: newClient(t, srv.ConnectionString())}
+	srv := emulatortest.Start(t, &emulatortest.Options{Config: emulator.Config{Clock: clk}, ClientOptions: testClientOptions()})
+	return &adminBundle{srv: srv, adm: srv.NewAdminClient(t), client: srv.Client}
 }
 
-// newAdminClient builds an admin client for connStr with its own HTTP transport (closed
-// with the test) and no retries, so that errors surface at once.
-func newAdminClient(t *testing.T, connStr string) *admin.Client {
+// newAdminClient builds an admin client for any connection string (a wrong key, ...)
+// with srv's admin client options.
+func newAdminClient(t *testing.T, srv *emulatortest.Server, connStr string) *admin.Client {
 	t.Helper()
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	adm, err := admintransport.NewAdminClient(connStr, &admin.ClientOptions{ClientOptions: azcore.ClientOptions{
-		Transport: &http.Client{Transport: tr},
-		Retry:     policy.RetryOptions{MaxRetries: -1},
-	}})
+	adm, err := admintransport.NewAdminClient(connStr, srv.AdminClientOptions(t))
 	require.NoError(t, err)
 	return adm
 }
@@ -506,19 +495,14 @@ func TestForwardingLoopsAndLongChainsEndInTheTransferDeadLetterQueue(t *testing.
 // session subscription.
 func BenchmarkGjuraForwardingSend(b *testing.B) {
 	ctx := b.Context()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(b, err)
-	defer func() { require.NoError(b, srv.Close()) }()
-	br := srv.Broker()
-	require.NoError(b, br.CreateTopic("sequencing", broker.EntityProperties{}))
-	require.NoError(b, br.CreateSubscription("sequencing", "worker", broker.EntityProperties{RequiresSession: true}))
-	require.NoError(b, br.CreateTopic("orders", broker.EntityProperties{}))
-	require.NoError(b, br.CreateSubscriptionWithRules("orders", "to-sequencing", broker.EntityProperties{ForwardTo: "sequencing"},
-		[]broker.Rule{{Name: "gjura", FilterType: broker.FilterSQL, SQLExpression: gjuraFilter, ActionSQLExpression: gjuraAction}}))
-	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
-	require.NoError(b, err)
-	defer func() { _ = client.Close(context.Background()) }()
-	s, err := client.NewSender("orders", nil)
+	srv := emulatortest.Start(b, &emulatortest.Options{Topics: map[string]emulatortest.Topic{
+		"sequencing": {Subscriptions: map[string]emulatortest.Subscription{"worker": {Properties: broker.EntityProperties{RequiresSession: true}}}},
+		"orders": {Subscriptions: map[string]emulatortest.Subscription{"to-sequencing": {
+			Properties: broker.EntityProperties{ForwardTo: "sequencing"},
+			Rules:      []broker.Rule{{Name: "gjura", FilterType: broker.FilterSQL, SQLExpression: gjuraFilter, ActionSQLExpression: gjuraAction}},
+		}}},
+	}})
+	s, err := srv.Client.NewSender("orders", nil)
 	require.NoError(b, err)
 	defer func() { _ = s.Close(context.Background()) }()
 	m := gjuraMessage("m", "checkout", "tx-1", "i-1")
@@ -529,7 +513,7 @@ func BenchmarkGjuraForwardingSend(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	info, err := br.GetSubscription("sequencing", "worker")
+	info, err := srv.Broker().GetSubscription("sequencing", "worker")
 	require.NoError(b, err)
 	require.Positive(b, info.Counts.Active)
 }

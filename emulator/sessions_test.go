@@ -58,7 +58,7 @@ func TestSessionLockIsExclusive(t *testing.T) {
 	sr, err := b.client.AcceptSessionForQueue(ctx, "sq", "a", nil)
 	require.NoError(t, err)
 
-	other := newClient(t, b.srv.ConnectionString())
+	other := b.srv.NewClient(t, testClientOptions())
 	_, err = other.AcceptSessionForQueue(ctx, "sq", "a", nil)
 	require.Error(t, err)
 	var amqpErr *amqp.Error
@@ -202,7 +202,7 @@ func TestRenewSessionLockAndExpiry(t *testing.T) {
 	_ = sr.Close(ctx) // reports the session-lock-lost detach
 
 	// The message comes back to whoever takes the session next.
-	other := newClient(t, b.srv.ConnectionString())
+	other := b.srv.NewClient(t, testClientOptions())
 	sr2, err := other.AcceptSessionForQueue(ctx, "sq", "a", nil)
 	require.NoError(t, err)
 	defer sr2.Close(ctx)
@@ -286,7 +286,7 @@ func TestConcurrentSessionWorkers(t *testing.T) {
 	got := map[string][]string{}
 	var wg sync.WaitGroup
 	for range workers {
-		client := newClient(t, b.srv.ConnectionString())
+		client := b.srv.NewClient(t, testClientOptions())
 		wg.Go(func() {
 			for {
 				actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)

@@ -30,7 +30,7 @@ func TestManyClientsAtOnce(t *testing.T) {
 	seen := map[string]int{}
 	errs := make(chan error, 2*clients)
 	for c := range clients {
-		client := newClient(t, b.srv.ConnectionString())
+		client := b.srv.NewClient(t, testClientOptions())
 		wg.Go(func() {
 			s, err := client.NewSender("q", nil)
 			if err != nil {
@@ -100,11 +100,9 @@ func TestLinksRecoverFromDetachDuringSendsAndReceives(t *testing.T) {
 	b := setup(t, setupOpts{queues: map[string]broker.EntityProperties{"q": {LockDuration: time.Second}}})
 	ctx := testCtx(t)
 	// Retries enough to ride out a detach every millisecond or so.
-	client, err := azservicebus.NewClientFromConnectionString(b.srv.ConnectionString(), &azservicebus.ClientOptions{
+	client := b.srv.NewClient(t, &azservicebus.ClientOptions{
 		RetryOptions: azservicebus.RetryOptions{MaxRetries: 20, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
 	})
-	require.NoError(t, err)
-	defer client.Close(ctx)
 	s, err := client.NewSender("q", nil)
 	require.NoError(t, err)
 	r, err := client.NewReceiverForQueue("q", nil)
@@ -602,7 +600,7 @@ func TestPendingAcceptNextAcrossAConnectionDrop(t *testing.T) {
 // faults injected into the bundle's client.
 func newClientSender(t *testing.T, b *testBundle) *azservicebus.Sender {
 	t.Helper()
-	s, err := newClient(t, b.srv.ConnectionString()).NewSender("sq", nil)
+	s, err := b.srv.NewClient(t, testClientOptions()).NewSender("sq", nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
@@ -629,11 +627,9 @@ func TestReceiveAndDeleteLosesNothingToDetaches(t *testing.T) {
 		}
 		require.NoError(t, s.SendMessageBatch(ctx, batch, nil))
 	}
-	client, err := azservicebus.NewClientFromConnectionString(b.srv.ConnectionString(), &azservicebus.ClientOptions{
+	client := b.srv.NewClient(t, &azservicebus.ClientOptions{
 		RetryOptions: azservicebus.RetryOptions{MaxRetries: 20, RetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond},
 	})
-	require.NoError(t, err)
-	defer client.Close(ctx)
 	r, err := client.NewReceiverForQueue("q", &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
 	require.NoError(t, err)
 

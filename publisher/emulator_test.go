@@ -2,18 +2,15 @@ package publisher_test
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"sort"
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/require"
 
-	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/publisher"
 	"github.com/seqbus/seqbus/topology"
 	"github.com/seqbus/seqbus/topology/sbadmin"
@@ -26,18 +23,13 @@ func TestPublishThroughTheExampleTopology(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, srv.Close()) }()
+	srv := emulatortest.Start(t, nil)
 
 	data, err := os.ReadFile("../topology/examples/two-sources.yaml")
 	require.NoError(t, err)
 	want, _, err := topology.Load("two-sources.yaml", data)
 	require.NoError(t, err)
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	ac, err := sbadmin.Connect(sbadmin.Config{ConnectionString: srv.ConnectionString(),
-		ClientOptions: &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: &http.Client{Transport: tr}}}})
+	ac, err := sbadmin.Connect(sbadmin.Config{ConnectionString: srv.ConnectionString(), ClientOptions: srv.AdminClientOptions(t)})
 	require.NoError(t, err)
 	a := sbadmin.New(ac)
 	live, err := topology.Fetch(ctx, a, want)
@@ -45,9 +37,7 @@ func TestPublishThroughTheExampleTopology(t *testing.T) {
 	_, err = topology.Apply(ctx, a, topology.Diff(want, live), nil)
 	require.NoError(t, err)
 
-	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
-	require.NoError(t, err)
-	defer client.Close(context.Background())
+	client := srv.Client
 	orders, err := client.NewSender("orders-api", nil)
 	require.NoError(t, err)
 	defer orders.Close(ctx)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 )
@@ -26,23 +27,25 @@ type bundle struct {
 
 func setup(t *testing.T, lock time.Duration) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.NoError(t, srv.Broker().CreateQueue("sq", broker.EntityProperties{RequiresSession: true, LockDuration: lock}))
-	require.NoError(t, srv.Broker().CreateTopic("t", broker.EntityProperties{}))
-	require.NoError(t, srv.Broker().CreateSubscription("t", "sub", broker.EntityProperties{RequiresSession: true, LockDuration: lock}))
-
-	client := newClient(t, srv.ConnectionString())
+	sessions := broker.EntityProperties{RequiresSession: true, LockDuration: lock}
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues:        map[string]broker.EntityProperties{"sq": sessions},
+		Topics:        map[string]emulatortest.Topic{"t": {Subscriptions: map[string]emulatortest.Subscription{"sub": {Properties: sessions}}}},
+		ClientOptions: clientOptions(),
+	})
+	client := srv.Client
 	sender, err := client.NewSender("sq", nil)
 	require.NoError(t, err)
 	source, err := sbadapter.NewSource(client, sbadapter.Config{Entity: sbadapter.Entity{Queue: "sq"}})
 	require.NoError(t, err)
-	return &bundle{srv: srv, client: client, sender: sender, source: source}
+	return &bundle{srv: srv.Server, client: client, sender: sender, source: source}
 }
 
+// clientOptions are the options the adapter requires: the SDK's retries off (see "Lock tenure"
+// in the package documentation).
+func clientOptions() *azservicebus.ClientOptions { return sbadapter.ClientOptions(nil) }
+
+// newClient connects a client with clientOptions to conn.
 func newClient(t *testing.T, conn string) *azservicebus.Client {
 	t.Helper()
 	client, err := sbadapter.NewClientFromConnectionString(conn, nil)

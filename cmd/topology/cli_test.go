@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/topology"
 	"github.com/seqbus/seqbus/topology/sbadmin"
 	"github.com/seqbus/seqbus/topology/topologytest"
@@ -94,9 +94,7 @@ func TestCLIAgainstTheEmulator(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, srv.Close()) }()
+	srv := emulatortest.Start(t, nil)
 	defer http.DefaultClient.CloseIdleConnections()
 	defer http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 

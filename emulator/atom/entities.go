@@ -544,6 +544,7 @@ func optString(s string) *string {
 
 func countDetails(c broker.Counts) outCountDetails {
 	return outCountDetails{
+		XMLNS:  nsCountDetail,
 		Active: c.Active, DeadLetter: c.DeadLetter, Scheduled: c.Scheduled,
 		Transfer: c.Transfer, TransferDeadLetter: c.TransferDeadLetter,
 	}

@@ -179,12 +179,17 @@ type outError struct {
 	Detail  string   `xml:"Detail"`
 }
 
+// outCountDetails is written as Service Bus writes it, with the counts in a
+// namespace bound to the prefix d2p1 on CountDetails itself: the JavaScript
+// admin client reads them as "<prefix>:ActiveMessageCount" with the prefix
+// taken from CountDetails' only xmlns attribute (Go matches local names).
 type outCountDetails struct {
-	Active             int64 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus ActiveMessageCount"`
-	DeadLetter         int64 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus DeadLetterMessageCount"`
-	Scheduled          int64 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus ScheduledMessageCount"`
-	Transfer           int64 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus TransferMessageCount"`
-	TransferDeadLetter int64 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus TransferDeadLetterMessageCount"`
+	XMLNS              string `xml:"xmlns:d2p1,attr"`
+	Active             int64  `xml:"d2p1:ActiveMessageCount"`
+	DeadLetter         int64  `xml:"d2p1:DeadLetterMessageCount"`
+	Scheduled          int64  `xml:"d2p1:ScheduledMessageCount"`
+	Transfer           int64  `xml:"d2p1:TransferMessageCount"`
+	TransferDeadLetter int64  `xml:"d2p1:TransferDeadLetterMessageCount"`
 }
 
 type outQueue struct {
@@ -315,11 +320,19 @@ type outNamespaceInfo struct {
 	NamespaceType  string   `xml:"NamespaceType"`
 }
 
+// xmlReferences rewrites the numeric character references encoding/xml
+// writes into the forms every client decodes: the JavaScript admin client's
+// parser (fast-xml-parser without HTML entities) leaves "&#39;" undecoded, so
+// a SQL filter "color = 'red'" would come back as "color = &#39;red&#39;".
+// Service Bus itself writes quotes, tabs and newlines as they are; the
+// attributes written here never contain tabs or newlines.
+var xmlReferences = strings.NewReplacer("&#34;", "&quot;", "&#39;", "&apos;", "&#x9;", "\t", "&#xA;", "\n")
+
 // marshalXML encodes v with an XML declaration.
 func marshalXML(v any) ([]byte, error) {
 	body, err := xml.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode %T: %w", v, err)
 	}
-	return append([]byte(xml.Header), body...), nil
+	return append([]byte(xml.Header), xmlReferences.Replace(string(body))...), nil
 }

@@ -41,6 +41,12 @@
 //     expires when its lock ends.
 //   - A topic numbers its own sends (the numbers Schedule returns and CancelScheduled
 //     takes); each subscription numbers the copies it receives, starting at 1.
+//   - A message sent without a message-id gets one, a random GUID as 32 hex digits:
+//     Service Bus gives every message an id, and the JavaScript SDK tracks its lock
+//     renewals by it.
+//   - AcceptSession with no session id takes the unlocked session whose first available
+//     message is oldest, from a heap kept as sessions are locked, released and fed, so
+//     its cost does not grow with the number of waiting sessions.
 //   - Zero-valued EntityProperties get the service's defaults (lock 1 min, 10 deliveries,
 //     no TTL); Config.json files get the Config.json schema's defaults instead.
 //

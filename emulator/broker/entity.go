@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -45,6 +46,7 @@ type Entity struct {
 	orderDead int
 	avail     seqHeap // available messages of a non-session entity
 	sessions  map[string]*session
+	ready     sessionHeap // sessions accept-next can take (see sessionChangedLocked)
 	locks     map[lockKey]*stored
 	sizeBytes int64
 	scheduled int64 // count of scheduled messages
@@ -243,6 +245,11 @@ func (e *Entity) send(msgs []*amqp.Message, at time.Time) ([]int64, error) {
 		if c.Properties == nil {
 			c.Properties = &amqp.MessageProperties{}
 		}
+		if c.Properties.MessageID == nil {
+			// Service Bus gives every message an id; SDKs rely on it (the
+			// JavaScript receiver tracks its lock renewals by message id).
+			c.Properties.MessageID = newMessageID()
+		}
 		raw, err := c.MarshalBinary()
 		if err != nil {
 			return nil, fmt.Errorf("send to %q: encode message %d: %w", e.path, i, err)
@@ -391,6 +398,7 @@ func (e *Entity) removeLocked(s *stored) {
 	if s.sess != nil {
 		s.sess.avail.remove(s)
 		s.sess.count--
+		e.sessionChangedLocked(s.sess)
 		e.maybeDropSessionLocked(s.sess)
 	} else {
 		e.avail.remove(s)
@@ -468,6 +476,7 @@ func (e *Entity) makeAvailableLocked(s *stored, now time.Time) {
 	s.state = stateActive
 	if s.sess != nil {
 		s.sess.avail.add(s)
+		e.sessionChangedLocked(s.sess)
 	} else {
 		e.avail.add(s)
 	}
@@ -692,3 +701,10 @@ func (e *Entity) putLocked(q *Entity, s *stored, now time.Time) {
 }
 
 func newToken() lockKey { return lockKey(uuid.New()) }
+
+// newMessageID returns the id the broker gives a message sent without one: a
+// random GUID as 32 hex digits.
+func newMessageID() string {
+	u := uuid.New()
+	return hex.EncodeToString(u[:])
+}

@@ -61,3 +61,38 @@ func (h seqHeap) min() *stored {
 
 // slicesSearch finds the first index in the ascending slice whose value is >= v.
 func slicesSearch(a []int64, v int64) (int, bool) { return slices.BinarySearch(a, v) }
+
+// sessionHeap orders sessions by the sequence number of their first
+// available message.
+type sessionHeap []*session
+
+func (h sessionHeap) Len() int           { return len(h) }
+func (h sessionHeap) Less(i, j int) bool { return h[i].avail.min().seq < h[j].avail.min().seq }
+func (h sessionHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].readyIdx = i
+	h[j].readyIdx = j
+}
+
+func (h *sessionHeap) Push(x any) {
+	ss := x.(*session)
+	ss.readyIdx = len(*h)
+	*h = append(*h, ss)
+}
+
+func (h *sessionHeap) Pop() any {
+	old := *h
+	n := len(old)
+	ss := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	ss.readyIdx = -1
+	return ss
+}
+
+func (h sessionHeap) min() *session {
+	if len(h) == 0 {
+		return nil
+	}
+	return h[0]
+}

@@ -202,7 +202,7 @@ func (e *Entity) outgoingLocked(s *stored, now time.Time) *amqp.Message {
 		m.Properties = &amqp.MessageProperties{}
 	}
 	if m.Header == nil {
-		m.Header = &amqp.MessageHeader{}
+		m.Header = &amqp.MessageHeader{Priority: 4} // the AMQP defaults
 	}
 	m.Header.DeliveryCount = s.failed
 	setAnnotation(m, AnnotationSequenceNumber, s.seq)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,9 @@ type session struct {
 	state        []byte
 	stateUpdated time.Time
 	lock         *SessionLock
+	// readyIdx is the session's index in its entity's ready heap, -1 when
+	// it is not there (locked, or no available message).
+	readyIdx int
 }
 
 // SessionLock is an exclusive lock on one session of a session entity. Its methods fail
@@ -38,7 +42,7 @@ type SessionLock struct {
 func (e *Entity) sessionLocked(id string) *session {
 	ss := e.sessions[id]
 	if ss == nil {
-		ss = &session{id: id}
+		ss = &session{id: id, readyIdx: -1}
 		e.sessions[id] = ss
 	}
 	return ss
@@ -101,25 +105,39 @@ func (e *Entity) acceptOnce(sessionID string, next bool, owner string) (*Session
 		}
 		return e.lockSessionLocked(ss, owner), nil, nil
 	}
-	var best *session
-	for _, ss := range e.sessions {
-		m := ss.avail.min()
-		if ss.lock != nil || m == nil {
-			continue
-		}
-		if best == nil || m.seq < best.avail.min().seq {
-			best = ss
-		}
-	}
-	if best != nil {
+	if best := e.ready.min(); best != nil {
 		return e.lockSessionLocked(best, owner), nil, nil
 	}
 	return nil, e.wake, nil
 }
 
+// TryAcceptNextSession locks the next available session for owner, as
+// AcceptSession with no session id does, without waiting: it returns nil and
+// no error when no session is available now.
+func (e *Entity) TryAcceptNextSession(owner string) (*SessionLock, error) {
+	l, _, err := e.acceptOnce("", true, owner)
+	return l, err
+}
+
+// sessionChangedLocked keeps ss's place in the ready heap (the unlocked
+// sessions with an available message, oldest first message first, which
+// accept-next takes from) after its lock or its available messages changed.
+func (e *Entity) sessionChangedLocked(ss *session) {
+	ready := ss.lock == nil && len(ss.avail) > 0 && e.sessions[ss.id] == ss
+	switch {
+	case ready && ss.readyIdx >= 0:
+		heap.Fix(&e.ready, ss.readyIdx)
+	case ready:
+		heap.Push(&e.ready, ss)
+	case ss.readyIdx >= 0:
+		heap.Remove(&e.ready, ss.readyIdx)
+	}
+}
+
 func (e *Entity) lockSessionLocked(ss *session, owner string) *SessionLock {
 	l := &SessionLock{e: e, s: ss, id: ss.id, owner: owner, held: true, lost: make(chan struct{})}
 	ss.lock = l
+	e.sessionChangedLocked(ss)
 	l.lockedUntil = e.b.clk.Now().Add(e.props.LockDuration)
 	l.armLocked(e.props.LockDuration)
 	e.b.log.Debug("broker: session locked", slog.String("entity", e.path), slog.String("session", ss.id),
@@ -180,6 +198,7 @@ func (l *SessionLock) loseLocked() {
 	}
 	if l.s.lock == l {
 		l.s.lock = nil
+		l.e.sessionChangedLocked(l.s)
 	}
 	close(l.lost)
 }

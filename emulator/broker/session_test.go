@@ -344,3 +344,42 @@ func TestSessionReleaseReturnsLockedMessages(t *testing.T) {
 	require.Equal(t, []string{"a2"}, bodies(again))
 	require.Equal(t, uint32(2), deliveryCount(again[0]))
 }
+
+// TestAcceptNextFollowsEachSessionsFirstAvailableMessage: accept-next keeps
+// choosing the session whose first available message is oldest as sessions
+// are locked, drained and released, and TryAcceptNextSession says when there
+// is none.
+func TestAcceptNextFollowsEachSessionsFirstAvailableMessage(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	sq := sessionQueue(t, tb, broker.EntityProperties{})
+	// Sequence numbers: a1=1, b1=2, a2=3, c1=4.
+	send(t, sq, sessionMsg("a", "a1"), sessionMsg("b", "b1"), sessionMsg("a", "a2"), sessionMsg("c", "c1"))
+
+	a, err := sq.TryAcceptNextSession("w1")
+	require.NoError(t, err)
+	require.Equal(t, "a", a.ID(), "a1 is the oldest message")
+	first := receiveOne(t, sq, inSession(a))
+	require.NoError(t, sq.Complete(first.LockToken))
+	a.Release() // a now starts at a2 (3): b (2) is older
+
+	b := accept(t, sq, "")
+	require.Equal(t, "b", b.ID())
+	a = accept(t, sq, "")
+	require.Equal(t, "a", a.ID())
+	c := accept(t, sq, "")
+	require.Equal(t, "c", c.ID())
+
+	none, err := sq.TryAcceptNextSession("w2")
+	require.NoError(t, err)
+	require.Nil(t, none, "every session with messages is locked")
+
+	// Abandoning b1 makes b available again, the oldest once released.
+	b1 := receiveOne(t, sq, inSession(b))
+	require.NoError(t, sq.Abandon(b1.LockToken, nil))
+	b.Release()
+	a.Release()
+	next, err := sq.TryAcceptNextSession("w3")
+	require.NoError(t, err)
+	require.Equal(t, "b", next.ID())
+}

@@ -3,19 +3,15 @@ package sbadmin_test
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/topology"
 	"github.com/seqbus/seqbus/topology/sbadmin"
 	"github.com/seqbus/seqbus/topology/topologytest"
@@ -24,26 +20,14 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type bundle struct {
-	srv   *emulator.Server
+	srv   *emulatortest.Server
 	admin *sbadmin.Admin
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	c, err := sbadmin.Connect(sbadmin.Config{
-		ConnectionString: srv.ConnectionString(),
-		ClientOptions: &admin.ClientOptions{ClientOptions: azcore.ClientOptions{
-			Transport: &http.Client{Transport: tr},
-			Retry:     policy.RetryOptions{MaxRetries: -1},
-		}},
-	})
+	srv := emulatortest.Start(t, nil)
+	c, err := sbadmin.Connect(sbadmin.Config{ConnectionString: srv.ConnectionString(), ClientOptions: srv.AdminClientOptions(t)})
 	require.NoError(t, err)
 	return &bundle{srv: srv, admin: sbadmin.New(c)}
 }
@@ -164,9 +148,7 @@ func TestMessagesAreForwardedUnderTheirSessionID(t *testing.T) {
 	_, err := topology.Apply(ctx, tb.admin, plan(t, tb.admin, loadExample(t)), nil)
 	require.NoError(t, err)
 
-	client, err := azservicebus.NewClientFromConnectionString(tb.srv.ConnectionString(), nil)
-	require.NoError(t, err)
-	defer client.Close(context.Background())
+	client := tb.srv.Client
 
 	send := func(topic string, props map[string]any, body string) {
 		s, err := client.NewSender(topic, nil)
@@ -233,9 +215,7 @@ func TestGitHubExampleRoutesByOrderingScope(t *testing.T) {
 	_, err = topology.Apply(ctx, tb.admin, plan(t, tb.admin, want), nil)
 	require.NoError(t, err)
 
-	client, err := azservicebus.NewClientFromConnectionString(tb.srv.ConnectionString(), nil)
-	require.NoError(t, err)
-	defer client.Close(context.Background())
+	client := tb.srv.Client
 	s, err := client.NewSender("webhooks", nil)
 	require.NoError(t, err)
 	defer s.Close(ctx)

@@ -83,13 +83,17 @@ func (c *conn) handleCBSLocked(req *amqp.Message) *amqp.Message {
 }
 
 // statusResponse builds a management/cbs response with status-code (AMQP int)
-// and status-description.
+// and status-description, and the same under statusCode and
+// statusDescription: Go and JavaScript read the former, the .NET and Python
+// SDKs read the latter on $management responses.
 func statusResponse(code int32, desc string) *amqp.Message {
 	return &amqp.Message{
 		Properties: &amqp.MessageProperties{},
 		ApplicationProperties: map[string]any{
 			"status-code":        code,
 			"status-description": desc,
+			"statusCode":         code,
+			"statusDescription":  desc,
 		},
 	}
 }

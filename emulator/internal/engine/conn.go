@@ -50,7 +50,7 @@ type conn struct {
 	peerMaxFrame uint32
 	peerIdle     time.Duration
 	sessions     map[uint16]*session // by channel (the client's; ours mirrors it)
-	replyLinks   map[string]*link    // management/cbs reply links by target address
+	replyLinks   []*link             // $cbs and $management reply links, in attach order (reply.go)
 	linksByName  map[string]*link    // entity links by link name
 	claims       map[string]time.Time
 	ending       map[uint16]bool // channels we ended; awaiting the client's end
@@ -79,7 +79,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 		out:          make(chan outFrame, 256),
 		peerMaxFrame: amqpwire.MinMaxFrameSize,
 		sessions:     make(map[uint16]*session),
-		replyLinks:   make(map[string]*link),
 		linksByName:  make(map[string]*link),
 		claims:       make(map[string]time.Time),
 		ending:       make(map[uint16]bool),

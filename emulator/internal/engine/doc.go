@@ -7,7 +7,12 @@
 // subqueues "<entity>/$DeadLetterQueue" and "<entity>/$Transfer/$DeadLetterQueue",
 // the SDK's SubQueueDeadLetter and SubQueueTransfer), the $cbs node (put-token
 // with shared access signature checks) and the $management request/response
-// node. A token is checked when it is put, when a link attaches and again
+// node (with the rule operations add-rule, remove-rule and enumerate-rules on
+// a subscription's node). $cbs and $management answer every reply-link shape
+// of the official SDKs (reply.go): a target address named in reply-to, no
+// target address and the link name in reply-to (rhea), the node's own address
+// and no reply-to at all (pyamqp). Client receivers may drain their credit.
+// A token is checked when it is put, when a link attaches and again
 // whenever the link carries a message or a management request: once it
 // expires, sends are rejected, receivers detach and management answers 401,
 // all with amqp:unauthorized-access, until a fresh token is put.

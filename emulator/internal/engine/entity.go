@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -31,6 +32,8 @@ const (
 	condMessageNotFound     amqpwire.Symbol = "com.microsoft:message-not-found"
 	condEntityDisabled      amqpwire.Symbol = "com.microsoft:entity-disabled"
 	condDeadLetter          amqpwire.Symbol = "com.microsoft:dead-letter"
+	condEntityExists        amqpwire.Symbol = "com.microsoft:entity-already-exists"
+	condArgumentError       amqpwire.Symbol = "com.microsoft:argument-error"
 )
 
 // brokerError maps a broker error to the AMQP error the SDK expects.
@@ -55,6 +58,10 @@ func brokerError(err error) *amqpwire.Error {
 		cond = condMessageNotFound
 	case errors.Is(err, broker.ErrEntityDisabled):
 		cond = condEntityDisabled
+	case errors.Is(err, broker.ErrEntityExists):
+		cond = condEntityExists
+	case errors.Is(err, broker.ErrInvalidConfig):
+		cond = condArgumentError
 	}
 	return &amqpwire.Error{Condition: cond, Description: err.Error()}
 }
@@ -164,7 +171,7 @@ func (l *link) deliverLocked(d *broker.Delivery) {
 		delete(d.Message.Annotations, broker.AnnotationLockedUntil)
 		delete(d.Message.DeliveryAnnotations, broker.DeliveryAnnotationLockToken)
 	}
-	payload, err := d.Message.MarshalBinary()
+	payload, err := encodeMessage(d.Message)
 	if err != nil {
 		l.s.c.log.Error("engine: encode delivery", slog.Any("error", err))
 		l.giveBack([]*broker.Delivery{d})
@@ -348,4 +355,33 @@ func plainMap(m map[any]any) map[string]any {
 		}
 	}
 	return out
+}
+
+// encodeMessage encodes a message the broker hands out. go-amqp leaves a
+// header's zero delivery-count out of the encoding; Service Bus writes it, and
+// the JavaScript SDK (rhea) reports a missing one as an undefined
+// deliveryCount, so the header is encoded here with every field present.
+func encodeMessage(m *amqp.Message) ([]byte, error) {
+	h := m.Header
+	if h == nil {
+		return m.MarshalBinary()
+	}
+	var ttl any
+	if h.TTL > 0 {
+		ttl = uint32(min(h.TTL.Milliseconds(), math.MaxUint32))
+	}
+	out, err := amqpwire.AppendValue(nil, amqpwire.Described{
+		Descriptor: amqpwire.SectionHeader,
+		Value:      []any{h.Durable, h.Priority, ttl, h.FirstAcquirer, h.DeliveryCount},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode header: %w", err)
+	}
+	m.Header = nil
+	rest, err := m.MarshalBinary()
+	m.Header = h
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rest...), nil
 }

@@ -182,12 +182,10 @@ func (s *session) attachOutgoingLocked(l *link) {
 	}
 	lower := strings.ToLower(l.address)
 	if l.address == "$cbs" || strings.HasSuffix(lower, "/$management") {
+		// Any reply-link shape is accepted; replyLinkForLocked routes the
+		// responses (see reply.go).
 		l.kind = kindReply
-		if a.Target == nil || a.Target.Address == "" {
-			l.refuseLocked(&amqpwire.Error{Condition: "amqp:invalid-field", Description: "reply link needs a target address"})
-			return
-		}
-		c.replyLinks[a.Target.Address] = l
+		c.replyLinkAttachedLocked(l)
 		l.state = linkAttached
 		s.send(&amqpwire.Attach{
 			Name: a.Name, Handle: l.handle, Role: amqpwire.RoleSender,
@@ -212,7 +210,7 @@ func (s *session) attachOutgoingLocked(l *link) {
 	} else {
 		l.mode = broker.PeekLock
 	}
-	filter, wantsSession := sessionFilter(a.Source)
+	filter, _, wantsSession := sessionFilter(a.Source)
 	switch {
 	case wantsSession && !e.RequiresSession():
 		l.refuseLocked(&amqpwire.Error{Condition: condNotAllowed, Description: fmt.Sprintf("%q is not session-enabled", l.address)})
@@ -224,7 +222,7 @@ func (s *session) attachOutgoingLocked(l *link) {
 		l.completeReceiverAttachLocked()
 		return
 	}
-	if id, named := filter.Value.(string); named {
+	if id, named := filter.(string); named {
 		lock, err := e.AcceptNamedSession(id, l.name)
 		if err != nil {
 			l.refuseLocked(brokerError(err))
@@ -234,14 +232,27 @@ func (s *session) attachOutgoingLocked(l *link) {
 		l.completeReceiverAttachLocked()
 		return
 	}
-	// Accept next available session: wait without blocking the connection.
+	// Accept the next available session: at once when one is available,
+	// else wait without blocking the connection.
+	lock, err := e.TryAcceptNextSession(l.name)
+	if err != nil {
+		l.refuseLocked(brokerError(err))
+		return
+	}
+	if lock != nil {
+		l.sessionLock = lock
+		l.completeReceiverAttachLocked()
+		return
+	}
 	timeout := c.srv.cfg.AcceptNextTimeout
 	if v, ok := a.Properties[timeoutPropertyKey]; ok {
 		if ms, ok := toInt64(v); ok && ms > 0 {
 			// Answer a little before the client's own deadline so that it
-			// sees com.microsoft:timeout rather than its context expiring.
+			// sees com.microsoft:timeout rather than its context expiring:
+			// a tenth of the wait, at least 100 ms (a loaded machine needs
+			// that to get the answer through), at most a second or half.
 			timeout = msDuration(ms)
-			timeout -= min(timeout/10, time.Second)
+			timeout -= min(max(timeout/10, 100*time.Millisecond), time.Second, timeout/2)
 		}
 	}
 	c.wg.Add(1)
@@ -267,22 +278,28 @@ func (s *session) attachOutgoingLocked(l *link) {
 	}()
 }
 
-// sessionFilter returns the session filter of a receiver's source.
-func sessionFilter(src *amqpwire.Source) (amqpwire.Described, bool) {
+// sessionFilter returns the session filter of a receiver's source: its value
+// (a session id string, or nil for "next available") and its descriptor, nil
+// when the client sent the value bare. go-amqp describes it (and expects a
+// described id back); the JavaScript SDK sends and expects it bare.
+func sessionFilter(src *amqpwire.Source) (value, descriptor any, ok bool) {
 	if src == nil {
-		return amqpwire.Described{}, false
+		return nil, nil, false
 	}
 	v, ok := src.Filter[sessionFilterKey]
 	if !ok {
-		return amqpwire.Described{}, false
+		return nil, nil, false
 	}
-	if d, ok := v.(amqpwire.Described); ok {
-		return d, true
+	switch d := v.(type) {
+	case amqpwire.Described:
+		return d.Value, d.Descriptor, true
+	case *amqpwire.Described:
+		if d == nil {
+			return nil, nil, true
+		}
+		return d.Value, d.Descriptor, true
 	}
-	if d, ok := v.(*amqpwire.Described); ok && d != nil {
-		return *d, true
-	}
-	return amqpwire.Described{Descriptor: uint64(0x137000000c), Value: v}, true
+	return v, nil, true
 }
 
 // completeReceiverAttachLocked answers an entity receiver's attach and starts
@@ -297,10 +314,12 @@ func (l *link) completeReceiverAttachLocked() {
 	}
 	var props map[amqpwire.Symbol]any
 	if l.sessionLock != nil {
-		f, _ := sessionFilter(a.Source)
-		src.Filter = map[amqpwire.Symbol]any{
-			sessionFilterKey: amqpwire.Described{Descriptor: f.Descriptor, Value: l.sessionLock.ID()},
+		// The session id goes back in the form the filter came in.
+		var id any = l.sessionLock.ID()
+		if _, desc, _ := sessionFilter(a.Source); desc != nil {
+			id = amqpwire.Described{Descriptor: desc, Value: id}
 		}
+		src.Filter = map[amqpwire.Symbol]any{sessionFilterKey: id}
 		props = map[amqpwire.Symbol]any{lockedUntilKey: dotnetTicks(l.sessionLock.LockedUntil())}
 	}
 	tgt := a.Target
@@ -365,8 +384,8 @@ func (l *link) releaseResourcesLocked() {
 	if c.linksByName[l.name] == l {
 		delete(c.linksByName, l.name)
 	}
-	if l.kind == kindReply && l.attach.Target != nil && c.replyLinks[l.attach.Target.Address] == l {
-		delete(c.replyLinks, l.attach.Target.Address)
+	if l.kind == kindReply {
+		c.replyLinkGoneLocked(l)
 	}
 	if l.sessionLock != nil {
 		l.sessionLock.Release()
@@ -439,15 +458,57 @@ func (l *link) flowLocked(f *amqpwire.Flow) {
 		}
 	}
 	l.sndCredit = credit
+	if f.Drain {
+		l.drainLocked()
+		return
+	}
 	if f.Echo {
-		h, sdc, cr := l.handle, l.sndDeliveryCount, l.sndCredit
-		l.s.send(l.s.flowFields(&amqpwire.Flow{Handle: &h, DeliveryCount: &sdc, LinkCredit: &cr}), nil)
+		l.sendSenderFlowLocked(false)
 	}
 	if l.kind == kindReply {
 		l.flushRepliesLocked()
 		return
 	}
 	l.signal()
+}
+
+// sendSenderFlowLocked tells a client receiver our delivery count and its
+// remaining credit.
+func (l *link) sendSenderFlowLocked(drain bool) {
+	h, sdc, cr := l.handle, l.sndDeliveryCount, l.sndCredit
+	l.s.send(l.s.flowFields(&amqpwire.Flow{Handle: &h, DeliveryCount: &sdc, LinkCredit: &cr, Drain: drain}), nil)
+}
+
+// drainLocked answers a client receiver's drain (the JavaScript SDK drains
+// at the end of every receiveMessages call and closes the link when no
+// answer comes within 200 ms): it sends what is available now, uses up the
+// rest of the credit and says so in a flow with drain set.
+func (l *link) drainLocked() {
+	switch {
+	case l.kind == kindReply:
+		l.flushRepliesLocked()
+	case l.kind == kindEntity && l.state == linkAttached && l.sndCredit > 0 && l.entity != nil:
+		opts := broker.ReceiveOptions{Mode: broker.PeekLock, Session: l.sessionLock}
+		if ds, err := l.entity.TryReceive(int(min(l.sndCredit, maxReceiveBatch)), opts); err == nil {
+			if !l.s.c.claimedLocked(l.address) {
+				l.giveBack(ds)
+			} else {
+				for i, d := range ds {
+					if l.sndCredit == 0 {
+						l.giveBack(ds[i:])
+						break
+					}
+					l.deliverLocked(d)
+				}
+			}
+		}
+	}
+	if l.state != linkAttached {
+		return
+	}
+	l.sndDeliveryCount += l.sndCredit
+	l.sndCredit = 0
+	l.sendSenderFlowLocked(true)
 }
 
 // transferLocked takes one transfer frame of a client sender.
@@ -519,7 +580,7 @@ func (l *link) deliveryLocked(d *partialDelivery) amqpwire.DeliveryState {
 		if err != nil {
 			return rejectDecode(err)
 		}
-		c.replyLocked(req, c.handleCBSLocked(req))
+		c.replyLocked(l, req, c.handleCBSLocked(req))
 	case kindMgmt:
 		if c.srv.takeMgmtDrop() {
 			c.log.Debug("engine: dropping the connection on a management request (fault injected)")
@@ -530,7 +591,7 @@ func (l *link) deliveryLocked(d *partialDelivery) amqpwire.DeliveryState {
 		if err != nil {
 			return rejectDecode(err)
 		}
-		c.replyLocked(req, c.handleManagementLocked(l, req))
+		c.replyLocked(l, req, c.handleManagementLocked(l, req))
 	case kindEntity:
 		// The token that authorized the attach must still be valid.
 		if !c.claimedLocked(l.address) {
@@ -553,31 +614,11 @@ func decodeMessage(b []byte) (*amqp.Message, error) {
 	return m, nil
 }
 
-// replyLocked routes a $cbs or $management response to the reply link named
-// by the request's reply-to.
-func (c *conn) replyLocked(req, resp *amqp.Message) {
-	if req.Properties == nil || req.Properties.ReplyTo == nil {
-		c.log.Debug("engine: request without reply-to dropped")
-		return
-	}
-	if resp.Properties == nil {
-		resp.Properties = &amqp.MessageProperties{}
-	}
-	resp.Properties.CorrelationID = req.Properties.MessageID
-	rl := c.replyLinks[*req.Properties.ReplyTo]
-	if rl == nil {
-		c.log.Debug("engine: no reply link", slog.String("reply_to", *req.Properties.ReplyTo))
-		return
-	}
-	rl.replies = append(rl.replies, resp)
-	rl.flushRepliesLocked()
-}
-
 func (l *link) flushRepliesLocked() {
 	for len(l.replies) > 0 && l.sndCredit > 0 && l.state == linkAttached {
 		m := l.replies[0]
 		l.replies = l.replies[1:]
-		b, err := m.MarshalBinary()
+		b, err := encodeResponse(m)
 		if err != nil {
 			l.s.c.log.Error("engine: encode reply", slog.Any("error", err))
 			continue

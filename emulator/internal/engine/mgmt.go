@@ -47,8 +47,10 @@ func statusFor(err error) int32 {
 		return 404
 	case errors.Is(err, broker.ErrTimeout):
 		return 408
-	case errors.Is(err, broker.ErrNotAllowed), errors.Is(err, broker.ErrMessageTooLarge):
+	case errors.Is(err, broker.ErrNotAllowed), errors.Is(err, broker.ErrMessageTooLarge), errors.Is(err, broker.ErrInvalidConfig):
 		return 400
+	case errors.Is(err, broker.ErrEntityExists):
+		return 409
 	case errors.Is(err, broker.ErrEntityDisabled):
 		return 403
 	}
@@ -91,8 +93,10 @@ func (c *conn) handleManagementLocked(l *link, req *amqp.Message) *amqp.Message 
 	return resp
 }
 
-func (c *conn) runManagement(op string, e *broker.Entity, assoc *link, body map[string]any) (map[string]any, int32, error) {
+func (c *conn) runManagement(op string, e *broker.Entity, assoc *link, body map[string]any) (any, int32, error) {
 	switch op {
+	case opAddRule, opRemoveRule, opEnumerateRules:
+		return c.runRuleOperation(op, e, body)
 	case opRenewLock:
 		tokens, err := uuidsField(body, "lock-tokens")
 		if err != nil {
@@ -128,7 +132,7 @@ func (c *conn) runManagement(op string, e *broker.Entity, assoc *link, body map[
 				}
 				d.Message.DeliveryAnnotations["x-opt-lock-token"] = d.LockToken
 			}
-			b, err := d.Message.MarshalBinary()
+			b, err := encodeMessage(d.Message)
 			if err != nil {
 				return nil, 0, fmt.Errorf("encode message %d: %w", d.SequenceNumber, err)
 			}
@@ -156,7 +160,7 @@ func (c *conn) runManagement(op string, e *broker.Entity, assoc *link, body map[
 		}
 		out := make([]any, 0, len(msgs))
 		for _, m := range msgs {
-			b, err := m.MarshalBinary()
+			b, err := encodeMessage(m)
 			if err != nil {
 				return nil, 0, fmt.Errorf("encode peeked message: %w", err)
 			}
