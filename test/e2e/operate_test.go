@@ -203,7 +203,10 @@ func TestReadyzFollowsBrokerAndDatabase(t *testing.T) {
 		waitFor(t, 30*time.Second, func() bool {
 			code, body := readyz()
 			return code == want && strings.Contains(body, reason)
-		}, func() string { code, body := readyz(); return fmt.Sprintf("readyz %d %s, want %d %q", code, body, want, reason) })
+		}, func() string {
+			code, body := readyz()
+			return fmt.Sprintf("readyz %d %s, want %d %q", code, body, want, reason)
+		})
 		return time.Since(start)
 	}
 	waitReady(http.StatusOK, `"status":"ready"`)
@@ -281,4 +284,3 @@ func sendSession(t *testing.T, f *fixture, session string, from, n int64) {
 	}
 	f.publish(t, plan)
 }
-
