@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -44,13 +42,11 @@ type Client struct {
 	pg                 *postgres.Store
 	runner             *sequencer.Runner
 	sweeper            *sweeper
-	ready              readiness
+	ops                ops
 
 	mu       sync.Mutex
 	started  bool
 	stopping bool
-	httpSrv  *http.Server
-	httpLn   net.Listener
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 	done     chan struct{}
@@ -174,8 +170,24 @@ func New(cfg Config) (*Client, error) {
 			}
 		}
 	}
+	c.ops = ops{reg: c.reg, interval: cfg.ReadyInterval, check: c.checkReady, readyGauge: c.m.ready,
+		log: c.log}
 	ok = true
 	return c, nil
+}
+
+// checkReady checks the broker and, with Postgres, the database.
+func (c *Client) checkReady(ctx context.Context) []string {
+	var reasons []string
+	if err := c.mgmtSource.Probe(ctx); err != nil {
+		reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
+	}
+	if c.pool != nil {
+		if err := c.pool.Ping(ctx); err != nil {
+			reasons = append(reasons, fmt.Sprintf("postgres: %v", err))
+		}
+	}
+	return reasons
 }
 
 // newSBClient connects with the connection string or with Entra ID on the namespace.
@@ -214,22 +226,14 @@ func (c *Client) Start(ctx context.Context) error {
 	c.started = true
 	fail := func(err error) error {
 		c.stopping = true // a later Stop has nothing to stop
-		if c.httpSrv != nil {
-			_ = c.httpSrv.Close()
-		}
+		c.ops.shutdown(ctx)
 		c.closeConnections()
 		close(c.done)
 		return err
 	}
 
-	if c.cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", c.cfg.HTTPAddr)
-		if err != nil {
-			return fail(configError("HTTPAddr", fmt.Errorf("HTTP server: %w", err)))
-		}
-		c.httpLn = ln
-		c.httpSrv = &http.Server{Handler: c.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = c.httpSrv.Serve(ln) }()
+	if err := c.ops.listen(c.cfg.HTTPAddr); err != nil {
+		return fail(err)
 	}
 	if c.pool != nil {
 		if err := c.prepareDatabase(ctx); err != nil {
@@ -259,7 +263,7 @@ func (c *Client) Start(ctx context.Context) error {
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	c.bgCancel = cancelBG
 	c.bg.Go(func() { c.sweeper.run(bg) })
-	c.bg.Go(func() { c.readyLoop(bg) })
+	c.bg.Go(func() { c.ops.readyLoop(bg) })
 	c.log.InfoContext(ctx, "worker: running", slog.String("entity", c.cfg.Entity.String()),
 		slog.String("state_store", string(c.cfg.StateStore)), slog.String("http_addr", c.HTTPAddr()))
 	return nil
@@ -267,18 +271,24 @@ func (c *Client) Start(ctx context.Context) error {
 
 // prepareDatabase pings the database and applies the migrations, or checks that they are.
 func (c *Client) prepareDatabase(ctx context.Context) error {
+	return prepareDatabase(ctx, c.pool, c.cfg.MigrateOnStart, c.log)
+}
+
+// prepareDatabase pings pool's database and applies the migrations (migrate), or checks that
+// every migration the binary knows is applied.
+func prepareDatabase(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog.Logger) error {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.pool.Ping(pctx); err != nil {
+	if err := pool.Ping(pctx); err != nil {
 		return configError("DatabaseURL", fmt.Errorf("cannot reach the database: %w", err))
 	}
-	m := migrations.New(c.pool, &migrations.Config{Logger: c.log})
-	if c.cfg.MigrateOnStart {
+	m := migrations.New(pool, &migrations.Config{Logger: log})
+	if migrate {
 		res, err := m.Up(ctx, migrations.UpOptions{})
 		if err != nil {
 			return configError("MigrateOnStart", err)
 		}
-		c.log.InfoContext(ctx, "worker: migrated", slog.Int("num_applied", len(res.Migrations)))
+		log.InfoContext(ctx, "worker: migrated", slog.Int("num_applied", len(res.Migrations)))
 		return nil
 	}
 	st, err := m.Status(ctx)
@@ -326,11 +336,7 @@ func (c *Client) stop(ctx context.Context, stopRunner func(context.Context) erro
 		c.bg.Wait()
 	}
 	err := stopRunner(ctx)
-	if c.httpSrv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = c.httpSrv.Shutdown(sctx)
-		cancel()
-	}
+	c.ops.shutdown(ctx)
 	c.closeConnections()
 	st := c.runner.Stats()
 	c.log.InfoContext(ctx, "worker: stopped",
@@ -367,12 +373,7 @@ func (c *Client) Stopped() <-chan struct{} { return c.done }
 func (c *Client) Stats() sequencer.Stats { return c.runner.Stats() }
 
 // HTTPAddr returns the address the HTTP server listens on ("" when there is none).
-func (c *Client) HTTPAddr() string {
-	if c.httpLn == nil {
-		return ""
-	}
-	return c.httpLn.Addr().String()
-}
+func (c *Client) HTTPAddr() string { return c.ops.addr() }
 
 // Registry returns the registry the metrics are in.
 func (c *Client) Registry() *prometheus.Registry { return c.reg }
