@@ -40,8 +40,12 @@ type Client struct {
 	pool               *pgxpool.Pool
 	ownPool            bool
 	pg                 *postgres.Store
-	runner             *sequencer.Runner
+	runner             *sequencer.Runner // OrderingSession
 	sweeper            *sweeper
+	unordered          *unordered // OrderingNone
+	unorderedRecv      *azservicebus.Receiver
+	stopSoft, stopHard context.CancelFunc // OrderingNone
+	unorderedDone      chan struct{}
 	ops                ops
 
 	mu       sync.Mutex
@@ -91,8 +95,10 @@ func New(cfg Config) (*Client, error) {
 		h      = cfg.Handler
 		lister sessionstate.Lister
 	)
-	switch cfg.StateStore {
-	case StateStorePostgres:
+	switch {
+	case cfg.Ordering == OrderingNone:
+		// No state: messages are handled as they come.
+	case cfg.StateStore == StateStorePostgres:
 		c.pool, c.ownPool = cfg.Pool, cfg.Pool == nil
 		if c.ownPool {
 			if c.pool, err = pgxpool.New(context.Background(), cfg.DatabaseURL); err != nil {
@@ -132,6 +138,24 @@ func New(cfg Config) (*Client, error) {
 		handler.WithRecover(c.log),
 		handler.WithTimeout(cfg.HandlerTimeout),
 	}, cfg.Middleware...)...)
+	if cfg.Ordering == OrderingNone {
+		if cfg.Entity.Queue != "" {
+			c.unorderedRecv, err = c.mgmt.NewReceiverForQueue(cfg.Entity.Queue, nil)
+		} else {
+			c.unorderedRecv, err = c.mgmt.NewReceiverForSubscription(cfg.Entity.Topic, cfg.Entity.Subscription, nil)
+		}
+		if err != nil {
+			return nil, configError("Entity", err)
+		}
+		engine := cfg.Engine.WithDefaults()
+		c.unordered = &unordered{
+			h: h, slots: cfg.MaxConcurrentSessions, retry: engine.Retry, poison: engine.Poison,
+			obs: c.m, log: c.log, renewal: 10 * time.Second, recv: c.unorderedRecv,
+		}
+		c.ops = ops{reg: c.reg, interval: cfg.ReadyInterval, check: c.checkReady, readyGauge: c.m.ready, log: c.log}
+		ok = true
+		return c, nil
+	}
 	c.runner, err = sequencer.NewRunner(sequencer.RunnerConfig{
 		Source:                c.source,
 		Store:                 instrument(store, c.m),
@@ -176,10 +200,21 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// probe checks that the entity exists and the credentials may read it, with one management call.
+func (c *Client) probe(ctx context.Context) error {
+	if c.unorderedRecv != nil {
+		if _, err := c.unorderedRecv.PeekMessages(ctx, 1, nil); err != nil {
+			return sbadapter.MapError(err)
+		}
+		return nil
+	}
+	return c.mgmtSource.Probe(ctx)
+}
+
 // checkReady checks the broker and, with Postgres, the database.
 func (c *Client) checkReady(ctx context.Context) []string {
 	var reasons []string
-	if err := c.mgmtSource.Probe(ctx); err != nil {
+	if err := c.probe(ctx); err != nil {
 		reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
 	}
 	if c.pool != nil {
@@ -241,7 +276,7 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := c.mgmtSource.Probe(pctx)
+	err := c.probe(pctx)
 	cancel()
 	if err != nil {
 		if sbadapter.Classify(err) == sbadapter.ClassFatal {
@@ -257,12 +292,20 @@ func (c *Client) Start(ctx context.Context) error {
 		c.log.WarnContext(ctx, "worker: probing the entity failed; starting anyway, the runner retries", slog.Any("error", err))
 	}
 
-	if err := c.runner.Start(ctx); err != nil {
-		return fail(fmt.Errorf("worker: start runner: %w", err))
-	}
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
+	if c.unordered != nil {
+		if err := c.startUnordered(ctx); err != nil {
+			cancelBG()
+			return fail(err)
+		}
+	} else {
+		if err := c.runner.Start(ctx); err != nil {
+			cancelBG()
+			return fail(fmt.Errorf("worker: start runner: %w", err))
+		}
+		c.bg.Go(func() { c.sweeper.run(bg) })
+	}
 	c.bgCancel = cancelBG
-	c.bg.Go(func() { c.sweeper.run(bg) })
 	c.bg.Go(func() { c.ops.readyLoop(bg) })
 	c.log.InfoContext(ctx, "worker: running", slog.String("entity", c.cfg.Entity.String()),
 		slog.String("state_store", string(c.cfg.StateStore)), slog.String("http_addr", c.HTTPAddr()))
@@ -307,13 +350,50 @@ func prepareDatabase(ctx context.Context, pool *pgxpool.Pool, migrate bool, log 
 // saves and is released. When ctx ends first, the work left is canceled and Stop returns ctx's
 // error. It then closes the connections; Stopped is closed when everything has stopped.
 func (c *Client) Stop(ctx context.Context) error {
+	if c.unordered != nil {
+		return c.stop(ctx, c.stopUnordered)
+	}
 	return c.stop(ctx, c.runner.Stop)
 }
 
 // StopAndCancel cancels the work in hand (handlers see their ctx canceled; nothing more is
 // settled), then stops like Stop.
 func (c *Client) StopAndCancel(ctx context.Context) error {
+	if c.unordered != nil {
+		return c.stop(ctx, func(ctx context.Context) error { c.stopHard(); return c.stopUnordered(ctx) })
+	}
 	return c.stop(ctx, c.runner.StopAndCancel)
+}
+
+// startUnordered starts handling (OrderingNone).
+func (c *Client) startUnordered(ctx context.Context) error {
+	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
+	soft, stopSoft := context.WithCancel(hard)
+	c.stopSoft, c.stopHard = stopSoft, stopHard
+	c.unorderedDone = make(chan struct{})
+	go func() {
+		defer close(c.unorderedDone)
+		c.unordered.run(soft, hard)
+	}()
+	return nil
+}
+
+// stopUnordered lets the messages in hand finish (canceling them when ctx ends first).
+func (c *Client) stopUnordered(ctx context.Context) error {
+	c.stopSoft()
+	var err error
+	select {
+	case <-c.unorderedDone:
+	case <-ctx.Done():
+		err = fmt.Errorf("worker: stop: %w", ctx.Err())
+		c.stopHard()
+		<-c.unorderedDone
+	}
+	c.stopHard()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = c.unorderedRecv.Close(cctx)
+	return err
 }
 
 func (c *Client) stop(ctx context.Context, stopRunner func(context.Context) error) error {
@@ -338,7 +418,7 @@ func (c *Client) stop(ctx context.Context, stopRunner func(context.Context) erro
 	err := stopRunner(ctx)
 	c.ops.shutdown(ctx)
 	c.closeConnections()
-	st := c.runner.Stats()
+	st := c.Stats()
 	c.log.InfoContext(ctx, "worker: stopped",
 		slog.Uint64("sessions", st.Sessions),
 		slog.Uint64("handled", st.Handled),
@@ -370,7 +450,12 @@ func (c *Client) closeConnections() {
 func (c *Client) Stopped() <-chan struct{} { return c.done }
 
 // Stats returns the running totals of the runner.
-func (c *Client) Stats() sequencer.Stats { return c.runner.Stats() }
+func (c *Client) Stats() sequencer.Stats {
+	if c.unordered != nil {
+		return c.unordered.stats()
+	}
+	return c.runner.Stats()
+}
 
 // HTTPAddr returns the address the HTTP server listens on ("" when there is none).
 func (c *Client) HTTPAddr() string { return c.ops.addr() }
@@ -378,6 +463,6 @@ func (c *Client) HTTPAddr() string { return c.ops.addr() }
 // Registry returns the registry the metrics are in.
 func (c *Client) Registry() *prometheus.Registry { return c.reg }
 
-func (c *Client) activeSessions() int { return c.runner.Stats().ActiveSessions }
+func (c *Client) activeSessions() int { return c.Stats().ActiveSessions }
 
-func (c *Client) brokerCalls() map[string]uint64 { return c.runner.Stats().BrokerCalls }
+func (c *Client) brokerCalls() map[string]uint64 { return c.Stats().BrokerCalls }
