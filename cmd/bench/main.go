@@ -118,7 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var(&pressures, "pressure", "pressure levels: none, throttle, latency (default all)")
 	fs.Var(&exceptions, "exception-rate", "share of handler calls that fail, e.g. 0,1%,10% or 0,0.01,0.1 (default 0,1%,10%)")
 	fs.Var(&arrivals, "arrival", "in-order, shuffled (default both)")
-	fs.IntVar(&o.Sessions, "sessions", 0, "sessions per cell (default 40)")
+	fs.IntVar(&o.Sessions, "sessions", 0, "sessions per cell (default 60)")
 	fs.IntVar(&o.Messages, "messages", 0, "messages per session (default 50)")
 	fs.IntVar(&o.SessionsPerReplica, "sessions-per-replica", 0, "sessions each replica handles at once (default 4)")
 	fs.IntVar(&o.ThrottleCredits, "throttle-credits", 0, "credits per second of the throttle pressure (default 1000, the Standard tier's)")

@@ -19,7 +19,7 @@ type Options struct {
 	ExceptionRates []float64  // [0 0.01 0.1]
 	Arrivals       []Arrival  // [in-order shuffled]
 
-	Sessions int // sessions per cell [40]
+	Sessions int // sessions per cell [60]
 	Messages int // messages per session [50]
 	// SessionsPerReplica is each replica's MaxConcurrentSessions [4].
 	SessionsPerReplica int
@@ -90,7 +90,7 @@ func (o Options) WithDefaults() Options {
 			*v = def
 		}
 	}
-	set(&o.Sessions, 40)
+	set(&o.Sessions, 60)
 	set(&o.Messages, 50)
 	set(&o.SessionsPerReplica, 4)
 	set(&o.ThrottleCredits, 1000)

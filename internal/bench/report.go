@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/csv"
 	"fmt"
 	"image/color"
@@ -173,7 +174,7 @@ func linesByPressure(title, xLabel, yLabel string, results []Result, keep func(R
 				pts = append(pts, plotter.XY{X: x(r), Y: y(r)})
 			}
 		}
-		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
+		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
 		args = append(args, string(pr), pts)
 	}
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
@@ -283,14 +284,4 @@ func pressuresOf(rows []Result) []Pressure {
 		}
 	}
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
