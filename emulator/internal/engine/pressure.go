@@ -154,11 +154,10 @@ func busyDescription(namespace string) string {
 		"Please wait 2 seconds and try again. (throttled by the emulator's credit limit)", cmp.Or(namespace, "emulator"))
 }
 
-var (
-	errTransientLink = &amqpwire.Error{Condition: condTimeout,
-		Description: "The operation did not complete within the allotted timeout; retry it. (transient error injected by the emulator)"}
-	descTransientMgmt = "The operation did not complete within the allotted timeout; retry it. (transient error injected by the emulator)"
-)
+// transientDescription is the description of an injected transient error.
+const transientDescription = "The operation did not complete within the allotted timeout; retry it. (transient error injected by the emulator)"
+
+var errTransientLink = &amqpwire.Error{Condition: condTimeout, Description: transientDescription}
 
 // refuseLinkOp returns the rejection of a send or a settlement that pressure refuses, or nil
 // when the operation may go on (its credits charged).
@@ -181,7 +180,7 @@ func (c *conn) refuseManagement(op string, body map[string]any) *amqp.Message {
 		return nil
 	}
 	if p.injectTransient() {
-		resp := statusResponse(408, descTransientMgmt)
+		resp := statusResponse(408, transientDescription)
 		resp.ApplicationProperties["error-condition"] = string(condTimeout)
 		return resp
 	}
