@@ -66,6 +66,19 @@
 // reconnects and repeats the call), ExpireMessageLock and ExpireSessionLock
 // let tests exercise recovery paths without waiting.
 //
+// # Pressure
+//
+// Config.Pressure makes the emulator behave like a loaded namespace: latency
+// on every answer, a credit-based throttle modelled on the Standard tier
+// (refusals with com.microsoft:server-busy and the service's retry-after
+// hint; deliveries wait instead) and a rate of transient errors; see
+// Pressure for what each costs and where it applies, and PressureStats for
+// what it did. cmd/emulator sets it with flags or SEQBUS_EMULATOR_* variables.
+// A throttled or failed link settlement shows a trait of go-amqp: it takes
+// the refusing disposition as final, so the SDK's retry of the settlement
+// returns success without reaching the emulator, and the message, still
+// locked, comes back when its lock expires.
+//
 // # SDK behaviour worth knowing (azservicebus v1.11.0)
 //
 //   - After its session lock is lost, a SessionReceiver retries a settlement

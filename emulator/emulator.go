@@ -65,6 +65,10 @@ type Config struct {
 	// emulator/admintransport). Default: the emulator/atom handler, checking
 	// tokens against KeyName/Key with the wall clock.
 	AdminHandler func(*broker.Broker) http.Handler
+	// Pressure puts the load of a busy namespace on clients: latency per operation, a
+	// credit-based throttle like the Standard tier's and transient errors (see Pressure).
+	// Default: none.
+	Pressure Pressure
 }
 
 func (c Config) withDefaults() Config {
@@ -94,7 +98,7 @@ func (c Config) validate() error {
 	if c.MaxMessageSize < 0 || c.MaxMessageSize > MaxMaxMessageSize {
 		return fmt.Errorf("emulator: MaxMessageSize %d out of range (1..%d)", c.MaxMessageSize, MaxMaxMessageSize)
 	}
-	return nil
+	return c.Pressure.validate()
 }
 
 // Server is a running emulator.
@@ -151,6 +155,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			MaxMessageSize:    cfg.MaxMessageSize,
 			Logger:            cfg.Logger,
 			AcceptNextTimeout: cfg.AcceptNextTimeout,
+			Pressure:          engine.Pressure(cfg.Pressure),
 		}),
 	}
 	handler := s.httpHandler()

@@ -6,10 +6,21 @@
 //
 //	emulator [-config FILE] [-amqp-addr HOST:PORT] [-http-addr HOST:PORT] [-key-name NAME] [-key KEY]
 //	         [-max-message-size BYTES] [-log-level debug|info|warn|error]
+//	         [-latency DURATION] [-latency-jitter DURATION] [-credits-per-second N] [-transient-error-rate RATE]
 //
 // The key name and key default to SEQBUS_EMULATOR_KEY_NAME and
 // SEQBUS_EMULATOR_KEY, then to RootManageSharedAccessKey / SAS_KEY_VALUE. Once
 // ready, the connection string is printed on stdout; logs go to stderr. The
 // AMQP port also serves HTTP (GET /health and the management API), as does
 // -http-addr. SIGINT or SIGTERM stops the emulator.
+//
+// The pressure flags make it behave like a loaded namespace (emulator.Pressure):
+// -latency and -latency-jitter delay every answer, -credits-per-second
+// throttles as the Standard tier does (1000 is the service's figure; throttled
+// operations are refused with com.microsoft:server-busy and the service's
+// retry-after hint), -transient-error-rate refuses that share of operations
+// with a transient error. Their defaults come from SEQBUS_EMULATOR_LATENCY,
+// SEQBUS_EMULATOR_LATENCY_JITTER, SEQBUS_EMULATOR_CREDITS_PER_SECOND and
+// SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE; a value that does not parse stops the
+// emulator with exit code 2.
 package main

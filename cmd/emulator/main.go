@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/seqbus/seqbus/emulator"
 )
@@ -54,6 +56,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 	fs.SetOutput(stderr)
 	var cfg emulator.Config
 	level := slog.LevelInfo
+	env, err := pressureFromEnv(getenv)
+	if err != nil {
+		return emulator.Config{}, 0, err
+	}
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "Config.json file declaring queues, topics and subscriptions")
 	fs.StringVar(&cfg.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listen address (HOST:PORT)")
@@ -61,6 +67,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 	fs.StringVar(&cfg.KeyName, "key-name", envOr(getenv, "SEQBUS_EMULATOR_KEY_NAME", emulator.DefaultKeyName), "shared access key name (env SEQBUS_EMULATOR_KEY_NAME)")
 	fs.StringVar(&cfg.Key, "key", envOr(getenv, "SEQBUS_EMULATOR_KEY", emulator.DefaultKey), "shared access key (env SEQBUS_EMULATOR_KEY)")
 	fs.Int64Var(&cfg.MaxMessageSize, "max-message-size", emulator.DefaultMaxMessageSize, "largest message accepted, in bytes")
+	p := &cfg.Pressure
+	fs.DurationVar(&p.Latency, "latency", env.Latency, "delay of every answer, e.g. 5ms (env "+envLatency+")")
+	fs.DurationVar(&p.LatencyJitter, "latency-jitter", env.LatencyJitter, "random extra delay of every answer, up to this (env "+envLatencyJitter+")")
+	fs.IntVar(&p.CreditsPerSecond, "credits-per-second", env.CreditsPerSecond,
+		fmt.Sprintf("throttle like the Standard tier: credits per second for the namespace, %d as on the service; 0 is off (env %s)", emulator.StandardCreditsPerSecond, envCredits))
+	fs.Float64Var(&p.TransientErrorRate, "transient-error-rate", env.TransientErrorRate, "share (0 to 1) of operations refused with a transient error (env "+envTransient+")")
 	if err := fs.Parse(args); err != nil {
 		return emulator.Config{}, 0, err
 	}
@@ -73,7 +85,42 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 	if cfg.Key == "" {
 		return emulator.Config{}, 0, errors.New("-key must not be empty")
 	}
+	switch {
+	case p.Latency < 0 || p.LatencyJitter < 0:
+		return emulator.Config{}, 0, errors.New("-latency and -latency-jitter must not be negative")
+	case p.CreditsPerSecond < 0:
+		return emulator.Config{}, 0, errors.New("-credits-per-second must not be negative")
+	case !(p.TransientErrorRate >= 0 && p.TransientErrorRate <= 1):
+		return emulator.Config{}, 0, errors.New("-transient-error-rate must be between 0 and 1")
+	}
 	return cfg, level, nil
+}
+
+// The environment variables that set the defaults of the pressure flags.
+const (
+	envLatency       = "SEQBUS_EMULATOR_LATENCY"
+	envLatencyJitter = "SEQBUS_EMULATOR_LATENCY_JITTER"
+	envCredits       = "SEQBUS_EMULATOR_CREDITS_PER_SECOND"
+	envTransient     = "SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE"
+)
+
+// pressureFromEnv reads the pressure defaults from the environment, naming the variable that
+// does not parse.
+func pressureFromEnv(getenv func(string) string) (emulator.Pressure, error) {
+	var p emulator.Pressure
+	var errs []error
+	parse := func(key string, set func(string) error) {
+		if v := getenv(key); v != "" {
+			if err := set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", key, v, err))
+			}
+		}
+	}
+	parse(envLatency, func(v string) (err error) { p.Latency, err = time.ParseDuration(v); return err })
+	parse(envLatencyJitter, func(v string) (err error) { p.LatencyJitter, err = time.ParseDuration(v); return err })
+	parse(envCredits, func(v string) (err error) { p.CreditsPerSecond, err = strconv.Atoi(v); return err })
+	parse(envTransient, func(v string) (err error) { p.TransientErrorRate, err = strconv.ParseFloat(v, 64); return err })
+	return p, errors.Join(errs...)
 }
 
 func envOr(getenv func(string) string, key, def string) string {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/emulator"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of run.
@@ -104,6 +106,9 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{name: "bad address", args: []string{"-amqp-addr", "not-an-address", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "not-an-address"},
 		{name: "empty key", args: []string{"-key", ""}, wantCode: 2, wantErr: "-key must not be empty"},
 		{name: "bad log level", args: []string{"-log-level", "loud"}, wantCode: 2, wantErr: "-log-level"},
+		{name: "negative latency", args: []string{"-latency", "-5ms"}, wantCode: 2, wantErr: "-latency and -latency-jitter must not be negative"},
+		{name: "negative credits", args: []string{"-credits-per-second", "-1"}, wantCode: 2, wantErr: "-credits-per-second must not be negative"},
+		{name: "error rate above 1", args: []string{"-transient-error-rate", "1.5"}, wantCode: 2, wantErr: "-transient-error-rate must be between 0 and 1"},
 		{name: "message size too big", args: []string{"-max-message-size", "200000000", "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "MaxMessageSize"},
 	}
 	for _, tt := range tests {
@@ -116,4 +121,62 @@ func TestRunRejectsBadInput(t *testing.T) {
 			require.Empty(t, strings.TrimSpace(stdout.String()))
 		})
 	}
+}
+
+func TestParseFlagsPressure(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    emulator.Pressure
+		wantErr string
+	}{
+		{name: "none by default", want: emulator.Pressure{}},
+		{
+			name: "flags",
+			args: []string{"-latency", "5ms", "-latency-jitter", "2ms", "-credits-per-second", "1000", "-transient-error-rate", "0.01"},
+			want: emulator.Pressure{Latency: 5 * time.Millisecond, LatencyJitter: 2 * time.Millisecond, CreditsPerSecond: 1000, TransientErrorRate: 0.01},
+		},
+		{
+			name: "environment",
+			env: map[string]string{"SEQBUS_EMULATOR_LATENCY": "5ms", "SEQBUS_EMULATOR_LATENCY_JITTER": "1ms",
+				"SEQBUS_EMULATOR_CREDITS_PER_SECOND": "1000", "SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE": "0.1"},
+			want: emulator.Pressure{Latency: 5 * time.Millisecond, LatencyJitter: time.Millisecond, CreditsPerSecond: 1000, TransientErrorRate: 0.1},
+		},
+		{
+			name: "a flag wins over the environment",
+			args: []string{"-credits-per-second", "50"},
+			env:  map[string]string{"SEQBUS_EMULATOR_CREDITS_PER_SECOND": "1000"},
+			want: emulator.Pressure{CreditsPerSecond: 50},
+		},
+		{
+			name:    "a variable that does not parse is named",
+			env:     map[string]string{"SEQBUS_EMULATOR_CREDITS_PER_SECOND": "lots", "SEQBUS_EMULATOR_LATENCY": "5"},
+			wantErr: "SEQBUS_EMULATOR_CREDITS_PER_SECOND=\"lots\"",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stderr syncBuffer
+			cfg, _, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &stderr)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.ErrorContains(t, err, "SEQBUS_EMULATOR_LATENCY=\"5\"", "every bad variable is named")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, cfg.Pressure)
+		})
+	}
+}
+
+func TestRunRejectsBadPressureEnvironment(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr syncBuffer
+	env := map[string]string{"SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE": "often"}
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, &stdout, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), "SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE")
 }

@@ -168,4 +168,10 @@ func TestDockerComposeVariablesKnown(t *testing.T) {
 	q, err := b.GetQueue(queue)
 	require.NoError(t, err, "deploy/emulator-config.json declares the worker's queue %q", queue)
 	require.True(t, q.Properties.RequiresSession, "queue %q is session-enabled", queue)
+
+	// The "microsoft" profile's worker reads the same queue from Microsoft's emulator.
+	msEnv := environment(t, cf.Services["worker-microsoft"].Environment)
+	msCfg := configFrom(t, msEnv)
+	require.NoError(t, msCfg.Validate(handler.Names()), "the microsoft profile's worker settings are valid")
+	require.Equal(t, queue, msEnv["SEQBUS_QUEUE"])
 }

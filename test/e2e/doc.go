@@ -12,7 +12,10 @@
 //   - the journal handler (exactly-once effects in the postgres transaction) with a crash
 //     between the handler and the commit (the SEQBUS_TEST_CRASH_BEFORE_COMMIT test hook);
 //   - invalid configuration rejected at process level without leaking the key;
-//   - docker-compose.yml kept true to the worker's configuration.
+//   - docker-compose.yml kept true to the worker's configuration;
+//   - the worker against Microsoft's Service Bus emulator (and the SQL Server it needs) in Docker,
+//     through testcontainers-go, as docker-compose.yml's "microsoft" profile runs it; skipped,
+//     saying so, where no Docker engine answers.
 //
 // The benchmarks compare the worker's pipeline (sequencer.Runner + sbadapter + the Service Bus
 // state store, in-process) with a plain SDK session consumer on the same emulator:

@@ -43,7 +43,8 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	out    chan outFrame
-	wg     sync.WaitGroup // writer, pumps and watchers
+	delay  *delayLine     // nil without latency (Config.Pressure)
+	wg     sync.WaitGroup // writer, delay line, pumps and watchers
 	once   sync.Once
 
 	mu           sync.Mutex
@@ -77,6 +78,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		ctx:          ctx,
 		cancel:       cancel,
 		out:          make(chan outFrame, 256),
+		delay:        newDelayLine(s.pressure),
 		peerMaxFrame: amqpwire.MinMaxFrameSize,
 		sessions:     make(map[uint16]*session),
 		linksByName:  make(map[string]*link),
@@ -105,6 +107,10 @@ func (c *conn) serve() {
 	}
 	c.wg.Add(1)
 	go c.writeLoop()
+	if c.delay != nil {
+		c.wg.Add(1)
+		go c.delay.run(c)
+	}
 	for {
 		_ = c.nc.SetReadDeadline(time.Now().Add(2 * c.srv.cfg.IdleTimeout))
 		fr, err := amqpwire.ReadFrame(br, ourMaxFrameSize)
@@ -277,6 +283,10 @@ func (c *conn) enqueue(ch uint16, body any, payload []byte, flushed chan struct{
 	if err != nil {
 		c.log.Error("engine: encode frame", slog.Any("error", err), slog.String("body", fmt.Sprintf("%T", body)))
 		c.abort()
+		return
+	}
+	if c.delay != nil {
+		c.delay.push(c.ctx, outFrame{b: b, flushed: flushed})
 		return
 	}
 	select {

@@ -17,6 +17,12 @@
 // expires, sends are rejected, receivers detach and management answers 401,
 // all with amqp:unauthorized-access, until a fresh token is put.
 //
+// Config.Pressure (pressure.go) loads the server like a busy namespace: a
+// delay line per connection holds every outgoing frame for the latency, in
+// order; a credit throttle refuses sends, link settlements and $management
+// requests with com.microsoft:server-busy (deliveries wait instead); and a
+// share of those operations fails with an injected com.microsoft:timeout.
+//
 // Messages are never lost between the broker and the wire: receivers lock
 // what they take from the broker (receive-and-delete ones too) and a
 // receive-and-delete message is deleted only when its delivery goes out;

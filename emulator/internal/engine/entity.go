@@ -95,6 +95,11 @@ func (l *link) sendToEntityLocked(d *partialDelivery) amqpwire.DeliveryState {
 			msgs = append(msgs, m)
 		}
 	}
+	if d.settled {
+		l.s.c.srv.pressure.charge(len(msgs)) // the client wants no outcome: nothing to refuse
+	} else if e := l.s.c.refuseLinkOp(len(msgs)); e != nil {
+		return &amqpwire.Rejected{Error: e}
+	}
 	if err := l.entity.Send(l.ctx, msgs); err != nil {
 		return &amqpwire.Rejected{Error: brokerError(err)}
 	}
@@ -136,6 +141,11 @@ func (l *link) pump() {
 			c.mu.Lock()
 			l.detachLocked(brokerError(err))
 			c.mu.Unlock()
+			return
+		}
+		// A delivery cannot be refused: without credits it waits for the next second.
+		if !c.srv.pressure.admitDelivery(l.ctx, len(ds)) {
+			l.giveBack(ds)
 			return
 		}
 		c.mu.Lock()

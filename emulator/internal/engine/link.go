@@ -490,7 +490,8 @@ func (l *link) drainLocked() {
 	case l.kind == kindEntity && l.state == linkAttached && l.sndCredit > 0 && l.entity != nil:
 		opts := broker.ReceiveOptions{Mode: broker.PeekLock, Session: l.sessionLock}
 		if ds, err := l.entity.TryReceive(int(min(l.sndCredit, maxReceiveBatch)), opts); err == nil {
-			if !l.s.c.claimedLocked(l.address) {
+			if !l.s.c.claimedLocked(l.address) || !l.s.c.srv.pressure.take(len(ds), false) {
+				// No token, or no credits this second (throttled: nothing now).
 				l.giveBack(ds)
 			} else {
 				for i, d := range ds {

@@ -70,6 +70,10 @@ func (c *conn) handleManagementLocked(l *link, req *amqp.Message) *amqp.Message 
 	if body == nil {
 		body = map[string]any{}
 	}
+	if resp := c.refuseManagement(op, body); resp != nil {
+		c.log.Debug("engine: management refused (pressure)", slog.String("operation", op), slog.String("entity", l.address))
+		return resp
+	}
 	assocName, _ := req.ApplicationProperties["associated-link-name"].(string)
 	assoc := c.linksByName[assocName]
 	value, status, err := c.runManagement(op, l.entity, assoc, body)

@@ -39,6 +39,8 @@ type Config struct {
 	// (The SDK signs tokens with the wall clock, so a fake broker clock must
 	// not be used here.)
 	Now func() time.Time
+	// Pressure is the load of a busy namespace put on clients (pressure.go). Default: none.
+	Pressure Pressure
 }
 
 // Server accepts AMQP connections and serves them against a broker.
@@ -49,6 +51,7 @@ type Server struct {
 
 	failMgmt atomic.Int64
 	dropMgmt atomic.Int64
+	pressure *pressure // nil: none
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -71,9 +74,13 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Pressure != (Pressure{}) {
+		cfg.Logger.Info("engine: pressure on", slog.String("pressure", describePressure(cfg.Pressure)))
+	}
 	return &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
+		pressure: newPressure(cfg.Pressure, cfg.Now),
 		verifier: sas.Verifier{Keys: cfg.Keys, Now: cfg.Now},
 		conns:    make(map[*conn]struct{}),
 		lns:      make(map[net.Listener]struct{}),
@@ -189,6 +196,9 @@ func (s *Server) DetachEntityLinks(address string) int {
 	}
 	return n
 }
+
+// PressureStats returns what Config.Pressure did so far.
+func (s *Server) PressureStats() PressureStats { return s.pressure.stats() }
 
 // FailNextManagementCalls makes the next n $management requests fail with
 // status 503 (server busy), which the SDK retries.

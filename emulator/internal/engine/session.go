@@ -190,7 +190,18 @@ func (s *session) dispositionLocked(d *amqpwire.Disposition) {
 	for id := d.First; ; id++ {
 		if od := s.unsettled[id]; od != nil {
 			delete(s.unsettled, id)
-			confirm := od.settleLocked(d.State)
+			var confirm amqpwire.DeliveryState
+			if d.Settled {
+				s.c.srv.pressure.charge(1) // settled by the client already: nothing to refuse
+				confirm = od.settleLocked(d.State)
+			} else if e := s.c.refuseLinkOp(1); e != nil {
+				// Refused and not carried out: the message keeps its lock. (go-amqp takes
+				// any confirming disposition as final, so the SDK cannot settle it on
+				// this link again; it comes back when its lock expires.)
+				confirm = &amqpwire.Rejected{Error: e}
+			} else {
+				confirm = od.settleLocked(d.State)
+			}
 			if !d.Settled {
 				s.send(&amqpwire.Disposition{Role: amqpwire.RoleSender, First: id, Settled: true, State: confirm}, nil)
 			}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/seqbus/seqbus/internal/bench"
+	"github.com/seqbus/seqbus/sbadapter"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// config is what the flags say.
+type config struct {
+	opts     bench.Options
+	out      string
+	format   string
+	progress bool
+	level    slog.Level
+}
+
+// run parses args, runs the matrix, writes the outputs and prints a summary. It returns the exit
+// code: 2 for bad flags, 1 when the run failed or a cell saw an order violation or did not finish.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	o := cfg.opts
+	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.level}))
+	cells := len(o.WithDefaults().Cells())
+	var bar *progressbar.ProgressBar
+	if cfg.progress {
+		bar = progressbar.NewOptions(cells, progressbar.OptionSetWriter(stderr), progressbar.OptionSetWidth(30),
+			progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionClearOnFinish())
+	}
+	start := time.Now()
+	results, err := bench.Run(ctx, o, func(done int, next bench.Cell) {
+		if bar == nil {
+			return
+		}
+		_ = bar.Set(done)
+		if done < cells {
+			bar.Describe(next.String())
+		}
+	})
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err != nil && len(results) == 0 {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	files, werr := bench.WriteOutputs(cfg.out, cfg.format, results)
+	for _, f := range files {
+		fmt.Fprintf(stdout, "wrote %s\n", f)
+	}
+	if werr != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", werr)
+		return 1
+	}
+	code := 0
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: stopped after %d of %d cells: %v\n", len(results), cells, err)
+		code = 1
+	}
+	for _, r := range results {
+		if r.Err != nil || r.Violations > 0 || r.Incomplete > 0 {
+			fmt.Fprintf(stderr, "bench: cell %s: %d order violations, %d sessions unfinished, error: %v\n", r.Cell, r.Violations, r.Incomplete, r.Err)
+			code = 1
+		}
+	}
+	fmt.Fprintf(stdout, "%d cells in %s\n", len(results), time.Since(start).Round(time.Second))
+	return code
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: bench [flags]   (the matrix replicas × pressure × exception rate × arrival; see go doc ./cmd/bench)")
+		fs.PrintDefaults()
+	}
+	var (
+		cfg        config
+		quick      bool
+		replicas   = listFlag[int]{parse: strconv.Atoi}
+		pressures  = listFlag[bench.Pressure]{parse: func(s string) (bench.Pressure, error) { return bench.Pressure(s), nil }}
+		exceptions = listFlag[float64]{parse: parseRate}
+		arrivals   = listFlag[bench.Arrival]{parse: func(s string) (bench.Arrival, error) { return bench.Arrival(s), nil }}
+		entity     sbadapter.Entity
+		retryBase  time.Duration
+	)
+	o := &cfg.opts
+	fs.BoolVar(&quick, "quick", false, "a small matrix that finishes in under a minute (replicas 1,4; exceptions 0,10%; 8 sessions × 20 messages); other flags still apply on top")
+	fs.Var(&replicas, "replicas", "worker replicas, comma-separated (default 1,2,4,8)")
+	fs.Var(&pressures, "pressure", "pressure levels: none, throttle, latency (default all)")
+	fs.Var(&exceptions, "exception-rate", "share of handler calls that fail, e.g. 0,1%,10% or 0,0.01,0.1 (default 0,1%,10%)")
+	fs.Var(&arrivals, "arrival", "in-order, shuffled (default both)")
+	fs.IntVar(&o.Sessions, "sessions", 0, "sessions per cell (default 60)")
+	fs.IntVar(&o.Messages, "messages", 0, "messages per session (default 50)")
+	fs.IntVar(&o.SessionsPerReplica, "sessions-per-replica", 0, "sessions each replica handles at once (default 4)")
+	fs.IntVar(&o.ThrottleCredits, "throttle-credits", 0, "credits per second of the throttle pressure (default 1000, the Standard tier's)")
+	fs.DurationVar(&o.Latency, "latency", 0, "delay of every answer with the latency pressure (default 5ms)")
+	fs.DurationVar(&retryBase, "retry-base", 0, "the engine's first wait after a failed handler call (default 2ms, doubling up to 20ms, 10 attempts)")
+	fs.DurationVar(&o.CellTimeout, "cell-timeout", 0, "bound of one cell (default 3m)")
+	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffles (default 1)")
+	fs.StringVar(&o.ConnectionString, "connection-string", "", "run against this namespace instead of the in-process emulator (pressure none only)")
+	fs.StringVar(&entity.Queue, "queue", "", "with -connection-string: the session-enabled queue, used by the bench alone")
+	fs.StringVar(&entity.Topic, "topic", "", "with -connection-string: the topic (with -subscription)")
+	fs.StringVar(&entity.Subscription, "subscription", "", "with -connection-string: the session-enabled subscription of -topic")
+	fs.StringVar(&cfg.out, "out", "bench-out", "directory for results.csv and the charts")
+	fs.StringVar(&cfg.format, "format", "svg", "format of the charts: svg or png")
+	fs.BoolVar(&cfg.progress, "progress", true, "show a progress bar on stderr")
+	fs.TextVar(&cfg.level, "log-level", slog.LevelError, "log level of the components: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if quick {
+		q := bench.Quick()
+		o.Replicas, o.Pressures, o.ExceptionRates, o.Arrivals = q.Replicas, q.Pressures, q.ExceptionRates, q.Arrivals
+		o.Sessions = cmpOr(o.Sessions, q.Sessions)
+		o.Messages = cmpOr(o.Messages, q.Messages)
+		o.CellTimeout = cmpOr(o.CellTimeout, q.CellTimeout)
+	}
+	setList(&o.Replicas, replicas)
+	setList(&o.Pressures, pressures)
+	setList(&o.ExceptionRates, exceptions)
+	setList(&o.Arrivals, arrivals)
+	switch {
+	case retryBase < 0:
+		return config{}, errors.New("-retry-base must not be negative")
+	case retryBase > 0:
+		o.HandlerRetry = bench.DefaultHandlerRetry
+		o.HandlerRetry.Base, o.HandlerRetry.Cap = retryBase, 10*retryBase
+	}
+	if o.ConnectionString != "" {
+		o.Entity = entity
+	} else if entity != (sbadapter.Entity{}) {
+		return config{}, errors.New("-queue, -topic and -subscription need -connection-string")
+	}
+	if err := o.WithDefaults().Validate(); err != nil {
+		return config{}, err
+	}
+	if cfg.out == "" {
+		return config{}, errors.New("-out must not be empty")
+	}
+	if cfg.format != "svg" && cfg.format != "png" {
+		return config{}, fmt.Errorf("-format %q: want svg or png", cfg.format)
+	}
+	return cfg, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func setList[T any](dst *[]T, l listFlag[T]) {
+	if l.set {
+		*dst = l.values
+	}
+}
+
+// listFlag is a comma-separated list flag.
+type listFlag[T any] struct {
+	parse  func(string) (T, error)
+	values []T
+	set    bool
+}
+
+func (l *listFlag[T]) String() string {
+	if l == nil {
+		return ""
+	}
+	parts := make([]string, len(l.values))
+	for i, v := range l.values {
+		parts[i] = fmt.Sprint(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *listFlag[T]) Set(s string) error {
+	l.values, l.set = nil, true
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := l.parse(strings.TrimSpace(part))
+		if err != nil {
+			return err
+		}
+		l.values = append(l.values, v)
+	}
+	return nil
+}
+
+// parseRate reads a share as a fraction (0.1) or a percentage (10%).
+func parseRate(s string) (float64, error) {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil {
+			return 0, fmt.Errorf("exception rate %q: %w", s, err)
+		}
+		return v / 100, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("exception rate %q: %w", s, err)
+	}
+	return v, nil
+}

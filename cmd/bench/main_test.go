@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestRunWritesOutputs runs the command with -quick and a subset small enough for CI, and checks
+// what a user gets: the files, a summary and exit code 0.
+func TestRunWritesOutputs(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"-quick", "-replicas", "1", "-exception-rate", "0,10%", "-pressure", "none,latency",
+		"-sessions", "3", "-messages", "5", "-out", out, "-format", "png"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr: %s", stderr.String())
+	for _, f := range []string{"results.csv", "throughput_vs_replicas.png", "throughput_vs_exception_rate.png",
+		"latency_p99_vs_replicas.png", "broker_calls_per_msg_by_arrival.png"} {
+		require.FileExists(t, filepath.Join(out, f))
+		require.Contains(t, stdout.String(), "wrote "+filepath.Join(out, f))
+	}
+	require.Contains(t, stdout.String(), "8 cells in ")
+	csv, err := os.ReadFile(filepath.Join(out, "results.csv"))
+	require.NoError(t, err)
+	require.Len(t, strings.Split(strings.TrimSpace(string(csv)), "\n"), 9, "a header and 8 cells")
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"unknown flag", []string{"-nope"}, "flag provided but not defined: -nope"},
+		{"stray argument", []string{"extra"}, "unexpected arguments"},
+		{"bad replicas", []string{"-replicas", "1,two"}, `invalid value "1,two" for flag -replicas`},
+		{"zero replicas", []string{"-replicas", "0"}, "replicas: 0 is not a positive count"},
+		{"unknown pressure", []string{"-pressure", "none,heavy"}, `pressure: "heavy"`},
+		{"bad exception rate", []string{"-exception-rate", "lots"}, `exception rate "lots"`},
+		{"exception rate of 100%", []string{"-exception-rate", "100%"}, "exception rate: 1 is outside [0, 1)"},
+		{"unknown arrival", []string{"-arrival", "backwards"}, `arrival: "backwards"`},
+		{"throttle on a namespace", []string{"-connection-string", "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v", "-queue", "q", "-pressure", "throttle"}, "needs the in-process emulator"},
+		{"entity without a namespace", []string{"-queue", "q"}, "-queue, -topic and -subscription need -connection-string"},
+		{"namespace without an entity", []string{"-connection-string", "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v"}, "entity:"},
+		{"bad chart format", []string{"-format", "gif"}, `-format "gif"`},
+		{"negative retry base", []string{"-retry-base", "-1ms"}, "-retry-base must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tt.args, &stdout, &stderr)
+			require.Equal(t, 2, code)
+			require.Contains(t, stderr.String(), tt.wantErr)
+			require.Empty(t, stdout.String())
+		})
+	}
+}
+
+func TestParseFlagsQuickAndSubsets(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	cfg, err := parseFlags([]string{"-quick", "-replicas", "2", "-exception-rate", "1%", "-retry-base", "5ms"}, &stderr)
+	require.NoError(t, err)
+	o := cfg.opts
+	require.Equal(t, []int{2}, o.Replicas, "a subset flag wins over the preset")
+	require.Equal(t, []float64{0.01}, o.ExceptionRates)
+	require.Len(t, o.Pressures, 3, "the preset keeps every pressure")
+	require.Equal(t, 8, o.Sessions)
+	require.Equal(t, 5*time.Millisecond, o.HandlerRetry.Base)
+	require.Equal(t, 50*time.Millisecond, o.HandlerRetry.Cap)
+	require.Equal(t, "bench-out", cfg.out)
+}

@@ -1,0 +1,394 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/internal/demo"
+	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/worker"
+)
+
+// Pressure is a level of Service Bus pressure, one dimension of the matrix.
+type Pressure string
+
+// Pressure levels.
+const (
+	// PressureNone is the emulator as it is (or the namespace of a connection string).
+	PressureNone Pressure = "none"
+	// PressureThrottle is the Standard tier's credit-based throttle (Options.ThrottleCredits).
+	PressureThrottle Pressure = "throttle"
+	// PressureLatency delays every answer of the emulator (Options.Latency).
+	PressureLatency Pressure = "latency"
+)
+
+// Arrival is the order in which each session's messages reach the broker.
+type Arrival string
+
+// Arrival orders.
+const (
+	ArrivalInOrder  Arrival = "in-order"
+	ArrivalShuffled Arrival = "shuffled"
+)
+
+// Cell is one point of the matrix.
+type Cell struct {
+	Replicas      int
+	Pressure      Pressure
+	ExceptionRate float64 // share of handler calls that fail (transiently)
+	Arrival       Arrival
+}
+
+func (c Cell) String() string {
+	return fmt.Sprintf("%d replicas, pressure %s, %s exceptions, %s", c.Replicas, c.Pressure, percent(c.ExceptionRate), c.Arrival)
+}
+
+func percent(r float64) string { return strconv.FormatFloat(r*100, 'g', 4, 64) + "%" }
+
+// Result is what one cell measured.
+type Result struct {
+	Cell
+	Sessions, Messages int
+	Elapsed            time.Duration
+	// Rate is messages handled per second, from the first publish to the last message handled.
+	Rate float64
+	// HandlerCalls counts every call, failed ones included; HandlerErrors the failed ones.
+	HandlerCalls, HandlerErrors uint64
+	// LatencyP50 and LatencyP99 are publish → handler (the call that succeeded).
+	LatencyP50, LatencyP99 time.Duration
+	// BrokerCalls counts the replicas' session and source calls (sequencer.Stats.BrokerCalls),
+	// StoreCalls their state loads, saves and deletes (Stats.StoreCalls; with the Service Bus
+	// store each is a broker call too) and StateWrites the saves and deletes alone
+	// (seqbus_state_saves_total).
+	BrokerCalls, StoreCalls, StateWrites uint64
+	// Duplicates counts copies the engine dropped (redeliveries of handled messages).
+	Duplicates uint64
+	// Throttled and DeliveriesDelayed come from the in-process emulator (emulator.PressureStats).
+	Throttled, DeliveriesDelayed uint64
+	// Violations counts order violations (must be 0); Incomplete the sessions not finished when
+	// the cell ended (0 unless it timed out).
+	Violations, Incomplete int
+	// Err is what stopped the cell early, if anything.
+	Err error
+}
+
+// ExceptionRateMeasured is the share of handler calls that failed.
+func (r Result) ExceptionRateMeasured() float64 {
+	return float64(r.HandlerErrors) / float64(max(r.HandlerCalls, 1))
+}
+
+func (r Result) perMessage(n uint64) float64 { return float64(n) / float64(max(r.Messages, 1)) }
+
+// errInjected is the bench handler's transient failure.
+var errInjected = errors.New("bench: injected handler exception")
+
+// publishedAtProperty carries the publish time (Unix nanoseconds) in each message.
+const publishedAtProperty = "BenchPublishedAt"
+
+// runCell runs one cell: an emulator with the cell's pressure (or the namespace of
+// Options.ConnectionString), the cell's replicas, a publisher keeping a bounded backlog of
+// sessions, until every session was handled or the cell timed out.
+func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
+	res := Result{Cell: cell, Sessions: o.Sessions, Messages: o.Sessions * o.Messages}
+	ctx, cancel := context.WithTimeout(ctx, o.CellTimeout)
+	defer cancel()
+
+	conn, entity := o.ConnectionString, o.Entity
+	var srv *emulator.Server
+	if conn == "" {
+		var err error
+		srv, err = startEmulator(ctx, o, cell)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		defer srv.Close()
+		conn = srv.ConnectionString()
+		entity = sbadapter.Entity{Queue: emulatorQueue}
+	}
+
+	ids := make([]string, o.Sessions)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-c%02d-s%04d", o.RunID, index, i)
+	}
+	h := newCellHandler(ids, o.Messages, cell.ExceptionRate)
+
+	replicas := make([]*worker.Client, 0, cell.Replicas)
+	regs := make([]*prometheus.Registry, 0, cell.Replicas)
+	defer func() {
+		for _, w := range replicas {
+			stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+			if err := w.Stop(stopCtx); err != nil {
+				_ = w.StopAndCancel(stopCtx)
+			}
+			stopCancel()
+		}
+	}()
+	for n := range cell.Replicas {
+		reg := prometheus.NewRegistry()
+		w, err := worker.New(worker.Config{
+			ConnectionString: conn,
+			Entity:           entity,
+			Handler:          h,
+			Engine: sequencer.EngineConfig{
+				Retry:       o.HandlerRetry,
+				IdleTimeout: time.Second,
+			},
+			MaxConcurrentSessions: o.SessionsPerReplica,
+			SweepInterval:         2 * time.Second,
+			Registry:              reg,
+			Logger:                o.Logger.With(slog.Int("replica", n)),
+		})
+		if err == nil {
+			err = w.Start(context.WithoutCancel(ctx))
+		}
+		if err != nil {
+			res.Err = fmt.Errorf("bench: replica %d: %w", n, err)
+			return res
+		}
+		replicas = append(replicas, w)
+		regs = append(regs, reg)
+	}
+
+	start := time.Now()
+	pubErr := make(chan error, 1)
+	go func() {
+		pubErr <- publish(ctx, o, conn, entity, ids, cell, uint64(index), h, len(replicas)*o.SessionsPerReplica*2)
+	}()
+	select {
+	case <-h.checker.Done():
+	case err := <-pubErr:
+		if err != nil {
+			res.Err = err
+			break
+		}
+		select {
+		case <-h.checker.Done():
+		case <-ctx.Done():
+		}
+	case <-ctx.Done():
+	}
+	res.Elapsed = time.Since(start)
+	if res.Err == nil && ctx.Err() != nil {
+		res.Err = fmt.Errorf("bench: cell did not finish within %s", o.CellTimeout)
+	}
+	handled := h.checker.Handled() - h.checker.Redelivered()
+	res.Rate = float64(handled) / res.Elapsed.Seconds()
+	res.HandlerCalls, res.HandlerErrors = h.calls.Load(), h.errors.Load()
+	res.LatencyP50, res.LatencyP99 = h.percentiles()
+	res.Violations = len(h.checker.Violations())
+	res.Incomplete = len(h.checker.Incomplete())
+	for i, w := range replicas {
+		st := w.Stats()
+		res.BrokerCalls += st.TotalBrokerCalls()
+		res.StoreCalls += st.StoreCalls
+		res.Duplicates += st.Duplicates
+		res.StateWrites += counterValue(regs[i], "seqbus_state_saves_total")
+	}
+	if srv != nil {
+		ps := srv.PressureStats()
+		res.Throttled, res.DeliveriesDelayed = ps.Throttled, ps.DeliveriesDelayed
+	}
+	return res
+}
+
+// emulatorQueue is the session-enabled queue of the in-process emulator.
+const emulatorQueue = "bench"
+
+func startEmulator(ctx context.Context, o Options, cell Cell) (*emulator.Server, error) {
+	var p emulator.Pressure
+	switch cell.Pressure {
+	case PressureThrottle:
+		p.CreditsPerSecond = o.ThrottleCredits
+	case PressureLatency:
+		p.Latency = o.Latency
+	}
+	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-", Pressure: p, Logger: o.Logger.With(slog.String("component", "emulator"))})
+	if err != nil {
+		return nil, fmt.Errorf("bench: start the emulator: %w", err)
+	}
+	if err := srv.Broker().CreateQueue(emulatorQueue, broker.EntityProperties{
+		RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 100,
+	}); err != nil {
+		_ = srv.Close()
+		return nil, fmt.Errorf("bench: create queue %s: %w", emulatorQueue, err)
+	}
+	return srv, nil
+}
+
+// publish sends each session's messages as one batch, in order or shuffled, keeping at most
+// backlog sessions published but not finished, so that replicas always find work and the
+// latency measures the pipeline rather than an ever longer queue.
+func publish(ctx context.Context, o Options, conn string, entity sbadapter.Entity, ids []string, cell Cell, seed uint64, h *cellHandler, backlog int) error {
+	// The service asks throttled clients to wait 2 seconds; the SDK's default first wait is 4 s.
+	client, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{
+		MaxRetries: 30, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
+	}})
+	if err != nil {
+		return fmt.Errorf("bench: publisher: %w", err)
+	}
+	defer client.Close(context.WithoutCancel(ctx))
+	sender, err := client.NewSender(cmp.Or(entity.Queue, entity.Topic), nil)
+	if err != nil {
+		return fmt.Errorf("bench: publisher: %w", err)
+	}
+	defer sender.Close(context.WithoutCancel(ctx))
+	rng := rand.New(rand.NewPCG(o.Seed, seed))
+	for i, id := range ids {
+		if err := h.waitBacklog(ctx, i, backlog); err != nil {
+			return nil // the cell ended
+		}
+		seqs := make([]int64, o.Messages)
+		for n := range seqs {
+			seqs[n] = int64(n + 1)
+		}
+		if cell.Arrival == ArrivalShuffled {
+			rng.Shuffle(len(seqs), func(a, b int) { seqs[a], seqs[b] = seqs[b], seqs[a] })
+		}
+		batch, err := sender.NewMessageBatch(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("bench: publish session %s: %w", id, err)
+		}
+		now := time.Now().UnixNano()
+		for _, seq := range seqs {
+			sid, mid := id, id+"/"+strconv.FormatInt(seq, 10)
+			if err := batch.AddMessage(&azservicebus.Message{
+				SessionID: &sid, MessageID: &mid, Body: fmt.Appendf(nil, `{"session":%q,"step":%d}`, id, seq),
+				ApplicationProperties: map[string]any{"Sequence": seq, "IsLast": seq == int64(o.Messages), publishedAtProperty: now},
+			}, nil); err != nil {
+				return fmt.Errorf("bench: publish session %s sequence %d: %w", id, seq, err)
+			}
+		}
+		if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("bench: publish session %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// cellHandler is the replicas' handler: it fails a share of calls (a transient exception the
+// engine retries), checks the order and records the publish → handler latency.
+type cellHandler struct {
+	checker *demo.Checker
+	known   map[string]bool
+	rate    float64
+
+	calls, errors, foreign atomic.Uint64
+
+	mu        sync.Mutex
+	latencies []time.Duration
+	finished  int // sessions whose last message was handled
+	changed   chan struct{}
+}
+
+func newCellHandler(ids []string, messages int, rate float64) *cellHandler {
+	known := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		known[id] = true
+	}
+	return &cellHandler{checker: demo.NewChecker(ids, messages), known: known, rate: rate,
+		latencies: make([]time.Duration, 0, len(ids)*messages), changed: make(chan struct{}, 1)}
+}
+
+// Handle implements sequencer.Handler.
+func (h *cellHandler) Handle(ctx context.Context, m *sequencer.Message) error {
+	if !h.known[m.SessionID] {
+		// A leftover of another run in a namespace given by connection string.
+		h.foreign.Add(1)
+		return nil
+	}
+	h.calls.Add(1)
+	if h.rate > 0 && rand.Float64() < h.rate {
+		h.errors.Add(1)
+		return errInjected
+	}
+	if err := h.checker.Handle(ctx, m); err != nil {
+		return err
+	}
+	lat := time.Duration(-1)
+	if ns, ok := m.Properties[publishedAtProperty].(int64); ok {
+		lat = time.Since(time.Unix(0, ns))
+	}
+	last, _ := m.Properties["IsLast"].(bool)
+	h.mu.Lock()
+	if lat >= 0 {
+		h.latencies = append(h.latencies, lat)
+	}
+	if last {
+		h.finished++
+	}
+	h.mu.Unlock()
+	if last {
+		select {
+		case h.changed <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// waitBacklog waits until fewer than backlog of the first published sessions are unfinished.
+func (h *cellHandler) waitBacklog(ctx context.Context, published, backlog int) error {
+	for {
+		h.mu.Lock()
+		open := published - h.finished
+		h.mu.Unlock()
+		if open < backlog {
+			return nil
+		}
+		select {
+		case <-h.changed:
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (h *cellHandler) percentiles() (p50, p99 time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.latencies) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(h.latencies)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[min(int(q*float64(len(s))), len(s)-1)] }
+	return at(0.50), at(0.99)
+}
+
+// counterValue sums a counter of reg (0 when absent).
+func counterValue(reg *prometheus.Registry, name string) uint64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return uint64(sum)
+}

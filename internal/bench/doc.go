@@ -1,0 +1,23 @@
+// Package bench measures seqbus's throughput baseline, the matrix the sequenced-delivery design
+// asks for: {processing rate, exception rate} × {worker replicas, Service Bus pressure}, with the
+// order in which each session's messages arrive as a fourth dimension. cmd/bench is its command
+// line.
+//
+// Each cell starts an in-process emulator with the cell's pressure (none; the Standard tier's
+// credit-based throttle; a fixed latency on every answer) or uses the namespace of a connection
+// string, starts the cell's replicas (worker.Client, each with its own connections, state in
+// Service Bus session state), and publishes sessions in one batch each, in order or shuffled,
+// keeping a bounded backlog of unfinished sessions so that the replicas always have work and the
+// publish → handler latency measures the pipeline rather than a growing queue. The publisher
+// shares the namespace, and so its credits. The handler fails a share of its calls (a transient
+// exception the engine retries with a small backoff), checks each session's order and records
+// the latency.
+//
+// A cell reports the rate (messages handled per second, first publish to last message), the
+// exception rate, latency p50 and p99, the replicas' broker calls, state store calls and state
+// writes per message, the duplicates dropped, what the emulator's pressure refused or delayed,
+// and order violations (must be 0). WriteOutputs writes results.csv and one SVG chart per
+// dimension (gonum/plot).
+//
+// This package may import anything of seqbus; only cmd/bench and tests import it.
+package bench

@@ -1,0 +1,89 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
+	"github.com/seqbus/seqbus/internal/demo"
+	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/worker"
+)
+
+// TestClientCompletesWorkUnderThrottle runs the worker against a namespace throttled far below
+// what it would do unthrottled: its session calls are refused with server-busy again and again
+// (the adapter retries those itself, the SDK's retries being off for sessions), and still every
+// session is handled in order and the queue ends empty.
+func TestClientCompletesWorkUnderThrottle(t *testing.T) {
+	t.Parallel()
+	const queue, sessions, messages = "orders", 6, 20
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues: map[string]broker.EntityProperties{queue: {RequiresSession: true, LockDuration: 30 * time.Second}},
+		Config: emulator.Config{Pressure: emulator.Pressure{CreditsPerSecond: 60}},
+	})
+	e, err := srv.Broker().Lookup(queue)
+	require.NoError(t, err)
+	ids := make([]string, sessions)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("order-%d", i)
+		msgs := make([]*amqp.Message, messages)
+		for n, seq := range rng.Perm(messages) {
+			sid, mid := ids[i], fmt.Sprintf("%s/%d", ids[i], seq+1)
+			msgs[n] = &amqp.Message{
+				Data:                  [][]byte{[]byte("x")},
+				Properties:            &amqp.MessageProperties{GroupID: &sid, MessageID: mid},
+				ApplicationProperties: map[string]any{"Sequence": int64(seq + 1), "IsLast": seq+1 == messages},
+			}
+		}
+		// Straight into the broker: the credits go to the worker alone.
+		require.NoError(t, e.Send(context.Background(), msgs))
+	}
+
+	checker := demo.NewChecker(ids, messages)
+	w, err := worker.New(worker.Config{
+		ConnectionString:      srv.ConnectionString(),
+		Entity:                sbadapter.Entity{Queue: queue},
+		Handler:               checker,
+		Engine:                sequencer.EngineConfig{IdleTimeout: time.Second},
+		MaxConcurrentSessions: 4,
+		SweepInterval:         time.Second,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer stopCancel()
+		require.NoError(t, w.Stop(stopCtx))
+	})
+
+	select {
+	case <-checker.Done():
+	case <-ctx.Done():
+		t.Fatalf("not every session was handled: %v (throttled %d times)", checker.Incomplete(), srv.PressureStats().Throttled)
+	}
+	require.Empty(t, checker.Violations())
+	require.Positive(t, srv.PressureStats().Throttled, "the worker was throttled")
+	// A settlement the throttle refused leaves its message locked (go-amqp takes the refusal as
+	// final, and the SDK then reports success); it comes back when its session is released and
+	// is dropped as a duplicate.
+	require.Eventually(t, func() bool {
+		info, err := srv.Broker().GetQueue(queue)
+		return err == nil && info.Counts.Total == 0
+	}, time.Minute, 50*time.Millisecond, "the queue ends empty")
+	require.EqualValues(t, sessions*messages, checker.Handled()-checker.Redelivered())
+	st := w.Stats()
+	t.Logf("emulator %+v; worker: %d handled, %d duplicates, %d broker calls, %d store calls",
+		srv.PressureStats(), st.Handled, st.Duplicates, st.TotalBrokerCalls(), st.StoreCalls)
+}
