@@ -223,6 +223,9 @@ type DLQReplayParams struct {
 	Target string
 	// DryRun lists what would be sent and changes nothing.
 	DryRun bool
+	// Wait bounds the wait for dead letters that another receiver holds locked (a replay that
+	// crashed holds them until their locks expire, the entity's lock duration); 0 does not wait.
+	Wait time.Duration
 }
 
 // ReplayedSession is what DLQReplay did for one session.
@@ -234,13 +237,16 @@ type ReplayedSession struct {
 	// Sent counts the copies sent; Completed the dead letters completed after their copy was sent.
 	Sent      int `json:"sent"`
 	Completed int `json:"completed"`
-	// Gone counts planned dead letters that had left the dead-letter queue (or another receiver
-	// held them) by the time they were to be locked: not sent.
+	// Gone counts planned dead letters that had left the dead-letter queue by the time they
+	// were to be locked, or whose lock expired before their copy was sent: not sent.
 	Gone int `json:"gone,omitempty"`
 	// Uncompleted counts dead letters whose copy was sent but whose completion failed (their
 	// lock expired): they stay in the dead-letter queue, and a replay sends them again, which
 	// duplicate detection and the worker drop.
 	Uncompleted int `json:"uncompleted,omitempty"`
+	// HeldElsewhere counts planned dead letters another receiver still held locked when the
+	// wait ran out: not sent; a replay run later sends them.
+	HeldElsewhere int `json:"held_elsewhere,omitempty"`
 }
 
 // DLQReplayResult is what DLQReplay did, session by session in id order.
@@ -278,7 +284,8 @@ func invalidLast(p *planned) int {
 // It first peeks the dead-letter queue to plan (nothing locked), then receives it in order,
 // locking what it replays and holding the messages in front of them (other sessions') until the
 // end, when it abandons them; the dead letters the plan did not know (dead-lettered meanwhile)
-// are left for the next run.
+// are left for the next run. Planned dead letters that another receiver holds locked (a replay
+// that crashed) are waited for up to p.Wait, until their locks expire.
 func (o *Operator) DLQReplay(ctx context.Context, p DLQReplayParams) (*DLQReplayResult, error) {
 	if p.All == (p.SessionID != "") {
 		return nil, fmt.Errorf("%w: give a session id or all sessions, one of the two", ErrInvalidInput)
@@ -338,7 +345,7 @@ func (o *Operator) DLQReplay(ctx context.Context, p DLQReplayParams) (*DLQReplay
 		return res, nil
 	}
 
-	rp, err := o.newReplay(ctx, target, bySession)
+	rp, err := o.newReplay(ctx, target, p.Wait, bySession)
 	if err != nil {
 		return nil, err
 	}

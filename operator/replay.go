@@ -83,25 +83,31 @@ type replay struct {
 	sender *azservicebus.Sender
 	target string
 	source string
+	wait   time.Duration
 
 	plan map[string][]*planned
-	// missing counts, per session, the planned dead letters not locked yet; last is the highest
-	// planned broker sequence number.
+	// missing counts, per session, the planned dead letters not locked yet; planned indexes the
+	// plan by broker sequence number and last is the highest of them.
 	missing map[string]int
 	planned map[int64]*planned
 	last    int64
 	// locked holds the planned dead letters received (locked) and not replayed yet; others the
-	// messages received in front of them, abandoned at the end.
-	locked   map[int64]*azservicebus.ReceivedMessage
-	others   []*azservicebus.ReceivedMessage
-	seen     map[int64]bool
-	scanning bool
+	// latest delivery of each message received besides them, abandoned at the end; seen the
+	// planned ones ever received.
+	locked map[int64]*azservicebus.ReceivedMessage
+	others map[int64]*azservicebus.ReceivedMessage
+	seen   map[int64]bool
+	// scanning: the scan goes on. waitUntil bounds the wait for planned dead letters another
+	// receiver holds; heldElsewhere lists those still held when the scan ended.
+	scanning      bool
+	waitUntil     time.Time
+	heldElsewhere map[int64]bool
 
 	sent int
 	done []ReplayedSession
 }
 
-func (o *Operator) newReplay(ctx context.Context, target string, plan map[string][]*planned) (*replay, error) {
+func (o *Operator) newReplay(ctx context.Context, target string, wait time.Duration, plan map[string][]*planned) (*replay, error) {
 	recv, err := o.dlqReceiver()
 	if err != nil {
 		return nil, err
@@ -112,9 +118,10 @@ func (o *Operator) newReplay(ctx context.Context, target string, plan map[string
 		return nil, fmt.Errorf("open a sender to %s: %w", target, err)
 	}
 	rp := &replay{
-		o: o, recv: recv, sender: sender, target: target, source: o.cfg.Entity.String(), plan: plan,
+		o: o, recv: recv, sender: sender, target: target, source: o.cfg.Entity.String(), wait: wait, plan: plan,
 		missing: map[string]int{}, planned: map[int64]*planned{},
-		locked: map[int64]*azservicebus.ReceivedMessage{}, seen: map[int64]bool{}, scanning: true, done: []ReplayedSession{},
+		locked: map[int64]*azservicebus.ReceivedMessage{}, others: map[int64]*azservicebus.ReceivedMessage{},
+		seen: map[int64]bool{}, scanning: true, heldElsewhere: map[int64]bool{}, done: []ReplayedSession{},
 	}
 	for id, ps := range plan {
 		rp.missing[id] = len(ps)
@@ -136,7 +143,7 @@ func (rp *replay) close(ctx context.Context) {
 	defer cancel()
 	_ = rp.sender.Close(cctx)
 	closeReceiver(cctx, rp.recv)
-	held := append(rp.others, slices.Collect(maps.Values(rp.locked))...)
+	held := append(slices.Collect(maps.Values(rp.others)), slices.Collect(maps.Values(rp.locked))...)
 	if len(held) == 0 {
 		return
 	}
@@ -178,7 +185,11 @@ func (rp *replay) run(ctx context.Context, ids []string) error {
 	return nil
 }
 
-// scan receives the next dead letters, keeping the planned ones and holding the rest.
+// scan receives the next dead letters, keeping the planned ones and holding the rest. The scan
+// ends when every planned dead letter is locked, or when the queue offers nothing more (or only
+// what lies past the plan) and the planned ones still missing have left the queue. Missing ones
+// still in the queue are locked by another receiver, typically a replay that crashed: the scan
+// waits for their locks to expire, up to the replay's wait.
 func (rp *replay) scan(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, scanIdle)
 	msgs, err := rp.recv.ReceiveMessages(rctx, receiveBatch, nil)
@@ -189,30 +200,93 @@ func (rp *replay) scan(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("receive from the dead-letter queue of %s: %w", rp.o.cfg.Entity, err)
 	}
-	if len(msgs) == 0 {
-		rp.scanning = false // the planned dead letters still missing are gone or held elsewhere
-		return nil
-	}
+	var highest int64
 	for _, m := range msgs {
 		seq := deref64(m.SequenceNumber)
-		if p, ok := rp.planned[seq]; ok {
-			if !rp.seen[seq] {
-				rp.seen[seq] = true
-				rp.locked[seq] = m
-				rp.missing[p.session]--
-			} else if _, waiting := rp.locked[seq]; waiting {
-				rp.locked[seq] = m // its first lock expired: this delivery holds the valid one
-			} else {
-				rp.others = append(rp.others, m) // replayed already, its completion failed
-			}
-		} else {
-			rp.others = append(rp.others, m)
-		}
-		if seq >= rp.last {
-			rp.scanning = false // the queue is ordered: nothing planned lies beyond
+		highest = max(highest, seq)
+		p, planned := rp.planned[seq]
+		_, waiting := rp.locked[seq]
+		switch {
+		case planned && !rp.seen[seq]:
+			rp.seen[seq] = true
+			rp.locked[seq] = m
+			rp.missing[p.session]--
+		case waiting:
+			rp.locked[seq] = m // its first lock expired: this delivery holds the valid one
+		default:
+			rp.others[seq] = m // not planned, or replayed already and its completion failed
 		}
 	}
+	missing := 0
+	for _, n := range rp.missing {
+		missing += n
+	}
+	switch {
+	case missing == 0:
+		rp.scanning = false
+		return nil
+	case len(msgs) > 0 && highest < rp.last:
+		return nil // more to come
+	}
+	held, err := rp.stillQueued(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if rp.waitUntil.IsZero() {
+		rp.waitUntil = now.Add(rp.wait)
+		if len(held) > 0 && rp.wait > 0 {
+			rp.o.progress("%d dead letters to replay are locked by another receiver (a replay that crashed holds them until their locks expire); waiting up to %s",
+				len(held), rp.wait.Round(time.Second))
+		}
+	}
+	if len(held) == 0 || now.After(rp.waitUntil) {
+		rp.heldElsewhere = held
+		rp.scanning = false
+		return nil
+	}
+	rp.renewHeld(ctx)
 	return nil
+}
+
+// stillQueued peeks for the planned dead letters not received yet and returns those still in
+// the dead-letter queue.
+func (rp *replay) stillQueued(ctx context.Context) (map[int64]bool, error) {
+	want := map[int64]bool{}
+	from := int64(-1)
+	for seq := range rp.planned {
+		if !rp.seen[seq] {
+			want[seq] = true
+			if from < 0 || seq < from {
+				from = seq
+			}
+		}
+	}
+	held := map[int64]bool{}
+	for from >= 0 && from <= rp.last {
+		page, err := rp.recv.PeekMessages(ctx, peekPage, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
+		if err != nil {
+			return nil, fmt.Errorf("peek the dead-letter queue of %s from broker sequence %d: %w", rp.o.cfg.Entity, from, err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, m := range page {
+			seq := deref64(m.SequenceNumber)
+			if want[seq] {
+				held[seq] = true
+			}
+			from = max(from, seq+1)
+		}
+	}
+	return held, nil
+}
+
+// renewHeld renews the locks of the planned dead letters held while the scan waits.
+func (rp *replay) renewHeld(ctx context.Context) {
+	for _, m := range rp.locked {
+		_ = rp.keepLock(ctx, m) // a lock that expires brings the message back to the scan
+	}
 }
 
 // replaySession sends the copies of one session's locked dead letters in sequence order, in
@@ -222,7 +296,11 @@ func (rp *replay) replaySession(ctx context.Context, id string) error {
 	var todo []*azservicebus.ReceivedMessage
 	for _, p := range rp.plan[id] {
 		m, ok := rp.locked[p.brokerSeq]
-		if !ok {
+		switch {
+		case !ok && rp.heldElsewhere[p.brokerSeq]:
+			rs.HeldElsewhere++
+			continue
+		case !ok:
 			rs.Gone++
 			continue
 		}
@@ -238,12 +316,12 @@ func (rp *replay) replaySession(ctx context.Context, id string) error {
 	for len(todo) > 0 {
 		batch, n, err := rp.batch(ctx, todo)
 		if err != nil {
-			rp.others = append(rp.others, todo...) // abandoned by close
+			rp.keep(todo) // abandoned by close
 			rp.done = append(rp.done, rs)
 			return fmt.Errorf("replay session %q: %w", id, err)
 		}
 		if err := rp.sender.SendMessageBatch(ctx, batch, nil); err != nil {
-			rp.others = append(rp.others, todo...)
+			rp.keep(todo)
 			rp.done = append(rp.done, rs)
 			return fmt.Errorf("replay session %q: send %d copies to %s: %w", id, n, rp.target, err)
 		}
@@ -265,9 +343,16 @@ func (rp *replay) replaySession(ctx context.Context, id string) error {
 	}
 	rp.o.log.InfoContext(ctx, "operator: replayed dead letters", slog.String("session_id", id),
 		slog.Int("num_sent", rs.Sent), slog.Int("num_completed", rs.Completed), slog.Int("num_gone", rs.Gone),
-		slog.Int("num_uncompleted", rs.Uncompleted), slog.Any("sequences", rs.Sequences))
+		slog.Int("num_uncompleted", rs.Uncompleted), slog.Int("num_held_elsewhere", rs.HeldElsewhere), slog.Any("sequences", rs.Sequences))
 	rp.done = append(rp.done, rs)
 	return nil
+}
+
+// keep hands msgs to close, which abandons them.
+func (rp *replay) keep(msgs []*azservicebus.ReceivedMessage) {
+	for _, m := range msgs {
+		rp.others[deref64(m.SequenceNumber)] = m
+	}
 }
 
 // keepLock renews m's lock when little of it is left.

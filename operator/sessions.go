@@ -107,6 +107,16 @@ type ListParams struct {
 	Limit int
 }
 
+// match reports whether st passes p. A parked session waits for its parked sequence with its
+// later messages deferred, so its state records a gap as well (State.GapSince); Gap leaves it
+// out, as the workers' gap warnings do: it waits for an operator, not for a missing message.
+func (p ListParams) match(st *sequencer.State) bool {
+	if !p.Parked && !p.Gap && !p.Stranded {
+		return true
+	}
+	return (p.Parked && st.Parked != nil) || (p.Gap && !st.GapSince.IsZero() && st.Parked == nil) || (p.Stranded && st.NeedsWake())
+}
+
 // ListResult is what List found, ordered by session id.
 type ListResult struct {
 	Sessions []SessionInfo `json:"sessions"`
@@ -141,15 +151,20 @@ func (o *Operator) List(ctx context.Context, p ListParams) (*ListResult, error) 
 			return nil, fmt.Errorf("list the sessions of %s: %w", o.cfg.Entity, err)
 		}
 		for _, e := range entries {
+			var info SessionInfo
+			switch {
+			case e.Busy:
+				info = SessionInfo{SessionID: e.SessionID, Busy: true}
+			case p.match(e.State):
+				info = sessionInfo(e.SessionID, e.State, e.Version)
+			default:
+				continue
+			}
 			if p.Limit > 0 && len(res.Sessions) == p.Limit {
 				res.Truncated = true
 				return res, nil
 			}
-			if e.Busy {
-				res.Sessions = append(res.Sessions, SessionInfo{SessionID: e.SessionID, Busy: true})
-				continue
-			}
-			res.Sessions = append(res.Sessions, sessionInfo(e.SessionID, e.State, e.Version))
+			res.Sessions = append(res.Sessions, info)
 		}
 		if len(entries) < page {
 			return res, nil
