@@ -75,7 +75,7 @@ type setupOptions struct {
 	noQueue bool
 }
 
-func setup(t *testing.T, store string, opts *setupOptions) *bundle {
+func setup(t testing.TB, store string, opts *setupOptions) *bundle {
 	t.Helper()
 	if opts == nil {
 		opts = &setupOptions{}
@@ -100,7 +100,9 @@ func setup(t *testing.T, store string, opts *setupOptions) *bundle {
 		b.store = sb
 		mgmtSource, err := sbadapter.NewSource(mgmt, sbadapter.Config{Entity: entity})
 		require.NoError(t, err)
-		lister = sessionstate.NewScanLister(sessionstate.ScanConfig{IDs: mgmtSource.ListSessionsWithState, Source: source, Store: sb})
+		lister = sessionstate.NewScanLister(sessionstate.ScanConfig{
+			IDs: mgmtSource.ListSessionsWithState, Source: source, Store: sb, Concurrency: 16, // as cmd/worker
+		})
 	case "postgres":
 		pool := pgtest.NewPool(t, &pgtest.Options{Setup: func(ctx context.Context, p *pgxpool.Pool) error {
 			_, err := migrations.New(p, nil).Up(ctx, migrations.UpOptions{})
@@ -154,7 +156,7 @@ func (b *bundle) handledOf(id string) []int64 {
 	return slices.Clone(b.handled[id])
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

@@ -124,8 +124,9 @@ type ListResult struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// listPage bounds one Lister call.
-const listPage = 500
+// listPage bounds one Lister call. It is large because a ScanLister lists the entity's session
+// ids again on every call.
+const listPage = 5000
 
 // List returns the sessions whose state matches p, read through the store's Lister: a query on
 // Postgres, a brief lock of each session with Service Bus session state (a session a worker holds

@@ -202,6 +202,10 @@ var commandUsage = map[string]string{
 // dead-letter queue, the replay sender, session listings).
 var mgmtRetries = azservicebus.RetryOptions{MaxRetries: 3, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
 
+// scanConcurrency is how many sessions `sessions list` reads at once with Service Bus session
+// state, where reading one is a lock, a read and a release.
+const scanConcurrency = 16
+
 // newOperator builds the operator from the settings, as the worker builds its own pieces: the
 // sessions on a client with the SDK's retries off (sbadapter, "Lock tenure"), everything else on
 // a client with a few retries, and the same state store. closeAll closes what it opened.
@@ -283,7 +287,9 @@ func (c *cli) newOperator(ctx context.Context, cfg *workerconfig.OperatorConfig,
 		}
 		sb := sbstate.New(&sbstate.Config{MaxStateSize: int(cfg.StateMaxBytes)})
 		ocfg.Store = sb
-		ocfg.Lister = sessionstate.NewScanLister(sessionstate.ScanConfig{IDs: mgmtSource.ListSessionsWithState, Source: source, Store: sb})
+		ocfg.Lister = sessionstate.NewScanLister(sessionstate.ScanConfig{
+			IDs: mgmtSource.ListSessionsWithState, Source: source, Store: sb, Concurrency: scanConcurrency,
+		})
 	}
 	if n := cfg.TestReplayCrashAfter; n > 0 {
 		logger.WarnContext(ctx, "worker: test hook armed: dlq replay exits abruptly after sending copies", slog.Int("after_copies", n))
