@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/require"
@@ -158,4 +159,37 @@ func TestReplayOfASubscriptionNeedsATarget(t *testing.T) {
 	msgs, err = sub.ReceiveMessages(ctx, 1, nil)
 	require.NoError(t, err)
 	require.Equal(t, "events/Subscriptions/seq", msgs[0].ApplicationProperties[operator.PropertyReplayedFromDLQ])
+}
+
+// TestReplayAgainAfterAnInterruptedRun: a replay cut short after sending its copies, before
+// completing their dead letters, leaves them in the dead-letter queue; the next replay sends
+// them again under the same MessageIds, which duplicate detection drops, and completes them.
+func TestReplayAgainAfterAnInterruptedRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "servicebus", &setupOptions{queue: broker.EntityProperties{
+		RequiresDuplicateDetection: true, LockDuration: time.Second,
+	}})
+	b.publish(t, "a", 3, 1, 2, 3)
+	b.deadLetter(t, "a", "HandlerFailed", 1, 2, 3)
+
+	// The first run is cut off right after its batch went out, as by a crash.
+	ctx, cancel := context.WithCancel(testCtx(t))
+	op, err := operator.New(operator.Config{
+		Entity: b.entity, Client: b.srv.NewClient(t, nil), Sessions: b.worker, Store: b.store, Lister: b.lister,
+		AfterReplaySend: func(int) { cancel() },
+	})
+	require.NoError(t, err)
+	res, err := op.DLQReplay(ctx, operator.DLQReplayParams{All: true})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 3, res.Sessions[0].Sent)
+	require.Equal(t, 3, res.Sessions[0].Uncompleted, "the completions did not happen")
+	require.Len(t, b.deadLetters(t), 3)
+
+	// Their locks expire; the replay runs again.
+	res, err = b.op.DLQReplay(testCtx(t), operator.DLQReplayParams{All: true, Wait: 10 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, []operator.ReplayedSession{{SessionID: "a", Sequences: []int64{1, 2, 3}, Sent: 3, Completed: 3}}, res.Sessions)
+	require.Empty(t, b.deadLetters(t))
+	copies := b.drainSession(t, "a")
+	require.Len(t, copies, 3, "the copies sent twice went in once: duplicate detection dropped the second ones")
 }

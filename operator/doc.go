@@ -31,9 +31,11 @@
 // parked message that a crash left undead-lettered; a run cut short).
 //
 // A resumed or skipped session needs no new traffic: when its next message is deferred at the
-// broker, the state says so (State.NeedsWake) and the workers' sweeper wakes it within one sweep
-// interval; when the message is not at the broker yet (a dead letter not replayed), the broker
-// offers the session to accept-next once it arrives.
+// broker, the state says so (State.NeedsWake), the workers' sweeper finds it within one sweep
+// interval and a worker runs it as soon as one of its accept-next waits ends (the runner serves
+// a queued wake then: at most sequencer.RunnerConfig.AcceptTimeout, 10s by default, later); when
+// the message is not at the broker yet (a dead letter not replayed), the broker offers the
+// session to accept-next once it arrives.
 //
 // # Dead letters
 //

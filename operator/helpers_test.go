@@ -54,6 +54,7 @@ type bundle struct {
 	srv      *emulatortest.Server
 	entity   sbadapter.Entity
 	store    sequencer.StateStore
+	lister   sessionstate.Lister
 	op       *operator.Operator
 	progress *syncBuffer
 	// worker is a session source on a client of its own: it plays the part of a worker.
@@ -114,6 +115,7 @@ func setup(t testing.TB, store string, opts *setupOptions) *bundle {
 	default:
 		t.Fatalf("unknown store %q", store)
 	}
+	b.lister = lister
 	b.op, err = operator.New(operator.Config{
 		Entity: entity, Client: mgmt, Sessions: source, Store: b.store, Lister: lister, Progress: b.progress,
 	})

@@ -174,6 +174,9 @@ func (rp *replay) run(ctx context.Context, ids []string) error {
 			if err := rp.replaySession(ctx, id); err != nil {
 				return err
 			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("replay interrupted after session %q: %w", id, err)
+			}
 		}
 		pending = still
 		if len(pending) > 0 {

@@ -257,7 +257,7 @@ func (c *sessionsResume) Run(ctx context.Context, o *sessionsResumeOpts) error {
 			_, _ = fmt.Fprintf(w, "resumed %s: waits for sequence %d again (parked %s: %s)\n", r.SessionID, r.Next,
 				fmtTime(&r.Parked.At), clip(r.Parked.Reason, 80))
 			if r.Wakes {
-				_, _ = fmt.Fprintf(w, "  its message is deferred at the broker: a worker's sweeper wakes the session within one sweep interval\n")
+				_, _ = fmt.Fprintf(w, "  its message is deferred at the broker: a worker's sweeper wakes the session (SEQBUS_SWEEP_INTERVAL)\n")
 			} else {
 				_, _ = fmt.Fprintf(w, "  it continues when sequence %d arrives: replay its dead letter if not done yet (worker dlq replay --session %s)\n", r.Next, r.SessionID)
 			}
