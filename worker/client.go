@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
@@ -42,15 +40,17 @@ type Client struct {
 	pool               *pgxpool.Pool
 	ownPool            bool
 	pg                 *postgres.Store
-	runner             *sequencer.Runner
+	runner             *sequencer.Runner // OrderingSession
 	sweeper            *sweeper
-	ready              readiness
+	unordered          *unordered // OrderingNone
+	unorderedRecv      *azservicebus.Receiver
+	stopSoft, stopHard context.CancelFunc // OrderingNone
+	unorderedDone      chan struct{}
+	ops                ops
 
 	mu       sync.Mutex
 	started  bool
 	stopping bool
-	httpSrv  *http.Server
-	httpLn   net.Listener
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 	done     chan struct{}
@@ -95,8 +95,10 @@ func New(cfg Config) (*Client, error) {
 		h      = cfg.Handler
 		lister sessionstate.Lister
 	)
-	switch cfg.StateStore {
-	case StateStorePostgres:
+	switch {
+	case cfg.Ordering == OrderingNone:
+		// No state: messages are handled as they come.
+	case cfg.StateStore == StateStorePostgres:
 		c.pool, c.ownPool = cfg.Pool, cfg.Pool == nil
 		if c.ownPool {
 			if c.pool, err = pgxpool.New(context.Background(), cfg.DatabaseURL); err != nil {
@@ -136,6 +138,24 @@ func New(cfg Config) (*Client, error) {
 		handler.WithRecover(c.log),
 		handler.WithTimeout(cfg.HandlerTimeout),
 	}, cfg.Middleware...)...)
+	if cfg.Ordering == OrderingNone {
+		if cfg.Entity.Queue != "" {
+			c.unorderedRecv, err = c.mgmt.NewReceiverForQueue(cfg.Entity.Queue, nil)
+		} else {
+			c.unorderedRecv, err = c.mgmt.NewReceiverForSubscription(cfg.Entity.Topic, cfg.Entity.Subscription, nil)
+		}
+		if err != nil {
+			return nil, configError("Entity", err)
+		}
+		engine := cfg.Engine.WithDefaults()
+		c.unordered = &unordered{
+			h: h, slots: cfg.MaxConcurrentSessions, retry: engine.Retry, poison: engine.Poison,
+			obs: c.m, log: c.log, renewal: 10 * time.Second, recv: c.unorderedRecv,
+		}
+		c.ops = ops{reg: c.reg, interval: cfg.ReadyInterval, check: c.checkReady, readyGauge: c.m.ready, log: c.log}
+		ok = true
+		return c, nil
+	}
 	c.runner, err = sequencer.NewRunner(sequencer.RunnerConfig{
 		Source:                c.source,
 		Store:                 instrument(store, c.m),
@@ -174,8 +194,35 @@ func New(cfg Config) (*Client, error) {
 			}
 		}
 	}
+	c.ops = ops{reg: c.reg, interval: cfg.ReadyInterval, check: c.checkReady, readyGauge: c.m.ready,
+		log: c.log}
 	ok = true
 	return c, nil
+}
+
+// probe checks that the entity exists and the credentials may read it, with one management call.
+func (c *Client) probe(ctx context.Context) error {
+	if c.unorderedRecv != nil {
+		if _, err := c.unorderedRecv.PeekMessages(ctx, 1, nil); err != nil {
+			return sbadapter.MapError(err)
+		}
+		return nil
+	}
+	return c.mgmtSource.Probe(ctx)
+}
+
+// checkReady checks the broker and, with Postgres, the database.
+func (c *Client) checkReady(ctx context.Context) []string {
+	var reasons []string
+	if err := c.probe(ctx); err != nil {
+		reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
+	}
+	if c.pool != nil {
+		if err := c.pool.Ping(ctx); err != nil {
+			reasons = append(reasons, fmt.Sprintf("postgres: %v", err))
+		}
+	}
+	return reasons
 }
 
 // newSBClient connects with the connection string or with Entra ID on the namespace.
@@ -214,22 +261,14 @@ func (c *Client) Start(ctx context.Context) error {
 	c.started = true
 	fail := func(err error) error {
 		c.stopping = true // a later Stop has nothing to stop
-		if c.httpSrv != nil {
-			_ = c.httpSrv.Close()
-		}
+		c.ops.shutdown(ctx)
 		c.closeConnections()
 		close(c.done)
 		return err
 	}
 
-	if c.cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", c.cfg.HTTPAddr)
-		if err != nil {
-			return fail(configError("HTTPAddr", fmt.Errorf("HTTP server: %w", err)))
-		}
-		c.httpLn = ln
-		c.httpSrv = &http.Server{Handler: c.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = c.httpSrv.Serve(ln) }()
+	if err := c.ops.listen(c.cfg.HTTPAddr); err != nil {
+		return fail(err)
 	}
 	if c.pool != nil {
 		if err := c.prepareDatabase(ctx); err != nil {
@@ -237,7 +276,7 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := c.mgmtSource.Probe(pctx)
+	err := c.probe(pctx)
 	cancel()
 	if err != nil {
 		if sbadapter.Classify(err) == sbadapter.ClassFatal {
@@ -253,13 +292,21 @@ func (c *Client) Start(ctx context.Context) error {
 		c.log.WarnContext(ctx, "worker: probing the entity failed; starting anyway, the runner retries", slog.Any("error", err))
 	}
 
-	if err := c.runner.Start(ctx); err != nil {
-		return fail(fmt.Errorf("worker: start runner: %w", err))
-	}
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
+	if c.unordered != nil {
+		if err := c.startUnordered(ctx); err != nil {
+			cancelBG()
+			return fail(err)
+		}
+	} else {
+		if err := c.runner.Start(ctx); err != nil {
+			cancelBG()
+			return fail(fmt.Errorf("worker: start runner: %w", err))
+		}
+		c.bg.Go(func() { c.sweeper.run(bg) })
+	}
 	c.bgCancel = cancelBG
-	c.bg.Go(func() { c.sweeper.run(bg) })
-	c.bg.Go(func() { c.readyLoop(bg) })
+	c.bg.Go(func() { c.ops.readyLoop(bg) })
 	c.log.InfoContext(ctx, "worker: running", slog.String("entity", c.cfg.Entity.String()),
 		slog.String("state_store", string(c.cfg.StateStore)), slog.String("http_addr", c.HTTPAddr()))
 	return nil
@@ -267,18 +314,24 @@ func (c *Client) Start(ctx context.Context) error {
 
 // prepareDatabase pings the database and applies the migrations, or checks that they are.
 func (c *Client) prepareDatabase(ctx context.Context) error {
+	return prepareDatabase(ctx, c.pool, c.cfg.MigrateOnStart, c.log)
+}
+
+// prepareDatabase pings pool's database and applies the migrations (migrate), or checks that
+// every migration the binary knows is applied.
+func prepareDatabase(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog.Logger) error {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.pool.Ping(pctx); err != nil {
+	if err := pool.Ping(pctx); err != nil {
 		return configError("DatabaseURL", fmt.Errorf("cannot reach the database: %w", err))
 	}
-	m := migrations.New(c.pool, &migrations.Config{Logger: c.log})
-	if c.cfg.MigrateOnStart {
+	m := migrations.New(pool, &migrations.Config{Logger: log})
+	if migrate {
 		res, err := m.Up(ctx, migrations.UpOptions{})
 		if err != nil {
 			return configError("MigrateOnStart", err)
 		}
-		c.log.InfoContext(ctx, "worker: migrated", slog.Int("num_applied", len(res.Migrations)))
+		log.InfoContext(ctx, "worker: migrated", slog.Int("num_applied", len(res.Migrations)))
 		return nil
 	}
 	st, err := m.Status(ctx)
@@ -297,13 +350,50 @@ func (c *Client) prepareDatabase(ctx context.Context) error {
 // saves and is released. When ctx ends first, the work left is canceled and Stop returns ctx's
 // error. It then closes the connections; Stopped is closed when everything has stopped.
 func (c *Client) Stop(ctx context.Context) error {
+	if c.unordered != nil {
+		return c.stop(ctx, c.stopUnordered)
+	}
 	return c.stop(ctx, c.runner.Stop)
 }
 
 // StopAndCancel cancels the work in hand (handlers see their ctx canceled; nothing more is
 // settled), then stops like Stop.
 func (c *Client) StopAndCancel(ctx context.Context) error {
+	if c.unordered != nil {
+		return c.stop(ctx, func(ctx context.Context) error { c.stopHard(); return c.stopUnordered(ctx) })
+	}
 	return c.stop(ctx, c.runner.StopAndCancel)
+}
+
+// startUnordered starts handling (OrderingNone).
+func (c *Client) startUnordered(ctx context.Context) error {
+	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
+	soft, stopSoft := context.WithCancel(hard)
+	c.stopSoft, c.stopHard = stopSoft, stopHard
+	c.unorderedDone = make(chan struct{})
+	go func() {
+		defer close(c.unorderedDone)
+		c.unordered.run(soft, hard)
+	}()
+	return nil
+}
+
+// stopUnordered lets the messages in hand finish (canceling them when ctx ends first).
+func (c *Client) stopUnordered(ctx context.Context) error {
+	c.stopSoft()
+	var err error
+	select {
+	case <-c.unorderedDone:
+	case <-ctx.Done():
+		err = fmt.Errorf("worker: stop: %w", ctx.Err())
+		c.stopHard()
+		<-c.unorderedDone
+	}
+	c.stopHard()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = c.unorderedRecv.Close(cctx)
+	return err
 }
 
 func (c *Client) stop(ctx context.Context, stopRunner func(context.Context) error) error {
@@ -326,13 +416,9 @@ func (c *Client) stop(ctx context.Context, stopRunner func(context.Context) erro
 		c.bg.Wait()
 	}
 	err := stopRunner(ctx)
-	if c.httpSrv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = c.httpSrv.Shutdown(sctx)
-		cancel()
-	}
+	c.ops.shutdown(ctx)
 	c.closeConnections()
-	st := c.runner.Stats()
+	st := c.Stats()
 	c.log.InfoContext(ctx, "worker: stopped",
 		slog.Uint64("sessions", st.Sessions),
 		slog.Uint64("handled", st.Handled),
@@ -364,19 +450,19 @@ func (c *Client) closeConnections() {
 func (c *Client) Stopped() <-chan struct{} { return c.done }
 
 // Stats returns the running totals of the runner.
-func (c *Client) Stats() sequencer.Stats { return c.runner.Stats() }
+func (c *Client) Stats() sequencer.Stats {
+	if c.unordered != nil {
+		return c.unordered.stats()
+	}
+	return c.runner.Stats()
+}
 
 // HTTPAddr returns the address the HTTP server listens on ("" when there is none).
-func (c *Client) HTTPAddr() string {
-	if c.httpLn == nil {
-		return ""
-	}
-	return c.httpLn.Addr().String()
-}
+func (c *Client) HTTPAddr() string { return c.ops.addr() }
 
 // Registry returns the registry the metrics are in.
 func (c *Client) Registry() *prometheus.Registry { return c.reg }
 
-func (c *Client) activeSessions() int { return c.runner.Stats().ActiveSessions }
+func (c *Client) activeSessions() int { return c.Stats().ActiveSessions }
 
-func (c *Client) brokerCalls() map[string]uint64 { return c.runner.Stats().BrokerCalls }
+func (c *Client) brokerCalls() map[string]uint64 { return c.Stats().BrokerCalls }

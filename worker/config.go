@@ -46,8 +46,12 @@ type Config struct {
 	// Credential (default: azidentity.DefaultAzureCredential).
 	Namespace  string
 	Credential azcore.TokenCredential
-	// Entity is the session-enabled queue or topic subscription.
+	// Entity is the session-enabled queue or topic subscription (an entity without sessions with
+	// OrderingNone).
 	Entity sbadapter.Entity
+	// Ordering is OrderingSession (default: restore each session's order) or OrderingNone
+	// (handle the messages of an entity without sessions as they come, no state).
+	Ordering Ordering
 
 	// StateStore is where session states live (default StateStoreServiceBus).
 	StateStore StateStore
@@ -106,6 +110,7 @@ type Config struct {
 // withDefaults returns a copy of c with its defaults filled in.
 func (c Config) withDefaults() Config {
 	c.StateStore = cmp.Or(c.StateStore, StateStoreServiceBus)
+	c.Ordering = cmp.Or(c.Ordering, OrderingSession)
 	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, DefaultHandlerTimeout)
 	c.MaxConcurrentSessions = cmp.Or(c.MaxConcurrentSessions, DefaultMaxConcurrentSessions)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
@@ -149,6 +154,15 @@ func (c Config) validate() error {
 	}
 	if err := c.Entity.Validate(); err != nil {
 		bad("Entity", "%v", err)
+	}
+	switch c.Ordering {
+	case OrderingSession:
+	case OrderingNone:
+		if c.StateStore != StateStoreServiceBus || c.Transactional {
+			bad("Ordering", "OrderingNone keeps no state: leave StateStore, Journal and Transactional unset")
+		}
+	default:
+		bad("Ordering", "%q is neither %q nor %q", c.Ordering, OrderingSession, OrderingNone)
 	}
 	switch c.StateStore {
 	case StateStoreServiceBus:

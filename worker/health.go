@@ -4,70 +4,106 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// readiness is the result of the last readiness check.
-type readiness struct {
+// ops is what a seqbus process serves to its operators: /metrics, /healthz and /readyz, with a
+// readiness check run every interval. The worker Client and the Relay each have one.
+type ops struct {
+	reg      *prometheus.Registry
+	interval time.Duration
+	// check returns why the process is not ready (nothing when it is), within ctx.
+	check func(ctx context.Context) []string
+	// readyGauge mirrors the result (seqbus_ready).
+	readyGauge prometheus.Gauge
+	log        *slog.Logger
+
 	mu      sync.Mutex
 	ok      bool
 	reasons []string
 	checked time.Time
+
+	srv *http.Server
+	ln  net.Listener
 }
 
-func (r *readiness) set(reasons []string, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ok, r.reasons, r.checked = len(reasons) == 0, reasons, at
+// listen starts serving on addr ("" serves nothing). The error names the field HTTPAddr.
+func (o *ops) listen(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return configError("HTTPAddr", fmt.Errorf("HTTP server: %w", err))
+	}
+	o.ln = ln
+	o.srv = &http.Server{Handler: o.handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = o.srv.Serve(ln) }()
+	return nil
 }
 
-func (r *readiness) get() (ok bool, reasons []string, checked time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ok, r.reasons, r.checked
+// addr returns the address served ("" when nothing is).
+func (o *ops) addr() string {
+	if o.ln == nil {
+		return ""
+	}
+	return o.ln.Addr().String()
 }
 
-// checkReady checks the broker and the database once, each within the ready interval.
-func (c *Client) checkReady(ctx context.Context) []string {
-	var reasons []string
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadyInterval)
+// shutdown stops serving, waiting up to 5s for requests in flight.
+func (o *ops) shutdown(ctx context.Context) {
+	if o.srv == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := c.mgmtSource.Probe(ctx); err != nil {
-		reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
-	}
-	if c.pool != nil {
-		if err := c.pool.Ping(ctx); err != nil {
-			reasons = append(reasons, fmt.Sprintf("postgres: %v", err))
-		}
-	}
-	return reasons
+	_ = o.srv.Shutdown(sctx)
 }
 
-// readyLoop checks readiness every ready interval until ctx ends.
-func (c *Client) readyLoop(ctx context.Context) {
-	t := time.NewTicker(c.cfg.ReadyInterval)
+func (o *ops) set(reasons []string, at time.Time) (wasOK bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	wasOK = o.ok
+	o.ok, o.reasons, o.checked = len(reasons) == 0, reasons, at
+	return wasOK
+}
+
+func (o *ops) get() (ok bool, reasons []string, checked time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ok, o.reasons, o.checked
+}
+
+// readyLoop checks readiness every interval until ctx ends; each check gets one interval.
+func (o *ops) readyLoop(ctx context.Context) {
+	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	for {
-		reasons := c.checkReady(ctx)
+		cctx, cancel := context.WithTimeout(ctx, o.interval)
+		reasons := o.check(cctx)
+		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		wasOK, _, _ := c.ready.get()
-		c.ready.set(reasons, time.Now())
-		if len(reasons) == 0 {
-			c.m.ready.Set(1)
-		} else {
-			c.m.ready.Set(0)
-			if wasOK {
-				c.log.WarnContext(ctx, "worker: not ready", "reasons", reasons)
+		wasOK := o.set(reasons, time.Now())
+		switch {
+		case len(reasons) == 0:
+			o.readyGauge.Set(1)
+			if !wasOK {
+				o.log.InfoContext(ctx, "worker: ready")
 			}
-		}
-		if len(reasons) == 0 && !wasOK {
-			c.log.InfoContext(ctx, "worker: ready")
+		default:
+			o.readyGauge.Set(0)
+			if wasOK {
+				o.log.WarnContext(ctx, "worker: not ready", slog.Any("reasons", reasons))
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -77,16 +113,16 @@ func (c *Client) readyLoop(ctx context.Context) {
 	}
 }
 
-// httpHandler serves /metrics, /healthz (the process runs) and /readyz (the broker, and the
-// database with the postgres store, answered the last check: 200, or 503 with the reasons).
-func (c *Client) httpHandler() http.Handler {
+// handler serves /metrics, /healthz (the process runs) and /readyz (200 when the last check
+// passed, 503 with the reasons otherwise).
+func (o *ops) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{Registry: c.reg}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{Registry: o.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, reasons, checked := c.ready.get()
+		ok, reasons, checked := o.get()
 		body := map[string]any{"status": "ready"}
 		if !checked.IsZero() {
 			body["checked_at"] = checked.UTC().Format(time.RFC3339Nano)

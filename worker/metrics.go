@@ -29,7 +29,9 @@ var outcomes = []string{OutcomeHandled, OutcomeHeld, OutcomeDeferred, OutcomeDup
 // metrics holds the worker's Prometheus metrics. Their names and labels are part of the worker's
 // interface (dashboards and alerts depend on them); no label ever carries a session id.
 type metrics struct {
-	messages        *prometheus.CounterVec
+	messages *prometheus.CounterVec
+	// outcome holds the counter of each outcome, looked up once.
+	outcome         map[string]prometheus.Counter
 	handlerDuration prometheus.Histogram
 	handlerErrors   prometheus.Counter
 	sessionsParked  prometheus.Gauge
@@ -124,8 +126,9 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 			return nil, fmt.Errorf("worker: registering metrics: %w", err)
 		}
 	}
+	m.outcome = make(map[string]prometheus.Counter, len(outcomes))
 	for _, o := range outcomes {
-		m.messages.WithLabelValues(o) // every outcome is exported from the start, at 0
+		m.outcome[o] = m.messages.WithLabelValues(o) // every outcome is exported from the start, at 0
 	}
 	return m, nil
 }
@@ -134,20 +137,20 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 func (m *metrics) Observe(e sequencer.Event) {
 	switch e.Kind {
 	case sequencer.EventHandled:
-		m.messages.WithLabelValues(OutcomeHandled).Inc()
+		m.outcome[OutcomeHandled].Inc()
 	case sequencer.EventHeld:
-		m.messages.WithLabelValues(OutcomeHeld).Inc()
+		m.outcome[OutcomeHeld].Inc()
 	case sequencer.EventDeferred:
-		m.messages.WithLabelValues(OutcomeDeferred).Inc()
+		m.outcome[OutcomeDeferred].Inc()
 	case sequencer.EventDuplicate:
-		m.messages.WithLabelValues(OutcomeDuplicate).Inc()
+		m.outcome[OutcomeDuplicate].Inc()
 	case sequencer.EventInvalid:
-		m.messages.WithLabelValues(OutcomeInvalid).Inc()
-		m.messages.WithLabelValues(OutcomeDeadLettered).Inc()
+		m.outcome[OutcomeInvalid].Inc()
+		m.outcome[OutcomeDeadLettered].Inc()
 	case sequencer.EventDeadLettered:
-		m.messages.WithLabelValues(OutcomeDeadLettered).Inc()
+		m.outcome[OutcomeDeadLettered].Inc()
 	case sequencer.EventRetry:
-		m.messages.WithLabelValues(OutcomeRetried).Inc()
+		m.outcome[OutcomeRetried].Inc()
 	case sequencer.EventGapResolved:
 		m.gapWait.Observe(e.Duration.Seconds())
 	case sequencer.EventLockLost:

@@ -14,9 +14,10 @@ import (
 	"github.com/seqbus/seqbus/worker"
 )
 
-const usage = `usage: worker [run | migrate up|down|status | sessions … | dlq … | help]
+const usage = `usage: worker [run | relay | migrate up|down|status | sessions … | dlq … | help]
 
   run (default)   run the worker; configured by SEQBUS_* environment variables
+  relay           publish the Postgres outbox to Service Bus in each session's order
   migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL)
   migrate down    roll back the latest migration
   migrate status  list migrations and whether they are applied
@@ -68,6 +69,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	switch cmd {
 	case "run", "worker":
 		err = c.runWorker(ctx)
+	case "relay":
+		err = c.relay(ctx, args)
 	case "migrate":
 		err = c.migrate(ctx, args)
 	case "sessions", "dlq":

@@ -2,7 +2,8 @@
 // application order and hands them to a handler.
 //
 //	worker [run]                    run the worker (configured by SEQBUS_* variables)
-//	worker migrate up|down|status   manage the Postgres state store schema (SEQBUS_DATABASE_URL)
+//	worker relay                    publish the Postgres outbox to Service Bus in session order
+//	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL)
 //	worker sessions list|show|resume|skip   operator commands on the entity's sessions
 //	worker dlq list|replay          operator commands on the entity's dead-letter queue
 //
@@ -16,26 +17,59 @@
 //	SEQBUS_NAMESPACE                or: myns.servicebus.windows.net with Entra ID (DefaultAzureCredential)
 //	SEQBUS_QUEUE                    a session-enabled queue, or:
 //	SEQBUS_TOPIC, SEQBUS_SUBSCRIPTION   a session-enabled subscription
+//	SEQBUS_ORDERING                 session (default: restore each session's order) or none (an
+//	                                entity without sessions: handled as they come, no state)
 //	SEQBUS_STATE_STORE              servicebus (default, session state) or postgres
 //	SEQBUS_DATABASE_URL             Postgres URL (required with postgres; password redacted in logs)
-//	SEQBUS_MIGRATE_ON_START         apply migrations at start (postgres only; default false)
+//	SEQBUS_MIGRATE_ON_START         apply migrations at start (postgres only; default false: the
+//	                                worker refuses a schema that lacks a migration)
 //	SEQBUS_MAX_CONCURRENT_SESSIONS  sessions processed at once (default 8)
 //	SEQBUS_SESSION_IDLE_TIMEOUT     release a session after this long without messages (default 5s)
 //	SEQBUS_SEQUENCE_PROPERTY        application property with the sequence (default Sequence)
 //	SEQBUS_LAST_PROPERTY            application property marking the last message (default IsLast)
-//	SEQBUS_POISON_POLICY            park (default), skip or block
 //	SEQBUS_MAX_HANDLER_ATTEMPTS     handler calls before the poison policy applies (default 5)
+//	SEQBUS_RETRY_BASE               wait after the first failed call (default 1s), doubling…
+//	SEQBUS_RETRY_MAX                …up to this (default 30s)
+//	SEQBUS_POISON_POLICY            park (default), skip or block
+//	SEQBUS_REORDER_WINDOW           early messages held in memory per session (default 256; 0: off)
+//	SEQBUS_REORDER_WINDOW_BYTES     bound on their bodies (default 8MiB)
+//	SEQBUS_DRAIN_BATCH              deferred messages fetched per receive-deferred (default 32)
+//	SEQBUS_PREFETCH                 messages asked for per receive (default 32)
+//	SEQBUS_TOMBSTONE_TTL            keep an ended session's state this long (default 24h; 0: delete)
+//	SEQBUS_STATE_MAX_BYTES          the entity's max message size, bounding session state (default 256KiB)
+//	SEQBUS_LOCK_RENEW_INTERVAL      session lock renewal (default 0: half the remaining lock time)
 //	SEQBUS_SAVE_EACH_MESSAGE        save the state after every message instead of once per run of
 //	                                in-order messages in hand (default false; see README)
-//	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are looked for, and with postgres
-//	                                expired tombstones (older than 24h) purged (default 30s)
+//	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are woken, session gauges refreshed,
+//	                                old gaps warned about and (postgres) expired tombstones purged
+//	                                (default 30s)
 //	SEQBUS_HANDLER                  log (default), noop, http, or journal (postgres store only:
 //	                                inserts each message into seqbus_journal in the same
 //	                                transaction as the state advance, exactly-once effects)
 //	SEQBUS_HANDLER_URL              target of the http handler
 //	SEQBUS_HANDLER_TIMEOUT          bound on one handler call (default 30s)
+//	SEQBUS_HTTP_ADDR                /metrics, /healthz, /readyz (default :9464; off: none)
+//	SEQBUS_READY_CHECK_INTERVAL     how often readiness is checked (default 5s)
 //	SEQBUS_LOG_LEVEL                debug, info (default), warn, error
 //	SEQBUS_SHUTDOWN_TIMEOUT         graceful stop bound (default 30s)
+//
+// Tracing (OpenTelemetry) follows the standard OTEL_* variables and is off unless
+// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) is set.
+//
+// worker relay reads SEQBUS_CONNECTION_STRING or SEQBUS_NAMESPACE, SEQBUS_DATABASE_URL,
+// SEQBUS_MIGRATE_ON_START, SEQBUS_SEQUENCE_PROPERTY, SEQBUS_LAST_PROPERTY, SEQBUS_HTTP_ADDR,
+// SEQBUS_READY_CHECK_INTERVAL, SEQBUS_LOG_LEVEL, SEQBUS_SHUTDOWN_TIMEOUT and:
+//
+//	SEQBUS_RELAY_ENTITIES           queues and topics to relay, comma-separated (default all)
+//	SEQBUS_RELAY_BATCH_SIZE         messages of one session claimed and sent at once (default 100)
+//	SEQBUS_RELAY_CONCURRENCY        sessions sent at once (default 4)
+//	SEQBUS_RELAY_POLL_INTERVAL      polling behind LISTEN/NOTIFY (default 5s)
+//	SEQBUS_RELAY_MIN_BACKOFF        pause of a session after a failed send (default 1s), doubling…
+//	SEQBUS_RELAY_MAX_BACKOFF        …up to this (default 1m)
+//	SEQBUS_RELAY_SEND_TIMEOUT       bound on one session's send (default 30s)
+//	SEQBUS_RELAY_ENDED_RETENTION    how long an ended session refuses new messages (default 168h;
+//	                                0: forever)
+//	SEQBUS_RELAY_PURGE_INTERVAL     how often ended sessions past their retention are purged (1m)
 //
 // Test hook (ignored unless set): SEQBUS_TEST_CRASH_BEFORE_COMMIT=n makes the process exit
 // abruptly (code 137, no cleanup) after the handler ran for the n-th message, before the state

@@ -16,6 +16,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/migrations"
 )
@@ -56,13 +57,8 @@ func TestPostgresMigrateAndRun(t *testing.T) {
 	}
 
 	// The worker migrates on start and keeps its state in Postgres.
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.NoError(t, srv.Broker().CreateQueue("orders", broker.EntityProperties{RequiresSession: true}))
-	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
-	require.NoError(t, err)
-	defer client.Close(ctx)
+	srv := emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"orders": {RequiresSession: true}}})
+	client := srv.Client
 	sender, err := client.NewSender("orders", nil)
 	require.NoError(t, err)
 	for _, n := range []int64{2, 3, 1} {

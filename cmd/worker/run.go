@@ -84,6 +84,7 @@ func workerConfig(cfg *workerconfig.Config, stdout io.Writer, logger *slog.Logge
 		ConnectionString:      cfg.ConnectionString,
 		Namespace:             cfg.Namespace,
 		Entity:                sbadapter.Entity{Queue: cfg.Queue, Topic: cfg.Topic, Subscription: cfg.Subscription},
+		Ordering:              worker.Ordering(cfg.Ordering),
 		StateStore:            worker.StateStore(cfg.StateStore),
 		DatabaseURL:           cfg.DatabaseURL,
 		MigrateOnStart:        cfg.MigrateOnStart,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -43,14 +44,9 @@ func (s *syncBuffer) String() string {
 func TestRunHandlesInOrderAndStopsOnSignal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.NoError(t, srv.Broker().CreateQueue("orders", broker.EntityProperties{RequiresSession: true}))
+	srv := emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"orders": {RequiresSession: true}}})
 
-	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
-	require.NoError(t, err)
-	defer client.Close(ctx)
+	client := srv.Client
 	sender, err := client.NewSender("orders", nil)
 	require.NoError(t, err)
 	for _, n := range []int64{3, 1, 4, 2, 2} {
@@ -112,10 +108,7 @@ func TestRunHandlesInOrderAndStopsOnSignal(t *testing.T) {
 func TestRunSecondSignalCancelsInFlightWork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.NoError(t, srv.Broker().CreateQueue("orders", broker.EntityProperties{RequiresSession: true}))
+	srv := emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"orders": {RequiresSession: true}}})
 
 	// The http handler's target hangs until the request is cancelled.
 	entered := make(chan struct{}, 1)
@@ -128,9 +121,7 @@ func TestRunSecondSignalCancelsInFlightWork(t *testing.T) {
 	}))
 	defer hook.Close()
 
-	client, err := azservicebus.NewClientFromConnectionString(srv.ConnectionString(), nil)
-	require.NoError(t, err)
-	defer client.Close(ctx)
+	client := srv.Client
 	sender, err := client.NewSender("orders", nil)
 	require.NoError(t, err)
 	sid := "s"
@@ -176,9 +167,7 @@ func TestRunSecondSignalCancelsInFlightWork(t *testing.T) {
 func TestRunFailsFastOnMissingQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
+	srv := emulatortest.Start(t, nil)
 
 	clearEnv(t)
 	t.Setenv("SEQBUS_CONNECTION_STRING", srv.ConnectionString())
@@ -194,10 +183,7 @@ func TestRunFailsFastOnMissingQueue(t *testing.T) {
 func TestRunFailsFastOnUnreachableDatabase(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.NoError(t, srv.Broker().CreateQueue("orders", broker.EntityProperties{RequiresSession: true}))
+	srv := emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"orders": {RequiresSession: true}}})
 
 	clearEnv(t)
 	t.Setenv("SEQBUS_CONNECTION_STRING", srv.ConnectionString())

@@ -34,7 +34,14 @@ const (
 	PoisonBlock = "block"
 )
 
+// Orderings (SEQBUS_ORDERING).
+const (
+	OrderingSession = "session"
+	OrderingNone    = "none"
+)
+
 var (
+	orderings      = []string{OrderingSession, OrderingNone}
 	stateStores    = []string{StateStoreServiceBus, StateStorePostgres}
 	poisonPolicies = []string{PoisonPark, PoisonSkip, PoisonBlock}
 	logLevels      = []string{"debug", "info", "warn", "error"}
@@ -52,6 +59,10 @@ type Config struct {
 	Queue        string `envconfig:"QUEUE"`
 	Topic        string `envconfig:"TOPIC"`
 	Subscription string `envconfig:"SUBSCRIPTION"`
+
+	// Ordering is session (restore each session's order) or none (an entity without sessions:
+	// messages handled as they come, no state).
+	Ordering string `envconfig:"ORDERING" default:"session"`
 
 	StateStore     string `envconfig:"STATE_STORE" default:"servicebus"`
 	DatabaseURL    string `envconfig:"DATABASE_URL"`
@@ -166,6 +177,10 @@ func (c *Config) Validate(handlers []string) error {
 		bad("QUEUE", "set it, or SEQBUS_TOPIC with SEQBUS_SUBSCRIPTION")
 	}
 
+	oneOf("ORDERING", c.Ordering, orderings)
+	if c.Ordering == OrderingNone && (c.StateStore != StateStoreServiceBus || c.Handler == HandlerJournal) {
+		bad("ORDERING", "none keeps no state: it needs neither SEQBUS_STATE_STORE=postgres nor the journal handler")
+	}
 	oneOf("STATE_STORE", c.StateStore, stateStores)
 	if c.StateStore == StateStorePostgres && c.DatabaseURL == "" {
 		bad("DATABASE_URL", "required when SEQBUS_STATE_STORE=postgres")
@@ -292,6 +307,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("queue", c.Queue),
 		slog.String("topic", c.Topic),
 		slog.String("subscription", c.Subscription),
+		slog.String("ordering", c.Ordering),
 		slog.String("state_store", c.StateStore),
 		slog.String("database_url", RedactDatabaseURL(c.DatabaseURL)),
 		slog.Bool("migrate_on_start", c.MigrateOnStart),
@@ -467,6 +483,7 @@ var fieldVars = map[string]string{
 	"ConnectionString":      "CONNECTION_STRING",
 	"Namespace":             "NAMESPACE",
 	"StateStore":            "STATE_STORE",
+	"Ordering":              "ORDERING",
 	"DatabaseURL":           "DATABASE_URL",
 	"MigrateOnStart":        "MIGRATE_ON_START",
 	"StateMaxBytes":         "STATE_MAX_BYTES",

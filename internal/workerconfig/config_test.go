@@ -19,6 +19,7 @@ func valid() Config {
 		ConnectionString:      testConn,
 		Queue:                 "orders",
 		StateStore:            "servicebus",
+		Ordering:              "session",
 		MaxConcurrentSessions: 8,
 		SessionIdleTimeout:    5 * time.Second,
 		SequenceProperty:      "Sequence",
@@ -94,6 +95,11 @@ func TestValidate(t *testing.T) {
 		{"unknown log level", func(c *Config) { c.LogLevel = "verbose" }, "SEQBUS_LOG_LEVEL"},
 		{"zero shutdown timeout", func(c *Config) { c.ShutdownTimeout = 0 }, "SEQBUS_SHUTDOWN_TIMEOUT: must be positive"},
 		{"window off", func(c *Config) { c.ReorderWindow = 0 }, ""},
+		{"no ordering", func(c *Config) { c.Ordering = "none" }, ""},
+		{"unknown ordering", func(c *Config) { c.Ordering = "fifo" }, `SEQBUS_ORDERING: "fifo" is not one of session, none`},
+		{"no ordering with postgres", func(c *Config) {
+			c.Ordering, c.StateStore, c.DatabaseURL = "none", "postgres", "postgres://u:p@h/db"
+		}, "SEQBUS_ORDERING: none keeps no state"},
 		{"no retry wait", func(c *Config) { c.RetryBase, c.RetryMax = 0, 0 }, ""},
 		{"tombstone off", func(c *Config) { c.TombstoneTTL = 0 }, ""},
 		{"http off", func(c *Config) { c.HTTPAddr = "off" }, ""},

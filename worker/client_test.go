@@ -1,0 +1,263 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
+	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/worker"
+)
+
+const queue = "orders"
+
+func startEmulator(t *testing.T) *emulatortest.Server {
+	t.Helper()
+	return emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{
+		queue: {RequiresSession: true, LockDuration: 10 * time.Second},
+	}})
+}
+
+func send(t *testing.T, srv *emulatortest.Server, session string, seq int64, last bool, props map[string]any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sender, err := srv.Client.NewSender(queue, nil)
+	require.NoError(t, err)
+	defer sender.Close(ctx)
+	p := map[string]any{"Sequence": seq, "IsLast": last}
+	for k, v := range props {
+		p[k] = v
+	}
+	require.NoError(t, sender.SendMessage(ctx, &azservicebus.Message{SessionID: &session, Body: []byte("x"), ApplicationProperties: p}, nil))
+}
+
+func startWorker(t *testing.T, srv *emulatortest.Server, cfg worker.Config) *worker.Client {
+	t.Helper()
+	cfg.ConnectionString = srv.ConnectionString()
+	cfg.Entity = sbadapter.Entity{Queue: queue}
+	if cfg.Engine.IdleTimeout == 0 {
+		cfg.Engine.IdleTimeout = 200 * time.Millisecond
+	}
+	w, err := worker.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.StopAndCancel(ctx)
+		<-w.Stopped()
+	})
+	return w
+}
+
+// The handler span of a message is a child of the publisher's trace context, whether the
+// publisher put it in traceparent (OpenTelemetry) or Diagnostic-Id (the Azure SDKs); the
+// handler's logs made with its ctx carry the trace id.
+func TestHandlerSpanContinuesThePublishersTrace(t *testing.T) {
+	t.Parallel()
+	srv := startEmulator(t)
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+
+	var logs syncBuffer
+	logger := slog.New(worker.LogHandler(slog.NewJSONHandler(&logs, nil)))
+	handled := make(chan int64, 3)
+	startWorker(t, srv, worker.Config{
+		TracerProvider: tp,
+		Handler: sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+			logger.InfoContext(ctx, "handling", slog.Int64("sequence", m.Sequence))
+			handled <- m.Sequence
+			return nil
+		}),
+	})
+
+	const (
+		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+		parent1 = "00f067aa0ba902b7"
+		parent2 = "00f067aa0ba902b8"
+	)
+	send(t, srv, "s", 1, false, map[string]any{"traceparent": "00-" + traceID + "-" + parent1 + "-01"})
+	send(t, srv, "s", 2, false, map[string]any{"Diagnostic-Id": "00-" + traceID + "-" + parent2 + "-01"})
+	send(t, srv, "s", 3, true, nil)
+	for want := int64(1); want <= 3; want++ {
+		select {
+		case got := <-handled:
+			require.Equal(t, want, got)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("sequence %d was not handled", want)
+		}
+	}
+
+	spans := exporter.GetSpans()
+	require.Len(t, spans, 3, "one span per handler call")
+	bySeq := map[int64]tracetest.SpanStub{}
+	for _, s := range spans {
+		attrs := attrMap(s.Attributes)
+		require.Equal(t, "s", attrs["seqbus.session_id"].AsString())
+		require.Equal(t, int64(1), attrs["messaging.servicebus.message.delivery_count"].AsInt64())
+		require.Equal(t, "handled", attrs["seqbus.outcome"].AsString())
+		require.Equal(t, trace.SpanKindConsumer, s.SpanKind)
+		require.Equal(t, "process "+queue, s.Name)
+		bySeq[attrs["seqbus.sequence"].AsInt64()] = s
+	}
+	for seq, parent := range map[int64]string{1: parent1, 2: parent2} {
+		s := bySeq[seq]
+		require.Equal(t, traceID, s.SpanContext.TraceID().String(), "sequence %d continues the publisher's trace", seq)
+		require.Equal(t, parent, s.Parent.SpanID().String(), "sequence %d is a child of the publisher's span", seq)
+		require.True(t, s.Parent.IsRemote())
+	}
+	require.False(t, bySeq[3].Parent.IsValid(), "without a trace context the span is a root")
+
+	var withTrace int
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec))
+		if rec["trace_id"] == traceID {
+			withTrace++
+		}
+	}
+	require.Equal(t, 2, withTrace, "the handler's logs carry the trace id of its span")
+}
+
+// A failed call is a span with the error recorded and outcome failed.
+func TestHandlerSpanRecordsFailure(t *testing.T) {
+	t.Parallel()
+	srv := startEmulator(t)
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	var calls sync.Map
+	done := make(chan struct{})
+	startWorker(t, srv, worker.Config{
+		TracerProvider: tp,
+		Engine:         sequencer.EngineConfig{Retry: sequencer.RetryPolicy{Attempts: 3}},
+		Handler: sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error {
+			n, _ := calls.LoadOrStore("n", new(int))
+			*n.(*int)++
+			if *n.(*int) == 1 {
+				return fmt.Errorf("downstream unavailable")
+			}
+			close(done)
+			return nil
+		}),
+	})
+	send(t, srv, "s", 1, true, nil)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not handled")
+	}
+	spans := exporter.GetSpans()
+	require.Len(t, spans, 2)
+	failed := attrMap(spans[0].Attributes)
+	require.Equal(t, "failed", failed["seqbus.outcome"].AsString())
+	require.Len(t, spans[0].Events, 1, "the error is recorded")
+	require.Equal(t, "handled", attrMap(spans[1].Attributes)["seqbus.outcome"].AsString())
+}
+
+func attrMap(kvs []attribute.KeyValue) map[string]attribute.Value {
+	m := map[string]attribute.Value{}
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value
+	}
+	return m
+}
+
+// /healthz answers while the process runs; /readyz once the broker answered; /metrics serves the
+// worker's metrics and the Go collectors.
+func TestHTTPEndpoints(t *testing.T) {
+	t.Parallel()
+	srv := startEmulator(t)
+	w := startWorker(t, srv, worker.Config{
+		HTTPAddr:      "127.0.0.1:0",
+		ReadyInterval: 100 * time.Millisecond,
+		Handler:       sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil }),
+	})
+	base := "http://" + w.HTTPAddr()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `{"status":"ok"}`, body)
+	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 10*time.Second, 20*time.Millisecond)
+	_, body = get("/readyz")
+	require.Contains(t, body, `"status":"ready"`)
+	_, body = get("/metrics")
+	for _, name := range []string{"seqbus_messages_total{outcome=\"handled\"} 0", "seqbus_sessions_active 0", "seqbus_ready 1", "go_goroutines", "process_cpu_seconds_total"} {
+		require.Contains(t, body, name)
+	}
+}
+
+// A Config with problems is refused, each problem naming its field.
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	h := sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	tests := []struct {
+		name string
+		cfg  worker.Config
+		want []string
+	}{
+		{"empty", worker.Config{}, []string{"Config.ConnectionString", "Config.Entity", "Config.Handler"}},
+		{"postgres without database", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
+			Entity: sbadapter.Entity{Queue: "q"}, Handler: h, StateStore: worker.StateStorePostgres}, []string{"Config.DatabaseURL"}},
+		{"journal with service bus", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
+			Entity: sbadapter.Entity{Queue: "q"}, Journal: true}, []string{"Config.Transactional"}},
+		{"bad engine policy", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
+			Entity: sbadapter.Entity{Queue: "q"}, Handler: h, Engine: sequencer.EngineConfig{Poison: "ignore"}}, []string{"Config.Engine", `Poison "ignore"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := worker.New(tt.cfg)
+			require.Error(t, err)
+			var ce *worker.ConfigError
+			require.ErrorAs(t, err, &ce)
+			for _, w := range tt.want {
+				require.ErrorContains(t, err, w)
+			}
+		})
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
