@@ -1,6 +1,7 @@
 package workerconfig
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/kelseyhightower/envconfig"
@@ -27,8 +28,15 @@ func LoadOperator(handlers []string) (*OperatorConfig, error) {
 	if err := c.Validate(handlers); err != nil {
 		return nil, err
 	}
+	var errs []error
+	if c.Ordering != OrderingSession {
+		errs = append(errs, fmt.Errorf("%s_ORDERING: the operator commands work on sessions and their state; %q has neither", Prefix, c.Ordering))
+	}
 	if c.TestReplayCrashAfter < 0 {
-		return nil, fmt.Errorf("invalid configuration:\n%s_TEST_REPLAY_CRASH_AFTER: must not be negative, got %d", Prefix, c.TestReplayCrashAfter)
+		errs = append(errs, fmt.Errorf("%s_TEST_REPLAY_CRASH_AFTER: must not be negative, got %d", Prefix, c.TestReplayCrashAfter))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
 	}
 	return &c, nil
 }

@@ -29,6 +29,12 @@ func TestLoadOperator(t *testing.T) {
 	require.ErrorContains(t, err, "SEQBUS_TEST_REPLAY_CRASH_AFTER")
 
 	t.Setenv("SEQBUS_TEST_REPLAY_CRASH_AFTER", "0")
+	t.Setenv("SEQBUS_STATE_STORE", "servicebus")
+	t.Setenv("SEQBUS_DATABASE_URL", "")
+	t.Setenv("SEQBUS_ORDERING", "none")
+	_, err = LoadOperator(handlers)
+	require.ErrorContains(t, err, "SEQBUS_ORDERING: the operator commands work on sessions")
+	t.Setenv("SEQBUS_ORDERING", "session")
 	t.Setenv("SEQBUS_QUEUE", "")
 	_, err = LoadOperator(handlers)
 	require.ErrorContains(t, err, "SEQBUS_QUEUE", "validated as the worker's configuration")
