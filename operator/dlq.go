@@ -249,7 +249,7 @@ type ReplayedSession struct {
 	HeldElsewhere int `json:"held_elsewhere,omitempty"`
 }
 
-// DLQReplayResult is what DLQReplay did, session by session in id order.
+// DLQReplayResult is what DLQReplay did, session by session in the order replayed.
 type DLQReplayResult struct {
 	Target   string            `json:"target"`
 	DryRun   bool              `json:"dry_run,omitempty"`
@@ -264,7 +264,6 @@ type planned struct {
 	brokerSeq int64
 	session   string
 	sequence  int64
-	peeked    *azservicebus.ReceivedMessage
 }
 
 // invalidLast orders the messages without a valid sequence after the others.
@@ -275,8 +274,9 @@ func invalidLast(p *planned) int {
 	return 0
 }
 
-// DLQReplay sends dead letters back to the entity (or p.Target), session by session in id order,
-// each session's copies in ascending application sequence, with their SessionId, body and
+// DLQReplay sends dead letters back to the entity (or p.Target), session by session (each once
+// all its dead letters are locked, in id order among those), each session's copies in ascending
+// application sequence, with their SessionId, body and
 // properties kept, a new MessageId (ReplayMessageID) and PropertyReplayedFromDLQ added. A dead
 // letter is completed only after its copy was sent: a crash in the middle loses nothing, and a
 // replay run again sends only copies that duplicate detection or the worker drop as duplicates.
@@ -321,7 +321,7 @@ func (o *Operator) DLQReplay(ctx context.Context, p DLQReplayParams) (*DLQReplay
 			return true
 		}
 		bySession[sid] = append(bySession[sid], &planned{brokerSeq: *m.SequenceNumber, session: sid,
-			sequence: sequenceOf(m.ApplicationProperties, o.cfg.SequenceProperty), peeked: m})
+			sequence: sequenceOf(m.ApplicationProperties, o.cfg.SequenceProperty)})
 		return true
 	})
 	if err != nil {

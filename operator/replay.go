@@ -102,6 +102,7 @@ type replay struct {
 	scanning      bool
 	waitUntil     time.Time
 	heldElsewhere map[int64]bool
+	told          bool
 
 	sent int
 	done []ReplayedSession
@@ -238,10 +239,12 @@ func (rp *replay) scan(ctx context.Context) error {
 	now := time.Now()
 	if rp.waitUntil.IsZero() {
 		rp.waitUntil = now.Add(rp.wait)
-		if len(held) > 0 && rp.wait > 0 {
-			rp.o.progress("%d dead letters to replay are locked by another receiver (a replay that crashed holds them until their locks expire); waiting up to %s",
-				len(held), rp.wait.Round(time.Second))
-		}
+	}
+	if len(held) > 0 && len(msgs) == 0 && rp.wait > 0 && !rp.told {
+		// Still queued, yet nothing came: another receiver holds them.
+		rp.told = true
+		rp.o.progress("%d dead letters to replay are locked by another receiver (a replay that crashed holds them until their locks expire); waiting up to %s",
+			len(held), time.Until(rp.waitUntil).Round(time.Second))
 	}
 	if len(held) == 0 || now.After(rp.waitUntil) {
 		rp.heldElsewhere = held
