@@ -198,6 +198,37 @@ func TestDeferAndReceiveDeferred(t *testing.T) {
 	require.NoError(t, sess.Close(ctx))
 }
 
+// TestPeekShowsActiveAndDeferredOfTheSession: Peek lists the locked session's messages, deferred
+// ones too, without those of other sessions and without settling anything.
+func TestPeekShowsActiveAndDeferredOfTheSession(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	ctx := testCtx(t)
+	send(ctx, t, b.sender, "a", 1, 2, 3)
+	send(ctx, t, b.sender, "b", 1)
+
+	sess, err := b.source.Accept(ctx, "a")
+	require.NoError(t, err)
+	msgs := receiveN(ctx, t, sess, 3)
+	require.NoError(t, sess.Defer(ctx, msgs[1]))
+	require.NoError(t, sess.Complete(ctx, msgs[0]))
+
+	peeked, err := sess.(*sbadapter.Session).Peek(ctx, 0, 10)
+	require.NoError(t, err)
+	var got []string
+	for _, m := range peeked {
+		require.Equal(t, "a", *m.SessionID)
+		got = append(got, fmt.Sprintf("%d:%d", m.ApplicationProperties["Sequence"], m.State))
+	}
+	require.Equal(t, []string{"2:1", "3:0"}, got, "sequence 2 deferred, 3 active (locked by this receiver), 1 completed")
+
+	from := msgs[2].BrokerSequence
+	peeked, err = sess.(*sbadapter.Session).Peek(ctx, from, 10)
+	require.NoError(t, err)
+	require.Len(t, peeked, 1, "from a broker sequence number on")
+	require.NoError(t, sess.Close(ctx))
+}
+
 func TestAbandonAndDeadLetter(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)

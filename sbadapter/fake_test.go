@@ -181,6 +181,25 @@ func (f *fakeReceiver) SetSessionState(_ context.Context, b []byte, _ *azservice
 	return nil
 }
 
+func (f *fakeReceiver) PeekMessages(_ context.Context, max int, o *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failure(); err != nil {
+		return nil, err
+	}
+	var from int64
+	if o != nil && o.FromSequenceNumber != nil {
+		from = *o.FromSequenceNumber
+	}
+	var out []*azservicebus.ReceivedMessage
+	for _, m := range f.active {
+		if *m.SequenceNumber >= from && len(out) < max {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeReceiver) Close(ctx context.Context) error {
 	f.mu.Lock()
 	if f.closeHangs {

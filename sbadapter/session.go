@@ -27,6 +27,7 @@ type sessionReceiver interface {
 	RenewSessionLock(ctx context.Context, options *azservicebus.RenewSessionLockOptions) error
 	GetSessionState(ctx context.Context, options *azservicebus.GetSessionStateOptions) ([]byte, error)
 	SetSessionState(ctx context.Context, state []byte, options *azservicebus.SetSessionStateOptions) error
+	PeekMessages(ctx context.Context, maxMessageCount int, options *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
 	Close(ctx context.Context) error
 }
 
@@ -268,6 +269,22 @@ func (s *Session) SetState(ctx context.Context, state []byte) error {
 	return s.mapErr("set session state", s.call(ctx, func(ctx context.Context) error {
 		return s.r.SetSessionState(ctx, state, nil)
 	}))
+}
+
+// Peek returns up to max of the session's messages at the broker whose broker sequence number is
+// at least from, without locking or settling them: active, deferred and scheduled ones
+// (ReceivedMessage.State tells them apart). Operator tools use it to show a session; the engine
+// never peeks.
+func (s *Session) Peek(ctx context.Context, from int64, max int) ([]*azservicebus.ReceivedMessage, error) {
+	var msgs []*azservicebus.ReceivedMessage
+	err := s.call(ctx, func(ctx context.Context) (err error) {
+		msgs, err = s.r.PeekMessages(ctx, max, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
+		return err
+	})
+	if err != nil {
+		return nil, s.mapErr("peek", err)
+	}
+	return msgs, nil
 }
 
 // Close releases the session lock. Closing twice is not an error, nor is closing a session

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/seqbus/seqbus/sequencer"
@@ -77,6 +78,9 @@ type ScanConfig struct {
 	Store sequencer.StateStore
 	// PerSession bounds the accept, load and release of one session (default 10s).
 	PerSession time.Duration
+	// Concurrency is how many sessions are read at once (default 1). Each read is a few round
+	// trips to the broker, so a listing of many sessions takes that many round trips in turn.
+	Concurrency int
 }
 
 // ScanLister lists sessions by locking each one briefly and reading its state: the way to list
@@ -94,6 +98,7 @@ func NewScanLister(cfg ScanConfig) *ScanLister {
 		panic("sessionstate: ScanConfig needs IDs, Source and Store")
 	}
 	cfg.PerSession = cmp.Or(cfg.PerSession, 10*time.Second)
+	cfg.Concurrency = max(cfg.Concurrency, 1)
 	return &ScanLister{cfg: cfg}
 }
 
@@ -105,23 +110,70 @@ func (l *ScanLister) List(ctx context.Context, p ListParams) ([]Entry, error) {
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	var out []Entry
-	for _, id := range ids {
-		if id <= p.After && p.After != "" {
-			continue
+	if p.After != "" {
+		i, found := slices.BinarySearch(ids, p.After)
+		if found {
+			i++
 		}
+		ids = ids[i:]
+	}
+	var out []Entry
+	// Read a window of sessions at once, then keep what matches in id order, until the limit.
+	window := l.cfg.Concurrency
+	if window > 1 {
+		window *= 4
+	}
+	for len(ids) > 0 {
 		if p.Limit > 0 && len(out) >= p.Limit {
 			break
 		}
-		e, err := l.read(ctx, id)
+		n := min(window, len(ids))
+		entries, err := l.readAll(ctx, ids[:n])
+		for _, e := range entries {
+			if p.Limit > 0 && len(out) >= p.Limit {
+				break
+			}
+			if e.Busy || (e.Version != 0 && p.Filter.Match(e.State)) {
+				out = append(out, e)
+			}
+		}
 		if err != nil {
 			return out, err
 		}
-		if e.Busy || (e.Version != 0 && p.Filter.Match(e.State)) {
-			out = append(out, e)
-		}
+		ids = ids[n:]
 	}
 	return out, nil
+}
+
+// readAll reads the sessions of ids, up to Concurrency at once. On an error it returns the
+// entries before the first session that failed, and that error.
+func (l *ScanLister) readAll(ctx context.Context, ids []string) ([]Entry, error) {
+	entries := make([]Entry, len(ids))
+	errs := make([]error, len(ids))
+	if l.cfg.Concurrency == 1 {
+		for i, id := range ids {
+			if entries[i], errs[i] = l.read(ctx, id); errs[i] != nil {
+				return entries[:i], errs[i]
+			}
+		}
+		return entries, nil
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, l.cfg.Concurrency)
+	for i, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			entries[i], errs[i] = l.read(ctx, id)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return entries[:i], err
+		}
+	}
+	return entries, nil
 }
 
 func (l *ScanLister) read(ctx context.Context, id string) (Entry, error) {

@@ -10,16 +10,25 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/seqbus/seqbus/operator"
 	"github.com/seqbus/seqbus/worker"
 )
 
-const usage = `usage: worker [run | relay | migrate up|down|status | help]
+const usage = `usage: worker [run | relay | migrate up|down|status | sessions … | dlq … | help]
 
   run (default)   run the worker; configured by SEQBUS_* environment variables
   relay           publish the Postgres outbox to Service Bus in each session's order
   migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL)
   migrate down    roll back the latest migration
   migrate status  list migrations and whether they are applied
+
+operator commands (the worker's SEQBUS_* settings; a table, or --json; -h for each one's flags):
+  sessions list [--parked] [--gap] [--stranded] [--ended] [--limit N]
+  sessions show ID                 the state, the messages at the broker and the dead letters
+  sessions resume ID | --all-parked   a parked session continues where it stopped
+  sessions skip ID [--to N]        give up the parked or missing sequence (or all below N)
+  dlq list [--session ID] [--reason R]
+  dlq replay --session ID | --all [--reason R] [--target ENTITY] [--dry-run]
 `
 
 // errUsage marks a command line the CLI does not understand (exit code 2).
@@ -64,6 +73,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		err = c.relay(ctx, args)
 	case "migrate":
 		err = c.migrate(ctx, args)
+	case "sessions", "dlq":
+		err = c.operatorCommand(ctx, cmd, args)
 	case "help", "-h", "-help", "--help":
 		_, _ = fmt.Fprint(c.stdout, usage)
 		return 0
@@ -73,8 +84,16 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	if err == nil {
 		return 0
 	}
-	if errors.Is(err, errUsage) {
+	var cu *commandUsageError
+	switch {
+	case errors.As(err, &cu):
+		_, _ = fmt.Fprintf(c.stderr, "worker: %v\n\nusage: worker %s\n(worker %s -h describes its flags)\n", err, commandUsage[cu.name], cu.name)
+		return 2
+	case errors.Is(err, errUsage):
 		_, _ = fmt.Fprintf(c.stderr, "worker: %v\n\n%s", err, usage)
+		return 2
+	case errors.Is(err, operator.ErrInvalidInput):
+		_, _ = fmt.Fprintf(c.stderr, "worker: %v\n", err) // an argument the operation refused; nothing changed
 		return 2
 	}
 	_, _ = fmt.Fprintf(c.stderr, "worker: %v\n", err)

@@ -4,6 +4,8 @@
 //	worker [run]                    run the worker (configured by SEQBUS_* variables)
 //	worker relay                    publish the Postgres outbox to Service Bus in session order
 //	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL)
+//	worker sessions list|show|resume|skip   operator commands on the entity's sessions
+//	worker dlq list|replay          operator commands on the entity's dead-letter queue
 //
 // Logs are JSON on stderr; the log handler writes handled messages to stdout. The first SIGINT or
 // SIGTERM stops gracefully (each session finishes its message in hand) within
@@ -74,4 +76,28 @@
 // advance commits.
 //
 // An invalid setting stops the worker at start with a message naming the variable.
+//
+// # Operator commands
+//
+// The operator commands read the worker's variables (the same validation; the entity, the state
+// store, the connection and the message contract are what they use) and print a table, or JSON
+// with --json; -h after a command lists its flags:
+//
+//	sessions list [--parked] [--gap] [--stranded] [--ended] [--limit N]
+//	sessions show ID [--wait D] [--max-messages N]
+//	sessions resume ID | --all-parked [--wait D]
+//	sessions skip ID [--to N] [--wait D]
+//	dlq list [--session ID] [--reason R] [--limit N]
+//	dlq replay --session ID | --all [--reason R] [--target ENTITY] [--dry-run] [--wait D]
+//
+// resume and skip lock the session by id, change its state through the store's version check and
+// release it; while a worker holds the session they wait up to --wait (default 30s) and say so on
+// stderr. replay sends each session's dead letters back in sequence order and completes each one
+// only after its copy was sent (a subscription's need --target). The operator package
+// documents the details. Exit codes: 2 for a command line a command cannot run (a bad flag, a
+// malformed session id, --blocked, which the state cannot answer yet), 1 for an operation that
+// was refused or failed. Changes are logged as JSON lines on stderr.
+//
+// Test hook (ignored unless set): SEQBUS_TEST_REPLAY_CRASH_AFTER=n makes `dlq replay` exit
+// abruptly (code 137) once it has sent n copies, before it completes their dead letters.
 package main

@@ -2,6 +2,7 @@ package servicebus_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -62,9 +63,19 @@ func TestSave_AfterLockLossFailsAndNextHolderSeesLastSavedState(t *testing.T) {
 	require.NoError(t, err, "a fresh store instance (another process) checks the version kept in the blob")
 }
 
-// The Service Bus store is listed by scanning: each session is locked briefly to read its state.
+// The Service Bus store is listed by scanning: each session is locked briefly to read its state,
+// one at a time or several at once.
 func TestListerConformance_Scan(t *testing.T) {
 	t.Parallel()
+	for _, concurrency := range []int{1, 3} {
+		t.Run(fmt.Sprintf("concurrency=%d", concurrency), func(t *testing.T) {
+			t.Parallel()
+			runScanListerConformance(t, concurrency)
+		})
+	}
+}
+
+func runScanListerConformance(t *testing.T, concurrency int) {
 	storetest.RunLister(t, func(t *testing.T) storetest.ListerFixture {
 		client := sequencertest.NewBroker(nil).NewClient(nil)
 		store := servicebus.New(nil)
@@ -78,8 +89,9 @@ func TestListerConformance_Scan(t *testing.T) {
 					defer mu.Unlock()
 					return slices.Clone(ids), nil
 				},
-				Source: client,
-				Store:  store,
+				Source:      client,
+				Store:       store,
+				Concurrency: concurrency,
 			}),
 			Session: func(t *testing.T, id string) sequencer.Session {
 				mu.Lock()

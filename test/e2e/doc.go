@@ -11,6 +11,9 @@
 //   - a worker killed with SIGKILL mid-session and another one resuming from the stored state;
 //   - the journal handler (exactly-once effects in the postgres transaction) with a crash
 //     between the handler and the commit (the SEQBUS_TEST_CRASH_BEFORE_COMMIT test hook);
+//   - the operator commands: the canonical recovery (a handler bug parks sessions, dlq replay
+//     --all, sessions resume --all-parked) with each store, a replay killed half way and run
+//     again, skip --to on a gap, resume waiting for the session's holder, bad input;
 //   - invalid configuration rejected at process level without leaking the key;
 //   - docker-compose.yml kept true to the worker's configuration;
 //   - the worker against Microsoft's Service Bus emulator (and the SQL Server it needs) in Docker,

@@ -1,0 +1,64 @@
+// Package operator is the Go API behind the worker's operator commands (`worker sessions …`,
+// `worker dlq …`): it lists, inspects, resumes and skips the sessions of one entity, and lists
+// and replays its dead letters, in application order.
+//
+// [New] takes the same pieces a worker runs on: the entity, a Service Bus client, a session
+// source that locks sessions by id, and the state store with its Lister. An operation takes ctx
+// first and a params struct and returns a typed result that the CLI prints as a table or JSON.
+//
+// # Sessions
+//
+//   - [Operator.List]: the sessions by what their state says (parked, waiting on a gap,
+//     stranded), read through the store's sessionstate.Lister: a query with Postgres, a brief
+//     lock of each session with Service Bus session state (a session a worker holds is listed
+//     as busy).
+//   - [Operator.Show]: one session's whole state, its messages at the broker (a peek of the
+//     session: active, deferred, scheduled) and its dead letters.
+//   - [Operator.Resume]: a parked session continues from where it stopped: it waits for the
+//     parked sequence again (State.Unpark(false)), which the replay of its dead letter brings.
+//   - [Operator.Skip]: the parked sequence, the missing sequences of a gap, or everything below a
+//     given sequence is given up and the session continues after it; what was skipped is
+//     returned and logged.
+//
+// # Safety: the session lock and the version check
+//
+// A change never races a worker. Resume and Skip first lock the session by id (Accept, the
+// lock a worker would need to run it), then load its state, change it and save it through the
+// store with the version check (reloading on a conflict), then release the lock. While a worker
+// holds the session the operation waits for it, up to its Wait bound, and says so on
+// Config.Progress; after that it fails with [ErrSessionBusy] and changes nothing. A change is
+// refused while the state still records work a worker finishes by itself ([ErrUnsettled]: a
+// parked message that a crash left undead-lettered; a run cut short).
+//
+// A resumed or skipped session needs no new traffic: when its next message is deferred at the
+// broker, the state says so (State.NeedsWake), the workers' sweeper finds it within one sweep
+// interval and a worker runs it as soon as one of its accept-next waits ends (the runner serves
+// a queued wake then: at most sequencer.RunnerConfig.AcceptTimeout, 10s by default, later); when
+// the message is not at the broker yet (a dead letter not replayed), the broker offers the
+// session to accept-next once it arrives.
+//
+// # Dead letters
+//
+// [Operator.DLQList] peeks the dead-letter queue (nothing is locked). [Operator.DLQReplay]
+// sends a session's dead letters (or every session's, session by session) back to the entity in
+// ascending application sequence, each completed only after its copy was sent: a crash half way
+// loses nothing, and running the replay again only sends copies that duplicate detection or the
+// worker drop. A copy keeps SessionId, body and properties, gets a deterministic new MessageId
+// ([ReplayMessageID]: the original id would be dropped by duplicate detection within its window,
+// silently) and the property [PropertyReplayedFromDLQ]. A subscription's dead letters need an
+// explicit target: Service Bus cannot send to one subscription, and a copy sent to the topic
+// reaches every subscription whose rules match it.
+//
+// The dead-letter queue is not a session queue, so a replay peeks it first to plan, then
+// receives it in order, holding the other sessions' messages in front of those it replays until
+// the end (then abandoned, which counts a delivery on them).
+//
+// # Blocked sessions
+//
+// The poison policy block keeps retrying inside the worker and records nothing in the state, so
+// List refuses Blocked ([ErrBlockedUnsupported]) until the state has a blocked mark.
+//
+// operator imports the sequencer contract, sessionstate, sbadapter's types, publisher (the
+// session id rule) and the azservicebus SDK; cmd/worker builds its dependencies from the SEQBUS_*
+// settings. It never touches a table or a session state but through a store's API.
+package operator
