@@ -117,7 +117,7 @@ func runChaos(t *testing.T, store string, p chaosPreset) {
 		"SEQBUS_HANDLER_URL="+hs.URL,
 		"SEQBUS_MAX_CONCURRENT_SESSIONS="+strconv.Itoa(p.maxSessions),
 		"SEQBUS_SWEEP_INTERVAL="+p.sweepInterval.String(),
-		"SEQBUS_LOG_LEVEL=warn",
+		"SEQBUS_LOG_LEVEL=info", // "worker: running" tells the test a process has taken its signals
 	)...)
 	var procs []*proc
 	live := make([]*proc, p.replicas)

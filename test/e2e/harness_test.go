@@ -264,8 +264,15 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 }
 
 // stop sends SIGTERM and requires a clean exit.
+//
+// It first waits until the process reports that it runs: a SIGTERM that arrives while the Go
+// runtime still initialises, before the process has taken its signals, kills it (exit -1).
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
+	waitFor(t, 30*time.Second, func() bool {
+		out := p.stderr.String()
+		return p.exited() || strings.Contains(out, `"msg":"worker: running"`) || strings.Contains(out, `"msg":"worker: relay running"`)
+	}, func() string { return p.name + " never reported running (SEQBUS_LOG_LEVEL must be info or debug): " + tail(p.stderr.String(), 2000) })
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.wait(t, 20*time.Second), "%s exit code after SIGTERM; stderr: %s", p.name, tail(p.stderr.String(), 2000))
 }

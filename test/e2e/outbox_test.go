@@ -60,7 +60,7 @@ func TestOutboxEndToEnd(t *testing.T) {
 	}))
 	t.Cleanup(hs.Close)
 
-	relayEnv := f.baseEnv(append(pgEnv, "SEQBUS_RELAY_POLL_INTERVAL=200ms", "SEQBUS_RELAY_MIN_BACKOFF=100ms", "SEQBUS_LOG_LEVEL=warn")...)
+	relayEnv := f.baseEnv(append(pgEnv, "SEQBUS_RELAY_POLL_INTERVAL=200ms", "SEQBUS_RELAY_MIN_BACKOFF=100ms")...)
 	relays := []*proc{startWorker(t, "relay-a", relayEnv, "relay"), startWorker(t, "relay-b", relayEnv, "relay")}
 	w := startWorker(t, "worker", f.baseEnv(append(pgEnv, "SEQBUS_QUEUE="+entity, "SEQBUS_HANDLER=http", "SEQBUS_HANDLER_URL="+hs.URL,
 		"SEQBUS_MAX_CONCURRENT_SESSIONS=16")...))
