@@ -13,7 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/migrations"
@@ -33,31 +33,19 @@ const (
 // benchEnv is one emulator shared by every variant of a benchmark run. Publishing and each
 // consumer use a connection of their own, as separate processes would.
 type benchEnv struct {
-	srv    *emulator.Server
+	srv    *emulatortest.Server
 	queues int
 }
 
 // newClient opens a client (one AMQP connection), closed when the benchmark ends.
 func (e *benchEnv) newClient(b *testing.B) *azservicebus.Client {
 	b.Helper()
-	client, err := azservicebus.NewClientFromConnectionString(e.srv.ConnectionString(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = client.Close(context.Background()) })
-	return client
+	return e.srv.NewClient(b, nil)
 }
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = srv.Close() })
-	return &benchEnv{srv: srv}
+	return &benchEnv{srv: emulatortest.Start(b, nil)}
 }
 
 // freshQueue creates a new session-enabled queue and publishes benchSessions × benchMessages to
@@ -209,7 +197,7 @@ func (e *benchEnv) workerConsume(b *testing.B, queue string, store sequencer.Sta
 func (e *benchEnv) workerConsumeWith(b *testing.B, queue string, store sequencer.StateStore, cfg sequencer.EngineConfig) (time.Duration, sequencer.Stats) {
 	b.Helper()
 	const total = benchSessions * benchMessages
-	source, err := sbadapter.NewSource(e.newClient(b), sbadapter.Config{Entity: sbadapter.Entity{Queue: queue}})
+	source, err := sbadapter.NewSource(e.srv.NewClient(b, sbadapter.ClientOptions(nil)), sbadapter.Config{Entity: sbadapter.Entity{Queue: queue}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/handler"
 	"github.com/seqbus/seqbus/internal/demo"
 	"github.com/seqbus/seqbus/internal/pgtest"
@@ -70,20 +70,19 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg func() s
 
 // fixture is one test's emulator with a session-enabled queue.
 type fixture struct {
-	srv *emulator.Server
+	srv *emulatortest.Server
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
-	require.NoError(t, srv.Broker().CreateQueue(queueName, broker.EntityProperties{
-		RequiresSession: true, LockDuration: lockDuration, MaxDeliveryCount: 10,
-	}))
-	return &fixture{srv: srv}
+	return newFixtureWith(t, broker.EntityProperties{})
+}
+
+// newFixtureWith is newFixture with more of the queue's properties given (duplicate detection).
+func newFixtureWith(t *testing.T, props broker.EntityProperties) *fixture {
+	t.Helper()
+	props.RequiresSession, props.LockDuration, props.MaxDeliveryCount = true, lockDuration, 10
+	return &fixture{srv: emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{queueName: props}})}
 }
 
 // publish sends plan to the queue in batches, each message with the Sequence and IsLast
@@ -92,10 +91,7 @@ func (f *fixture) publish(t *testing.T, plan []demo.Publication) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := azservicebus.NewClientFromConnectionString(f.srv.ConnectionString(), nil)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, client.Close(ctx)) }()
-	sender, err := client.NewSender(queueName, nil)
+	sender, err := f.srv.Client.NewSender(queueName, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sender.Close(ctx)) }()
 	batch, err := sender.NewMessageBatch(ctx, nil)
