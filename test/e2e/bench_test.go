@@ -13,8 +13,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/migrations"
 	"github.com/seqbus/seqbus/sbadapter"

@@ -268,7 +268,9 @@ func (p *proc) stop(t *testing.T) {
 	waitFor(t, 30*time.Second, func() bool {
 		out := p.stderr.String()
 		return p.exited() || strings.Contains(out, `"msg":"worker: running"`) || strings.Contains(out, `"msg":"worker: relay running"`)
-	}, func() string { return p.name + " never reported running (SEQBUS_LOG_LEVEL must be info or debug): " + tail(p.stderr.String(), 2000) })
+	}, func() string {
+		return p.name + " never reported running (SEQBUS_LOG_LEVEL must be info or debug): " + tail(p.stderr.String(), 2000)
+	})
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.wait(t, 20*time.Second), "%s exit code after SIGTERM; stderr: %s", p.name, tail(p.stderr.String(), 2000))
 }
