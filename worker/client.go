@@ -121,6 +121,7 @@ func New(cfg Config) (*Client, error) {
 		store = sb
 		lister = sessionstate.NewScanLister(sessionstate.ScanConfig{
 			IDs: c.mgmtSource.ListSessionsWithState, Source: c.source, Store: sb,
+			Concurrency: 8, // reading a session's state is a few round trips: overlap them
 		})
 	}
 
