@@ -15,9 +15,9 @@ import (
 
 	"github.com/Azure/go-amqp"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/atom"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
 	"github.com/seqbus/seqbus/emulator/internal/engine"
 )
 

@@ -2,12 +2,13 @@
 // sequencing core of seqbus. It holds the Engine (one session's state machine: in order, early,
 // duplicate, invalid, drain, end, retry, park), the Runner (many sessions at once, lock renewal,
 // graceful stop), the per-session State with its compact binary codec, and the small interfaces
-// the core needs from the outside: Session, SessionSource, StateStore, AtomicStore, Handler,
-// Clock.
+// the core needs from the outside: Session, SessionSource, StateStore, AtomicStore, Handler.
+// Time comes from a clock.Clock (EngineDeps.Clock), which tests replace with clock.Fake.
 //
-// It imports only the standard library. It must never import the Service Bus SDK, a database
-// driver, or any other seqbus package; adapters (the Service Bus adapter, sessionstate/*)
-// implement its interfaces. Test fakes live in sequencertest.
+// It imports the standard library and the leaf package clock, which imports nothing of seqbus.
+// It must never import the Service Bus SDK, a database driver, or any other seqbus package;
+// adapters (the Service Bus adapter, sessionstate/*) implement its interfaces. Test fakes live
+// in sequencertest.
 //
 // # Where things are
 //

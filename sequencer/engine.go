@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/seqbus/seqbus/clock"
 )
 
 // Outcome says how RunSession left a session.
@@ -46,8 +48,8 @@ func (o Outcome) String() string {
 type EngineDeps struct {
 	Store   StateStore
 	Handler Handler
-	// Clock defaults to SystemClock.
-	Clock Clock
+	// Clock defaults to clock.Real().
+	Clock clock.Clock
 	// Logger defaults to a logger that discards everything.
 	Logger *slog.Logger
 	// Observer is optional.
@@ -61,7 +63,7 @@ type Engine struct {
 	store   StateStore
 	atomic  AtomicStore
 	handler Handler
-	clock   Clock
+	clock   clock.Clock
 	log     *slog.Logger
 	obs     Observer
 	stats   statsCounters
@@ -80,7 +82,7 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 		cfg:     cfg,
 		store:   deps.Store,
 		handler: deps.Handler,
-		clock:   cmp.Or[Clock](deps.Clock, SystemClock{}),
+		clock:   cmp.Or(deps.Clock, clock.Real()),
 		log:     deps.Logger,
 		obs:     deps.Observer,
 	}

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
 	"github.com/seqbus/seqbus/emulator/sqlrule"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/clock"
 )
 
 // Config configures a Broker. The zero value is usable: wall clock, 256 KiB messages,

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/clock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -85,4 +85,53 @@ func TestRealClock(t *testing.T) {
 		t.Fatal("real timer did not fire")
 	}
 	require.True(t, c.AfterFunc(time.Hour, func() {}).Stop(), "a pending real timer can be stopped")
+}
+
+func TestFakeNewTimer(t *testing.T) {
+	t.Parallel()
+	c := clock.NewFake(epoch)
+	first := c.NewTimer(time.Second)
+	stopped := c.NewTimer(time.Second)
+	require.True(t, stopped.Stop())
+	require.False(t, stopped.Stop())
+	fired := false
+	c.AfterFunc(2*time.Second, func() { fired = true })
+	require.Len(t, c.Pending(), 2)
+	require.True(t, c.WaitForTimers(2))
+
+	c.Advance(time.Second)
+	require.Equal(t, epoch.Add(time.Second), <-first.C())
+	require.False(t, fired)
+	require.NotNil(t, stopped.C(), "a stopped timer keeps its channel")
+	select {
+	case <-stopped.C():
+		t.Fatal("a stopped timer fired")
+	default:
+	}
+	c.Advance(time.Second)
+	require.True(t, fired)
+	require.Empty(t, c.Pending())
+	require.False(t, first.Stop(), "a fired timer is no longer pending")
+
+	now := c.NewTimer(0)
+	require.Equal(t, c.Now(), <-now.C(), "a non-positive duration fires at once, as time.NewTimer does")
+	require.Empty(t, c.Pending())
+}
+
+func TestFakeStartsAtAFixedDate(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), clock.NewFake(time.Time{}).Now())
+}
+
+func TestRealNewTimer(t *testing.T) {
+	t.Parallel()
+	tm := clock.Real().NewTimer(time.Millisecond)
+	select {
+	case <-tm.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("real timer did not fire")
+	}
+	af := clock.Real().AfterFunc(time.Hour, func() {})
+	require.Nil(t, af.C(), "AfterFunc timers have no channel")
+	require.True(t, af.Stop())
 }
