@@ -5,7 +5,8 @@
 // the core needs from the outside: Session, SessionSource, StateStore, AtomicStore, Handler.
 // Time comes from a clock.Clock (EngineDeps.Clock), which tests replace with clock.Fake.
 //
-// It imports the standard library and the leaf package clock, which imports nothing of seqbus.
+// It imports the standard library and the leaf packages clock and contract (the default property
+// names), which import nothing of seqbus.
 // It must never import the Service Bus SDK, a database driver, or any other seqbus package;
 // adapters (the Service Bus adapter, sessionstate/*) implement its interfaces. Test fakes live
 // in sequencertest.
@@ -23,8 +24,9 @@
 // # Message contract
 //
 // The application sequence is the application property named by EngineConfig.SequenceProperty
-// (default "Sequence"): any integer type or a base-10 string, the first message of a session is
-// 1. The property named by LastProperty (default "IsLast", bool or "true") ends the sequence. The
+// (default contract.SequenceProperty, "Sequence"): any integer type or a base-10 string, the
+// first message of a session is 1. The property named by LastProperty (default
+// contract.LastProperty, "IsLast", bool or "true") ends the sequence. The
 // broker sequence number (Message.BrokerSequence) is the key of receive-deferred. Each message is
 // read once, when it arrives; Message.Sequence and Message.IsLast carry the result to the handler.
 //

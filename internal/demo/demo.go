@@ -12,6 +12,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/handler"
@@ -279,7 +280,7 @@ func publish(ctx context.Context, conn string, plan []Publication) error {
 			SessionID:             &sid,
 			MessageID:             &mid,
 			Body:                  fmt.Appendf(nil, `{"order":%q,"step":%d}`, p.SessionID, p.Sequence),
-			ApplicationProperties: map[string]any{"Sequence": p.Sequence, "IsLast": p.Last},
+			ApplicationProperties: map[string]any{contract.SequenceProperty: p.Sequence, contract.LastProperty: p.Last},
 		}
 		err := batch.AddMessage(m, nil)
 		if errors.Is(err, azservicebus.ErrMessageTooLarge) {
@@ -334,8 +335,8 @@ func startReplica(ctx context.Context, n int, conn string, checker *Checker, out
 		Store:   store,
 		Handler: h,
 		Engine: sequencer.EngineConfig{
-			SequenceProperty: "Sequence",
-			LastProperty:     "IsLast",
+			SequenceProperty: contract.SequenceProperty,
+			LastProperty:     contract.LastProperty,
 			// A small reorder window, so that some early messages are deferred at the broker.
 			WindowMessages: 8,
 			IdleTimeout:    time.Second,

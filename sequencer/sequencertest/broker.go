@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqbus/seqbus/clock"
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -99,11 +100,11 @@ func (b *Broker) Publish(sessionID string, props map[string]any, body []byte) in
 }
 
 // PublishSeq publishes a message with the application property "Sequence" set to seq and
-// "IsLast" set when last is true.
+// "IsLast" set when last is true (the names of package contract).
 func (b *Broker) PublishSeq(sessionID string, seq int64, last bool) int64 {
-	props := map[string]any{"Sequence": seq}
+	props := map[string]any{contract.SequenceProperty: seq}
 	if last {
-		props["IsLast"] = true
+		props[contract.LastProperty] = true
 	}
 	return b.Publish(sessionID, props, fmt.Appendf(nil, "%s/%d", sessionID, seq))
 }
