@@ -72,7 +72,7 @@
 // # Imports
 //
 // The package imports the standard library, go-amqp (public API only), google/uuid,
-// clock and emulator/sqlrule (which must never import the broker). It must
+// clock, contract (durations) and emulator/sqlrule (which must never import the broker). It must
 // never import the AMQP engine, the $management/$cbs nodes, the admin API, or anything
 // of seqbus outside those two.
 package broker
