@@ -45,6 +45,6 @@
 // emulator/amqpwire (codec), emulator/broker (semantics),
 // emulator/internal/engine (connections, links, nodes) and emulator/atom
 // (management API) sit below this package. It must never import anything of seqbus outside
-// emulator/ except the leaf packages clock and contract (durations), which import nothing of
-// seqbus.
+// emulator/ except the leaf packages clock, contract (durations) and sqlrule (the rule
+// language), which import nothing of seqbus.
 package emulator

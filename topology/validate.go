@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/seqbus/seqbus/contract"
-	"github.com/seqbus/seqbus/emulator/sqlrule"
+	"github.com/seqbus/seqbus/sqlrule"
 )
 
 // Service Bus limits checked by Validate.

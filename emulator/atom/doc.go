@@ -56,7 +56,7 @@
 // # Imports
 //
 // The package imports the standard library, emulator/broker, clock, contract (durations) and
-// emulator/sqlrule (for the position of SQL syntax errors). It must
+// sqlrule (for the position of SQL syntax errors). It must
 // never import the AMQP engine, the emulator root package, the Azure SDK, or anything of
 // seqbus outside the emulator.
 package atom

@@ -15,7 +15,7 @@ import (
 
 	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/sqlrule"
+	"github.com/seqbus/seqbus/sqlrule"
 )
 
 // Defaults for Config fields left empty. They are the well-known values of Microsoft's

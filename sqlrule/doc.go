@@ -1,8 +1,9 @@
-// Package sqlrule implements the Service Bus subscription rule language used by
-// the seqbus emulator: SQL filters (CompileFilter, Filter.Match), SQL rule
-// actions (CompileAction, Action.Apply) and correlation filters
-// (CorrelationFilter.Match), evaluated against go-amqp messages as the broker
-// stores them.
+// Package sqlrule implements the Service Bus subscription rule language: SQL
+// filters (CompileFilter, Filter.Match), SQL rule actions (CompileAction,
+// Action.Apply) and correlation filters (CorrelationFilter.Match), evaluated
+// against go-amqp messages as a broker stores them. The emulator's broker
+// evaluates rules with it; topology compiles the rules of a topology file with
+// it before anything reaches a namespace.
 //
 // # Filters
 //
@@ -82,6 +83,6 @@
 // # Layering
 //
 // The package imports only the standard library and github.com/Azure/go-amqp.
-// It must never import other seqbus packages (in particular not
-// emulator/broker, which plugs it in through its SQLCompiler hook).
+// It must never import other seqbus packages (in particular not the emulator,
+// whose broker plugs it in through its SQLCompiler hook, nor topology).
 package sqlrule

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/sqlrule"
+	"github.com/seqbus/seqbus/sqlrule"
 )
 
 // brokerSQL plugs sqlrule into the broker's SQLCompiler hook; the emulator's

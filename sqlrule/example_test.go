@@ -5,7 +5,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 
-	"github.com/seqbus/seqbus/emulator/sqlrule"
+	"github.com/seqbus/seqbus/sqlrule"
 )
 
 func Example() {
