@@ -9,8 +9,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/admintransport"
 	"github.com/seqbus/seqbus/emulator"
-	"github.com/seqbus/seqbus/emulator/admintransport"
 )
 
 // TestAdminClientOnTheAMQPPort creates entities with the real admin client,

@@ -7,7 +7,7 @@
 // Start(ctx, Config) opens the listeners (free loopback ports by default) and
 // returns a *Server whose ConnectionString the SDK accepts. The AMQP port also
 // answers HTTP (GET /health and the management API of emulator/atom, which
-// the admin client reaches through emulator/admintransport), telling the two
+// the admin client reaches through admintransport), telling the two
 // apart by the first bytes of a connection; Config.HTTPAddr serves the same
 // handler on a port of its own.
 //

@@ -5,7 +5,7 @@
 // The core (this package) does no I/O: it reads the namespace and changes it through
 // the narrow Admin interface. topology/sbadmin implements Admin over the azservicebus
 // admin client (real Service Bus, or the seqbus emulator through
-// emulator/admintransport); topology/topologytest has an in-memory fake. The CLI is
+// admintransport); topology/topologytest has an in-memory fake. The CLI is
 // cmd/topology.
 //
 // # The file

@@ -12,8 +12,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
+	"github.com/seqbus/seqbus/admintransport"
 	"github.com/seqbus/seqbus/contract"
-	"github.com/seqbus/seqbus/emulator/admintransport"
 	"github.com/seqbus/seqbus/topology"
 )
 

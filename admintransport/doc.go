@@ -13,6 +13,10 @@
 // is admin.NewClientFromConnectionString with that Transport plugged in (only in
 // emulator mode; otherwise the client is left as the SDK builds it).
 //
+// It is client-side wiring: every seqbus tool that builds an admin client from a
+// connection string goes through it (topology/sbadmin today, the worker's operator
+// commands next), and it works the same against Azure.
+//
 // # Imports
 //
 // The package imports the standard library and the Azure SDK (azcore, azservicebus/admin).

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/seqbus/seqbus/emulator/admintransport"
+	"github.com/seqbus/seqbus/admintransport"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
