@@ -295,8 +295,8 @@ func TestStateTransitions(t *testing.T) {
 	t.Run("deferred and settled", func(t *testing.T) {
 		t.Parallel()
 		st := state(1, 0)
-		st.deferred(5, 50)
-		st.deferred(5, 50)
+		st.recordDeferral(5, 50)
+		st.recordDeferral(5, 50)
 		require.Equal(t, uint64(1), st.Counters.Deferred, "recording the same message twice counts once")
 		st.SkippedPoison = map[int64]int64{2: 20}
 		st.pruneSettled(map[int64]int64{5: 51, 2: 20})

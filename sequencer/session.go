@@ -23,12 +23,12 @@ import (
 type phase int
 
 const (
+	// receiving: State.Next is exact. Messages are received, decided and acted on.
+	receiving phase = iota
 	// resolving: the state holds a run record (State.InFlight) that an earlier run left and
 	// that is not resolved yet, so State.Next is only a lower bound. Nothing is handed over;
 	// each message delivered tells more (resolve), and so does an empty receive.
-	resolving phase = iota
-	// receiving: State.Next is exact. Messages are received, decided and acted on.
-	receiving
+	resolving
 	// parkedHere: this run parked the session (PoisonPark). The rest of the batch is decided
 	// (and held), what is held is deferred, and the session is released.
 	parkedHere
@@ -125,8 +125,6 @@ func (r *run) loop() (Outcome, error) {
 	}
 	if len(r.st.InFlight) > 0 {
 		r.phase = resolving
-	} else {
-		r.phase = receiving
 	}
 	if err := r.startup(); err != nil {
 		return 0, err
@@ -792,7 +790,7 @@ func (r *run) trimWindow(limit int) error {
 	}
 	for _, m := range evict {
 		r.w.unhold(m.seq)
-		r.st.deferred(m.seq, m.bs)
+		r.st.recordDeferral(m.seq, m.bs)
 		delete(r.w.missing, m.seq)
 	}
 	// Record first, defer second: a crash in between leaves an entry whose message is still

@@ -194,8 +194,8 @@ func (s *State) skipPoison(seq, bs int64, now time.Time) {
 	s.SkippedPoison[seq] = bs
 }
 
-// deferred records that the message (seq, broker sequence bs) is deferred at the broker.
-func (s *State) deferred(seq, bs int64) {
+// recordDeferral records that the message (seq, broker sequence bs) is deferred at the broker.
+func (s *State) recordDeferral(seq, bs int64) {
 	if s.Deferred[seq] != bs {
 		s.Deferred[seq] = bs
 		s.Counters.Deferred++
