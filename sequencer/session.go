@@ -442,8 +442,10 @@ func (r *run) act(m *msg, a action) error {
 		// Parked, but the dead-lettering did not happen before a crash: finish it.
 		return r.deadLetterParked(m)
 	}
-	// Messages settled outside the drain (held at the end, below Next, stale deferred) are never
-	// in order: the state puts them below Next or beyond the last sequence.
+	// act only ever sees a message in order by mistake: outside step, it settles held messages
+	// beyond a newly known last, held messages below Next once a record is resolved, held
+	// messages at the end and stale deferred ones, all of which the state puts below Next or
+	// beyond the last sequence.
 	return fmt.Errorf("sequencer: session %s: sequence %d (broker sequence %d) is %s where only settlement was expected",
 		r.id, m.seq, m.bs, a.kind)
 }
