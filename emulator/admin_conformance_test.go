@@ -13,7 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/require"
 
-	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/clock"
 )
 
 // requireHTTPStatus checks that err is the admin client's *azcore.ResponseError with

@@ -7,7 +7,7 @@
 // Start(ctx, Config) opens the listeners (free loopback ports by default) and
 // returns a *Server whose ConnectionString the SDK accepts. The AMQP port also
 // answers HTTP (GET /health and the management API of emulator/atom, which
-// the admin client reaches through emulator/admintransport), telling the two
+// the admin client reaches through admintransport), telling the two
 // apart by the first bytes of a connection; Config.HTTPAddr serves the same
 // handler on a port of its own.
 //
@@ -103,5 +103,7 @@
 //
 // emulator/amqpwire (codec), emulator/broker (semantics),
 // emulator/internal/engine (connections, links, nodes) and emulator/atom
-// (management API) sit below this package. It must never import anything of seqbus outside emulator/.
+// (management API) sit below this package. It must never import anything of seqbus outside
+// emulator/ except the leaf packages clock, contract (durations) and sqlrule (the rule
+// language), which import nothing of seqbus.
 package emulator

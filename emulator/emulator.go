@@ -15,9 +15,9 @@ import (
 
 	"github.com/Azure/go-amqp"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/atom"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
 	"github.com/seqbus/seqbus/emulator/internal/engine"
 )
 
@@ -62,7 +62,7 @@ type Config struct {
 	// for the broker. It is served on HTTPAddr for every path but /health, and
 	// on the AMQP port for connections that do not start with the AMQP
 	// protocol header (the admin client talks to the Endpoint's port; see
-	// emulator/admintransport). Default: the emulator/atom handler, checking
+	// admintransport). Default: the emulator/atom handler, checking
 	// tokens against KeyName/Key with the wall clock.
 	AdminHandler func(*broker.Broker) http.Handler
 	// Pressure puts the load of a busy namespace on clients: latency per operation, a

@@ -12,10 +12,10 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/admintransport"
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator"
-	"github.com/seqbus/seqbus/emulator/admintransport"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
 )
 

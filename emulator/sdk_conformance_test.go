@@ -11,8 +11,8 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
 )
 
 func requireCode(t *testing.T, err error, code azservicebus.Code) {

@@ -13,8 +13,8 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
 )
 
 func sessionQueue(lock time.Duration) map[string]broker.EntityProperties {

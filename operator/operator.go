@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/publisher"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
@@ -72,8 +73,8 @@ func New(cfg Config) (*Operator, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	cfg.SequenceProperty = cmp.Or(cfg.SequenceProperty, "Sequence")
-	cfg.LastProperty = cmp.Or(cfg.LastProperty, "IsLast")
+	cfg.SequenceProperty = cmp.Or(cfg.SequenceProperty, contract.SequenceProperty)
+	cfg.LastProperty = cmp.Or(cfg.LastProperty, contract.LastProperty)
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}

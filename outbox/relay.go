@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/publisher"
 )
 
@@ -97,8 +98,8 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	c.MinBackoff = cmp.Or(c.MinBackoff, DefaultMinBackoff)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, max(DefaultMaxBackoff, c.MinBackoff))
 	c.SendTimeout = cmp.Or(c.SendTimeout, DefaultSendTimeout)
-	c.SequenceProperty = cmp.Or(c.SequenceProperty, "Sequence")
-	c.LastProperty = cmp.Or(c.LastProperty, "IsLast")
+	c.SequenceProperty = cmp.Or(c.SequenceProperty, contract.SequenceProperty)
+	c.LastProperty = cmp.Or(c.LastProperty, contract.LastProperty)
 	c.EndedRetention = cmp.Or(c.EndedRetention, DefaultEndedRetention)
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, DefaultPurgeInterval)
 	if c.Logger == nil {

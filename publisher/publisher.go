@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/seqbus/seqbus/contract"
 )
 
 // Sender is the part of *azservicebus.Sender a Publisher uses.
@@ -79,8 +81,8 @@ func New(s Sender, cfg *Config) (*Publisher, error) {
 		return nil, ErrNoStrategy
 	}
 	c := *cfg
-	c.SequenceProperty = cmp.Or(c.SequenceProperty, "Sequence")
-	c.LastProperty = cmp.Or(c.LastProperty, "IsLast")
+	c.SequenceProperty = cmp.Or(c.SequenceProperty, contract.SequenceProperty)
+	c.LastProperty = cmp.Or(c.LastProperty, contract.LastProperty)
 	if c.Counter == nil {
 		c.Counter = NewMemoryCounter()
 	}

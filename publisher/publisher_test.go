@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/seqbus/seqbus/emulator/sqlrule"
 	"github.com/seqbus/seqbus/publisher"
+	"github.com/seqbus/seqbus/sqlrule"
 	"github.com/seqbus/seqbus/topology"
 )
 

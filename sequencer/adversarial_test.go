@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
@@ -208,8 +209,8 @@ func TestAdversarialLockExpiryRace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := sequencertest.NewClock(time.Time{})
-			broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock})
+			clk := clock.NewFake(time.Time{})
+			broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clk})
 			store := sequencertest.NewStore()
 			const n = 6
 			for s := int64(1); s <= n; s++ {
@@ -225,7 +226,7 @@ func TestAdversarialLockExpiryRace(t *testing.T) {
 			cfg := sequencer.EngineConfig{SaveEachMessage: tc.eachMessage, MaxPendingSettlements: tc.pending, TombstoneTTL: time.Hour}
 			newEngine := func(who string, h func(seq int64)) *sequencer.Engine {
 				e, err := sequencer.NewEngine(cfg, sequencer.EngineDeps{
-					Store: store.Client(nil), Clock: clock,
+					Store: store.Client(nil), Clock: clk,
 					Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
 						record(who, m.Sequence)
 						h(m.Sequence)
@@ -324,8 +325,8 @@ func TestAdversarialCrashLoopDeadLettersRun(t *testing.T) {
 	for _, eachMessage := range []bool{false, true} {
 		t.Run(fmt.Sprintf("save-each=%v", eachMessage), func(t *testing.T) {
 			t.Parallel()
-			clock := sequencertest.NewClock(time.Time{})
-			broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock, MaxDeliveryCount: 3})
+			clk := clock.NewFake(time.Time{})
+			broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clk, MaxDeliveryCount: 3})
 			store := sequencertest.NewStore()
 			for s := int64(1); s <= 6; s++ {
 				broker.PublishSeq("s", s, false)
@@ -335,7 +336,7 @@ func TestAdversarialCrashLoopDeadLettersRun(t *testing.T) {
 				proc := &sequencertest.Process{}
 				e, err := sequencer.NewEngine(sequencer.EngineConfig{SaveEachMessage: eachMessage, TombstoneTTL: time.Hour,
 					Retry: sequencer.RetryPolicy{Attempts: 1}},
-					sequencer.EngineDeps{Store: store.Client(proc), Clock: clock,
+					sequencer.EngineDeps{Store: store.Client(proc), Clock: clk,
 						Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
 							if m.Sequence == 2 {
 								proc.Crash()
@@ -421,8 +422,8 @@ func TestAdversarialStopKeepsTheNextMessageActive(t *testing.T) {
 // end exactly once with each repeat being the message in hand at one of the two faults.
 func TestAdversarialLockExpiryWhileResolving(t *testing.T) {
 	t.Parallel()
-	clock := sequencertest.NewClock(time.Time{})
-	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock})
+	clk := clock.NewFake(time.Time{})
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clk})
 	store := sequencertest.NewStore()
 	for s := int64(1); s <= 6; s++ {
 		broker.PublishSeq("s", s, s == 6)
@@ -430,7 +431,7 @@ func TestAdversarialLockExpiryWhileResolving(t *testing.T) {
 	seen := make(chan int64, 32)
 	engine := func(proc *sequencertest.Process, h func(seq int64)) *sequencer.Engine {
 		e, err := sequencer.NewEngine(sequencer.EngineConfig{TombstoneTTL: time.Hour, Retry: sequencer.RetryPolicy{Attempts: 1}},
-			sequencer.EngineDeps{Store: store.Client(proc), Clock: clock,
+			sequencer.EngineDeps{Store: store.Client(proc), Clock: clk,
 				Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
 					seen <- m.Sequence
 					h(m.Sequence)

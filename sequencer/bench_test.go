@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
@@ -34,7 +35,7 @@ func BenchmarkEngine(b *testing.B) {
 		for _, name := range []string{"in-order", "reversed", "random"} {
 			b.Run(fmt.Sprintf("%s/%s", w.name, name), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(1, 2))
-				clock := sequencertest.NewClock(time.Time{})
+				clk := clock.NewFake(time.Time{})
 				store := sequencertest.NewStore()
 				e, err := sequencer.NewEngine(sequencer.EngineConfig{
 					WindowMessages: w.size, ReceiveBatch: 32, DeferredBatch: 32, TombstoneTTL: sequencer.NoTombstone,
@@ -42,7 +43,7 @@ func BenchmarkEngine(b *testing.B) {
 				}, sequencer.EngineDeps{
 					Store:   store.Client(nil),
 					Handler: sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil }),
-					Clock:   clock,
+					Clock:   clk,
 				})
 				if err != nil {
 					b.Fatal(err)
@@ -52,7 +53,7 @@ func BenchmarkEngine(b *testing.B) {
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
-					broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock})
+					broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clk})
 					client := broker.NewClient(nil)
 					for _, s := range orders[name](rng) {
 						broker.PublishSeq("s", s, s == n)

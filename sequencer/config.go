@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/seqbus/seqbus/contract"
 )
 
 // PoisonPolicy says what happens to a message whose handler still fails after all retries.
@@ -109,8 +111,8 @@ const NoTombstone time.Duration = -1
 
 // WithDefaults returns a copy of c with every zero field set to its default.
 func (c EngineConfig) WithDefaults() EngineConfig {
-	c.SequenceProperty = cmp.Or(c.SequenceProperty, "Sequence")
-	c.LastProperty = cmp.Or(c.LastProperty, "IsLast")
+	c.SequenceProperty = cmp.Or(c.SequenceProperty, contract.SequenceProperty)
+	c.LastProperty = cmp.Or(c.LastProperty, contract.LastProperty)
 	c.WindowMessages = cmp.Or(c.WindowMessages, 256)
 	c.WindowBytes = cmp.Or(c.WindowBytes, 8<<20)
 	c.ReceiveBatch = cmp.Or(c.ReceiveBatch, 32)

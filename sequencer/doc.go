@@ -2,124 +2,174 @@
 // sequencing core of seqbus. It holds the Engine (one session's state machine: in order, early,
 // duplicate, invalid, drain, end, retry, park), the Runner (many sessions at once, lock renewal,
 // graceful stop), the per-session State with its compact binary codec, and the small interfaces
-// the core needs from the outside: Session, SessionSource, StateStore, AtomicStore, Handler,
-// Clock.
+// the core needs from the outside: Session, SessionSource, StateStore, AtomicStore, Handler.
+// Time comes from a clock.Clock (EngineDeps.Clock), which tests replace with clock.Fake.
 //
-// It imports only the standard library. It must never import the Service Bus SDK, a database
-// driver, or any other seqbus package; adapters (the Service Bus adapter, sessionstate/*)
-// implement its interfaces. Test fakes live in sequencertest.
+// It imports the standard library and the leaf packages clock and contract (the default property
+// names), which import nothing of seqbus.
+// It must never import the Service Bus SDK, a database driver, or any other seqbus package;
+// adapters (the Service Bus adapter, sessionstate/*) implement its interfaces. Test fakes live
+// in sequencertest.
+//
+// # Where things are
+//
+// decide.go is the core without I/O: a received message read once against the contract (msg),
+// what a run holds besides the state (the window), and the decisions taken from the state, the
+// window and a message alone (view.decide, view.settlementOf, view.overflow). session.go is the
+// session loop, which carries the decisions out, with the calls it makes to the store, the
+// handler and the broker: one message goes from receive to settlement there, with one look at
+// decide.go. state.go holds State and its transitions (handled, park, skip, unpark, …), each
+// written once; engine.go and runner.go the Engine and the Runner.
 //
 // # Message contract
 //
 // The application sequence is the application property named by EngineConfig.SequenceProperty
-// (default "Sequence"): any integer type or a base-10 string, the first message of a session is
-// 1. The property named by LastProperty (default "IsLast", bool or "true") ends the sequence. The
-// broker sequence number (Message.BrokerSequence) is the key of receive-deferred.
+// (default contract.SequenceProperty, "Sequence"): any integer type or a base-10 string, the
+// first message of a session is 1. The property named by LastProperty (default
+// contract.LastProperty, "IsLast", bool or "true") ends the sequence. The
+// broker sequence number (Message.BrokerSequence) is the key of receive-deferred. Each message is
+// read once, when it arrives; Message.Sequence and Message.IsLast carry the result to the handler.
 //
 // # What happens to a message
 //
-// The engine parses the message and compares it with the stored State:
+// The decision compares the message with the stored State and the window, in this order:
 //
-//   - invalid (missing, not an integer, below 1, more than MaxGap ahead, after the last sequence):
-//     dead-lettered with reason InvalidSequence and a description naming property and value;
-//   - duplicate or late (below Next, or another copy is held or deferred): completed unhandled;
-//   - in order (equal to Next): handled, then State.Next is advanced and saved, then the message
-//     is completed (or, within a recorded run of in-order messages, handled and completed, with
-//     one save for the run; see below); then whatever is now in order is handled from the reorder window or drained
-//     from the deferred messages, one receive-deferred call per consecutive run of at most
-//     DeferredBatch;
+//   - invalid (missing, not an integer, below 1, more than MaxGap ahead, after the last sequence,
+//     a second last mark): dead-lettered with reason InvalidSequence and a description naming
+//     property and value;
+//   - duplicate or late (below Next, or another copy is held, fetched or deferred): completed
+//     unhandled;
+//   - in order (equal to Next): handed over (see the order of steps below), then whatever is now
+//     in order is handed over from the reorder window or drained from the deferred messages, one
+//     receive-deferred call per consecutive run of at most DeferredBatch;
 //   - early: held in the reorder window, unsettled (its lock is the session lock), up to
 //     WindowMessages/WindowBytes. What does not fit, and what is still early when the session
 //     is released (idle, shutdown, parked), is deferred and recorded in State.Deferred. A held
 //     message that is in order when a shutdown cuts the drain short stays active instead: the
-//     broker offers the session again for it (4.).
+//     broker offers the session again for it (see Waking).
 //
-// # Ordering of handler, save and settlement (crash consistency)
+// Two more decisions finish what a crash cut off: the message the session is parked on, and a
+// poison message PoisonSkip skipped, are dead-lettered when they come back (see Poison). A
+// message marked last tells the state the last sequence; held messages beyond it become invalid.
 //
-// The stored state, not a settlement result, decides what has been handled; every run re-derives
-// its decisions from the state and the message. The order of steps, and why a crash after any
-// single step loses nothing and hands nothing to the handler twice except in one window:
+// # The session loop
 //
-//  1. In-order message, one save each (EngineConfig.SaveEachMessage, and whenever a run below
-//     does not apply): handler → save(Next+1) → complete. A crash before the handler returns,
-//     or after it returned but before the save, leaves the message unsettled and Next unchanged:
-//     it is redelivered and handled again. This is the one documented at-least-once window
-//     (use an AtomicStore, whose SaveWith runs the handler and the save in one transaction, to
-//     close it). A crash after the save leaves the message unsettled with Next past it: it is
-//     redelivered, classified as a duplicate and completed.
+// A run loads the state, settles what an earlier run left (an expired tombstone, a parked
+// message, a resume, deferred messages already handled), drains, then takes receive batches.
+// For each message of a batch: an inherited run record is resolved further (see Recorded runs),
+// the message is decided and acted on, and what became due is drained. After the batch the
+// window is bounded (deferring what does not fit). An empty receive means the session idles: it
+// is released with its state kept, unless that resolves an inherited record or a gap timed out.
+// The run is in one phase at a time: resolving an inherited record (Next only a lower bound),
+// receiving, or finished (parked, blocked or ended here), which releases the session. The stored
+// State, not the phase, says whether the session is parked or ended: a run of a parked session
+// defers what arrives until it idles; a run of an ended one completes late copies.
 //
-//     Pipelined completion (EngineConfig.MaxPendingSettlements > 1): the complete of message k
-//     is still issued only after the save that covers k has returned, but the engine does not
-//     wait for its answer before handler(k+1); up to MaxPendingSettlements completes (of such
-//     saved messages and of duplicates) run in the background. A crash with completes in flight
-//     leaves some of those messages unsettled while the stored Next is past them: redelivered,
-//     they are duplicates and only completed, so the window above does not grow. The first
-//     error of a background complete stops the run before its next handler call (ErrLockLost
-//     also cancels the run at once, as any lost lock does) and is what RunSession returns.
-//     Every other settlement (defer, dead-letter, abandon, the complete of a deferred message or
-//     of a drain's anchor), the end of a session (before the tombstone or delete) and the release
-//     of a session wait for all completes in flight first.
+// # Crash consistency
 //
-//     Recorded runs (the default): when the in-order message k is active and later sequences
-//     k+1, k+2, … are already in hand (held in the window or later in the receive batch), one
-//     save records the run (State.InFlight: sequence → broker sequence number, Next still k),
-//     then each entry goes handler → complete, the complete answered before the next handler
-//     call, and the next save (of the next run, of any other step, or at release) records the
-//     new Next. A crash or failure between an entry's handler and its completion leaves that
-//     entry at the broker and the state saying "run from k": it is handled again, the same
-//     one-message window as above. The entries gone from the broker are exactly those below
-//     the real Next, and the broker delivers a session's active messages in broker sequence
-//     order, so the next run learns the real Next from what it is delivered: an entry not yet
-//     delivered whose broker sequence number is below that of a delivered message is gone; a
-//     delivered entry and every later sequence are still at the broker; an entry not delivered
-//     before the session idles is gone. Until the record is settled Next is a lower bound: no
-//     gap is reported or skipped, delivered entries and other copies of recorded sequences are
-//     held (never deferred), and one held message is kept active so that the broker offers the
-//     session again should this run end first. Runs never contain a deferred message, the last
-//     message, or the message before a deferred one (a drain's anchor, 4.), and any deferral
-//     first saves the exact Next (so no entry is ever deferred while recorded); with an
-//     AtomicStore each message has its own transaction and runs are not used. The inference
-//     needs the broker's session FIFO and that only this engine settles the session's messages:
-//     an entry that vanished otherwise (its time to live expired, the broker dead-lettered it
-//     after too many deliveries, an operator purged it) is taken as handled, where one save per
-//     message would wait for it as a gap. Two rules keep the common case of that, a handler
-//     that crashes its process on the same message again and again until the broker
-//     dead-letters the messages in hand, out of reach: a redelivered message (DeliveryCount
-//     above 1) never joins a run, and a run that resolves an inherited record saves the exact
-//     Next at once, so a record outlives the first redelivery of its entries only when that
-//     run fails before it is resolved. Sessions where the rest matters set SaveEachMessage.
+// The stored state, not a settlement result, decides what has been handled; every run
+// re-derives its decisions from the state and the message. The sections below give the order of
+// the steps, and why a crash after any single step loses nothing and hands nothing to the
+// handler twice except in one window.
 //
-//  2. Deferral: save(Deferred[seq] = broker sequence) → defer. A crash between leaves an index
-//     entry whose message is still active; when it is redelivered its broker sequence number
-//     matches the entry and it is treated as the recorded message (held or handled), never as a
-//     duplicate. Deferring first would risk a deferred message nobody knows about.
+// # In order, one save each
 //
-//  3. Drain: a deferred message keeps its index entry when it is handled (save(Next+1) keeps
-//     the entry below Next) and loses it only in a save after its completion. A crash between
-//     save and completion leaves an entry below Next, which the next run settles (it fetches the
-//     message and completes it as a duplicate); State.DueDeferred reports it.
+// With EngineConfig.SaveEachMessage, and whenever a recorded run (below) does not apply:
+// handler → save(Next+1) → complete. A crash before the handler returns, or after it returned
+// but before the save, leaves the message unsettled and Next unchanged: it is redelivered and
+// handled again. This is the one documented at-least-once window (use an AtomicStore, whose
+// SaveWith runs the handler and the save in one transaction, to close it). A crash after the
+// save leaves the message unsettled with Next past it: it is redelivered, classified as a
+// duplicate and completed.
 //
-//  4. Waking: the broker never offers a session whose messages are all deferred to accept-next.
-//     So the active message that made Next reach a deferred sequence (the anchor) is kept
-//     unsettled until the drain is durable: only after the drained messages are handled, saved,
-//     completed and removed from the index is the anchor completed. A crash at any point of the
-//     drain leaves the anchor, which the broker redelivers, which wakes the session, which drains.
-//     Runs started by id (an operator's Resume, a sweeper) have no anchor: if they crash, the
-//     state says so (State.DueDeferred) and a sweeper hands the session to Runner.Wake.
+// # Pipelined completion
 //
-//  5. Poison, park: save(Parked) → dead-letter. A crash between finds the parked mark on the next
-//     run: the redelivered (or still deferred) message with the parked broker sequence number is
-//     dead-lettered then. Poison, skip: save(Next+1 and State.SkippedPoison[seq]) → dead-letter;
-//     a redelivered message matching the SkippedPoison entry is dead-lettered, not completed as
-//     a duplicate, and the entry goes in a save after the dead-lettering. Like a handled message,
-//     a skipped active message is the anchor while a drain depends on it.
+// With EngineConfig.MaxPendingSettlements > 1 the complete of message k is still issued only
+// after the save that covers k has returned, but the engine does not wait for its answer before
+// handler(k+1); up to MaxPendingSettlements completes (of such saved messages and of duplicates)
+// run in the background. A crash with completes in flight leaves some of those messages
+// unsettled while the stored Next is past them: redelivered, they are duplicates and only
+// completed, so the window above does not grow. The first error of a background complete stops
+// the run before its next handler call (ErrLockLost also cancels the run at once, as any lost
+// lock does) and is what RunSession returns. Every other settlement (defer, dead-letter,
+// abandon, the complete of a deferred message or of a drain's anchor), the end of a session
+// (before the tombstone or delete) and the release of a session wait for all completes in
+// flight first.
 //
-//  6. End: the save that records the last message as handled sets State.EndedAt, so the state
-//     is a tombstone before the last message is completed; leftovers are settled, and the
-//     tombstone is kept for TombstoneTTL so that a late copy of any sequence of the ended session
-//     is a duplicate; the first run after expiry deletes it. With NoTombstone the state is
-//     deleted at once and a late copy starts a new sequence. Only a holder that lost its lock
-//     could write over a tombstone; the tenure rule below rules that out.
+// # Recorded runs
+//
+// The default: when the in-order message k is active and later sequences k+1, k+2, … are already
+// in hand (held in the window or later in the receive batch), one save records the run
+// (State.InFlight: sequence → broker sequence number, Next still k), then each entry goes
+// handler → complete, the complete answered before the next handler call, and the next save (of
+// the next run, of any other step, or at release) records the new Next. A crash or failure
+// between an entry's handler and its completion leaves that entry at the broker and the state
+// saying "run from k": it is handled again, the same one-message window as above. The entries
+// gone from the broker are exactly those below the real Next, and the broker delivers a
+// session's active messages in broker sequence order, so the next run learns the real Next from
+// what it is delivered: an entry not yet delivered whose broker sequence number is below that of
+// a delivered message is gone; a delivered entry and every later sequence are still at the
+// broker; an entry not delivered before the session idles is gone. Until the record is settled
+// (the run's phase is resolving) Next is a lower bound: no gap is reported or skipped, nothing
+// is handed over, delivered entries and other copies of recorded sequences are held (never
+// deferred), and one held message is kept active so that the broker offers the session again
+// should this run end first.
+//
+// Runs never contain a deferred message, the last message, or the message before a deferred one
+// (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is
+// ever deferred while recorded); with an AtomicStore each message has its own transaction and
+// runs are not used. The inference needs the broker's session FIFO and that only this engine
+// settles the session's messages: an entry that vanished otherwise (its time to live expired,
+// the broker dead-lettered it after too many deliveries, an operator purged it) is taken as
+// handled, where one save per message would wait for it as a gap. Two rules keep the common case
+// of that, a handler that crashes its process on the same message again and again until the
+// broker dead-letters the messages in hand, out of reach: a redelivered message (DeliveryCount
+// above 1) never joins a run, and a run that resolves an inherited record saves the exact Next
+// at once, so a record outlives the first redelivery of its entries only when that run fails
+// before it is resolved. Sessions where the rest matters set SaveEachMessage.
+//
+// # Deferral
+//
+// save(Deferred[seq] = broker sequence) → defer. A crash between leaves an index entry whose
+// message is still active; when it is redelivered its broker sequence number matches the entry
+// and it is treated as the recorded message (held or handled), never as a duplicate. Deferring
+// first would risk a deferred message nobody knows about.
+//
+// # Drain
+//
+// A deferred message keeps its index entry when it is handled (save(Next+1) keeps the entry
+// below Next) and loses it only in a save after its completion. A crash between save and
+// completion leaves an entry below Next, which the next run settles (it fetches the message and
+// completes it as a duplicate); State.DueDeferred reports it.
+//
+// # Waking
+//
+// The broker never offers a session whose messages are all deferred to accept-next. So the
+// active message that made Next reach a deferred sequence (the anchor) is kept unsettled until
+// the drain is durable: only after the drained messages are handled, saved, completed and
+// removed from the index is the anchor completed. A crash at any point of the drain leaves the
+// anchor, which the broker redelivers, which wakes the session, which drains. Runs started by id
+// (an operator's Resume, a sweeper) have no anchor: if they crash, the state says so
+// (State.DueDeferred) and a sweeper hands the session to Runner.Wake.
+//
+// # Poison
+//
+// PoisonPark: save(Parked) → dead-letter. A crash between finds the parked mark on the next run:
+// the redelivered (or still deferred) message with the parked broker sequence number is
+// dead-lettered then. PoisonSkip: save(Next+1 and State.SkippedPoison[seq]) → dead-letter; a
+// redelivered message matching the SkippedPoison entry is dead-lettered, not completed as a
+// duplicate, and the entry goes in a save after the dead-lettering. Like a handled message, a
+// skipped active message is the anchor while a drain depends on it. PoisonBlock abandons the
+// message and saves nothing: the broker redelivers it until its max delivery count.
+//
+// # End
+//
+// The save that records the last message as handled sets State.EndedAt, so the state is a
+// tombstone before the last message is completed; leftovers are settled, and the tombstone is
+// kept for TombstoneTTL so that a late copy of any sequence of the ended session is a duplicate;
+// the first run after expiry deletes it. With NoTombstone the state is deleted at once and a
+// late copy starts a new sequence. Only a holder that lost its lock could write over a
+// tombstone; the tenure rule below rules that out.
 //
 // # Lock tenure
 //
@@ -145,5 +195,5 @@
 // idle timeout the session is released with its state kept, and the gap wait is reported
 // (Stats.GapWait, EventGapResolved) once Next arrives. With a GapTimeout the engine skips to the
 // lowest waiting sequence once the wait is that long (checked when the session idles or is
-// accepted; State.GapExpired lets a sweeper wake such sessions).
+// accepted, and after each receive batch; State.GapExpired lets a sweeper wake such sessions).
 package sequencer

@@ -10,12 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
 
 type bundle struct {
-	clock  *sequencertest.Clock
+	clock  *clock.Fake
 	broker *sequencertest.Broker
 	store  *sequencertest.Store
 	proc   *sequencertest.Process
@@ -30,7 +31,7 @@ type bundle struct {
 
 func setup(t *testing.T, cfg sequencer.EngineConfig) *bundle {
 	t.Helper()
-	b := &bundle{clock: sequencertest.NewClock(time.Time{}), handled: map[string][]int64{}}
+	b := &bundle{clock: clock.NewFake(time.Time{}), handled: map[string][]int64{}}
 	b.broker = sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: b.clock})
 	b.store = sequencertest.NewStore()
 	b.proc = &sequencertest.Process{}

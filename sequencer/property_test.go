@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
@@ -110,7 +111,7 @@ func newPropCase(seed uint64) *propCase {
 type propWorld struct {
 	t      *testing.T
 	c      *propCase
-	clock  *sequencertest.Clock
+	clock  *clock.Fake
 	broker *sequencertest.Broker
 	store  *sequencertest.Store
 
@@ -334,7 +335,7 @@ func runPropCase(t *testing.T, seed uint64, tot *propTotals) {
 func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int) {
 	w := &propWorld{
 		t: t, c: c,
-		clock:      sequencertest.NewClock(time.Time{}),
+		clock:      clock.NewFake(time.Time{}),
 		store:      sequencertest.NewStore(),
 		accepted:   map[string][]int64{},
 		failures:   map[string]map[int64]int{},

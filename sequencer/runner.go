@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/seqbus/seqbus/clock"
 )
 
 // RunnerConfig configures a Runner.
@@ -25,7 +27,7 @@ type RunnerConfig struct {
 	AcceptTimeout time.Duration
 	// ErrorBackoff is the pause after a failed accept (default 1s).
 	ErrorBackoff time.Duration
-	Clock        Clock
+	Clock        clock.Clock
 	Logger       *slog.Logger
 	Observer     Observer
 }
@@ -58,7 +60,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	cfg.MaxConcurrentSessions = cmp.Or(cfg.MaxConcurrentSessions, 8)
 	cfg.AcceptTimeout = cmp.Or(cfg.AcceptTimeout, 10*time.Second)
 	cfg.ErrorBackoff = cmp.Or(cfg.ErrorBackoff, time.Second)
-	cfg.Clock = cmp.Or[Clock](cfg.Clock, SystemClock{})
+	cfg.Clock = cmp.Or(cfg.Clock, clock.Real())
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

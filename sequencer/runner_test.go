@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
@@ -30,7 +31,7 @@ type runnerBundle struct {
 func setupRunner(t *testing.T, maxSessions int, handlerDelay time.Duration) *runnerBundle {
 	t.Helper()
 	b := &runnerBundle{handled: map[string][]int64{}, inFlight: map[string]int{}}
-	b.broker = sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: sequencer.SystemClock{}, Blocking: true})
+	b.broker = sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
 	b.store = sequencertest.NewStore()
 	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
 		Source: b.broker.NewClient(nil),
@@ -218,7 +219,7 @@ func TestRunnerNotStartedStopIsNoop(t *testing.T) {
 
 func TestRunnerResumeParkedSession(t *testing.T) {
 	t.Parallel()
-	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: sequencer.SystemClock{}, Blocking: true})
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
 	store := sequencertest.NewStore()
 	var mu sync.Mutex
 	var handled []int64
@@ -273,7 +274,7 @@ func TestRunnerResumeParkedSession(t *testing.T) {
 
 func TestRunnerBacksOffOnStoreFailure(t *testing.T) {
 	t.Parallel()
-	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: sequencer.SystemClock{}, Blocking: true})
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
 	var loads atomic.Int64
 	proc := &sequencertest.Process{Hook: func(c sequencertest.Call) error {
 		if c.Op == "load" && c.Phase == sequencertest.Before {

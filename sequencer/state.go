@@ -1,6 +1,9 @@
 package sequencer
 
-import "time"
+import (
+	"maps"
+	"time"
+)
 
 // State is what the engine stores per session. It alone decides what has been handled.
 type State struct {
@@ -118,13 +121,123 @@ func (s *State) Unpark(skip bool, now time.Time) bool {
 		return false
 	}
 	if skip {
-		s.Next = p.Sequence + 1
+		s.pass(p.Sequence, now)
 		s.Counters.Skipped++
-		if s.Last == p.Sequence {
-			s.EndedAt = now
-		}
 	}
 	s.Parked = nil
 	s.UpdatedAt = now
 	return true
+}
+
+// The transitions the engine applies to a state. Each is written once; the engine's session
+// loop calls them and saves the state afterwards, in the order the package documentation gives.
+
+// pass moves Next past seq and ends the session (EndedAt: the state becomes a tombstone) if seq
+// is the last sequence. It is the one way Next moves past a message: handled, skipped as poison,
+// or skipped when a parked session resumes.
+func (s *State) pass(seq int64, now time.Time) {
+	s.Next = seq + 1
+	if s.Last == seq {
+		s.EndedAt = now
+	}
+}
+
+// handled records that the handler took the in-order message (seq, broker sequence bs). It
+// returns the gap wait this ends (0 when Next was not waited for).
+func (s *State) handled(seq, bs int64, now time.Time) time.Duration {
+	s.pass(seq, now)
+	s.Counters.Handled++
+	if b, ok := s.Deferred[seq]; ok && b != bs {
+		delete(s.Deferred, seq) // the deferred copy is gone (missing); this one replaced it
+	}
+	return s.closeGap(now)
+}
+
+// closeGap ends the wait for Next and returns how long it lasted (at least 1ns; 0 when there was
+// none).
+func (s *State) closeGap(now time.Time) time.Duration {
+	if s.GapSince.IsZero() {
+		return 0
+	}
+	d := max(now.Sub(s.GapSince), 1)
+	s.GapSince = time.Time{}
+	return d
+}
+
+// skipTo gives up on the missing sequences below seq (GapTimeout): Next moves to seq. It returns
+// how many sequences were skipped and how long the gap was waited for.
+func (s *State) skipTo(seq int64, now time.Time) (uint64, time.Duration) {
+	n := uint64(seq - s.Next)
+	s.Counters.Skipped += n
+	wait := s.closeGap(now)
+	s.Next = seq
+	return n, wait
+}
+
+// park marks the session parked on the poison message (seq, broker sequence bs), which is then
+// dead-lettered.
+func (s *State) park(seq, bs int64, reason string, now time.Time) {
+	s.Parked = &Parked{Sequence: seq, BrokerSequence: bs, Reason: reason, At: now}
+	s.Counters.DeadLettered++
+}
+
+// skipPoison moves past the poison message (seq, broker sequence bs) under PoisonSkip. The
+// message stays in SkippedPoison until its dead-lettering is known to have happened, so that a
+// copy redelivered after a crash is dead-lettered rather than completed as a duplicate.
+func (s *State) skipPoison(seq, bs int64, now time.Time) {
+	s.pass(seq, now)
+	s.Counters.Skipped++
+	s.Counters.DeadLettered++
+	if s.SkippedPoison == nil {
+		s.SkippedPoison = map[int64]int64{}
+	}
+	s.SkippedPoison[seq] = bs
+}
+
+// recordDeferral records that the message (seq, broker sequence bs) is deferred at the broker.
+func (s *State) recordDeferral(seq, bs int64) {
+	if s.Deferred[seq] != bs {
+		s.Deferred[seq] = bs
+		s.Counters.Deferred++
+	}
+}
+
+// passRecorded moves Next past the entry at Next of an inherited run record that turned out to be
+// handled and completed by an earlier run. Entries are never the last sequence.
+func (s *State) passRecorded() {
+	delete(s.InFlight, s.Next)
+	s.Next++
+	s.Counters.Handled++
+}
+
+// pruneSettled removes the index entries (Deferred, SkippedPoison) of messages known to be
+// settled at the broker: settled maps application sequence → broker sequence number.
+func (s *State) pruneSettled(settled map[int64]int64) {
+	for k, bs := range settled {
+		if s.Deferred[k] == bs {
+			delete(s.Deferred, k)
+		}
+		if s.SkippedPoison[k] == bs {
+			delete(s.SkippedPoison, k)
+		}
+	}
+}
+
+func (s *State) clone() *State {
+	c := *s
+	c.Deferred = maps.Clone(s.Deferred)
+	if c.Deferred == nil {
+		c.Deferred = map[int64]int64{}
+	}
+	if s.SkippedPoison != nil {
+		c.SkippedPoison = maps.Clone(s.SkippedPoison)
+	}
+	if s.InFlight != nil {
+		c.InFlight = maps.Clone(s.InFlight)
+	}
+	if s.Parked != nil {
+		p := *s.Parked
+		c.Parked = &p
+	}
+	return &c
 }

@@ -5,7 +5,7 @@
 // The core (this package) does no I/O: it reads the namespace and changes it through
 // the narrow Admin interface. topology/sbadmin implements Admin over the azservicebus
 // admin client (real Service Bus, or the seqbus emulator through
-// emulator/admintransport); topology/topologytest has an in-memory fake. The CLI is
+// admintransport); topology/topologytest has an in-memory fake. The CLI is
 // cmd/topology.
 //
 // # The file
@@ -85,7 +85,7 @@
 // Before touching a broker: names (entities ≤260 characters of letters, digits, '.',
 // '-', '_', '/'; subscriptions and rules ≤50, no '/'), duplicates, property ranges,
 // forwarding targets declared in the file, chains of at most 4 hops and no loops,
-// filters and actions ≤1,024 characters that compile (emulator/sqlrule), session ids
+// filters and actions ≤1,024 characters that compile (sqlrule), session ids
 // that fit 128 characters given each property's maxLength (a warning when one is
 // unbounded). Every error names the file, line, column and field path, e.g.
 //
@@ -103,7 +103,7 @@
 //
 // # Imports
 //
-// The package imports the standard library, go.yaml.in/yaml/v3 and emulator/sqlrule (a
+// The package imports the standard library, go.yaml.in/yaml/v3 and sqlrule (a
 // pure compiler, for validation). It must never import the Azure SDK, the emulator's
 // broker or server, or anything that does I/O; sbadmin and cmd/topology do.
 package topology

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seqbus/seqbus/contract"
 )
 
 // Op is what a change does.
@@ -326,7 +328,7 @@ func FilterString(f Filter) string {
 func diffProps(want, live Properties) (fields []FieldChange, replace bool) {
 	dur := func(key string, w, l *time.Duration) {
 		if w != nil && (l == nil || *w != *l) {
-			fields = append(fields, FieldChange{Field: key, Live: fmtPtr(l, FormatDuration), Want: FormatDuration(*w)})
+			fields = append(fields, FieldChange{Field: key, Live: fmtPtr(l, contract.FormatDuration), Want: contract.FormatDuration(*w)})
 		}
 	}
 	boolean := func(key string, w, l *bool, immutable bool) {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seqbus/seqbus/contract"
 )
 
 // RenderOptions adjust Render. A nil *RenderOptions means all defaults.
@@ -128,7 +130,7 @@ func propArgs(p Properties) []string {
 	var out []string
 	dur := func(flag string, v *time.Duration) {
 		if v != nil {
-			out = append(out, flag, FormatDuration(*v))
+			out = append(out, flag, contract.FormatDuration(*v))
 		}
 	}
 	boolean := func(flag string, v *bool) {

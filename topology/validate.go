@@ -9,7 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/seqbus/seqbus/emulator/sqlrule"
+	"github.com/seqbus/seqbus/contract"
+	"github.com/seqbus/seqbus/sqlrule"
 )
 
 // Service Bus limits checked by Validate.
@@ -275,13 +276,13 @@ func validateProps(d *diags, kind entityKind, p Properties, src Source) {
 	}
 	durRange := func(v *time.Duration, key string, lo, hi time.Duration) {
 		if v != nil && (*v < lo || *v > hi) {
-			d.errorf(src, key, "%s is out of range %s..%s", FormatDuration(*v), FormatDuration(lo), FormatDuration(hi))
+			d.errorf(src, key, "%s is out of range %s..%s", contract.FormatDuration(*v), contract.FormatDuration(lo), contract.FormatDuration(hi))
 		}
 	}
 	durRange(p.LockDuration, keyLockDuration, 5*time.Second, 5*time.Minute)
 	durRange(p.DuplicateDetectionHistoryTimeWindow, keyDuplicateDetectionWindow, 20*time.Second, 7*24*time.Hour)
-	durRange(p.AutoDeleteOnIdle, keyAutoDeleteOnIdle, 5*time.Minute, Forever)
-	durRange(p.DefaultMessageTimeToLive, keyDefaultMessageTimeToLive, time.Second, Forever)
+	durRange(p.AutoDeleteOnIdle, keyAutoDeleteOnIdle, 5*time.Minute, contract.Forever)
+	durRange(p.DefaultMessageTimeToLive, keyDefaultMessageTimeToLive, time.Second, contract.Forever)
 	if p.MaxDeliveryCount != nil && *p.MaxDeliveryCount < 1 {
 		d.errorf(src, keyMaxDeliveryCount, "must be at least 1, found %d", *p.MaxDeliveryCount)
 	}

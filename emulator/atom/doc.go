@@ -55,8 +55,8 @@
 //
 // # Imports
 //
-// The package imports the standard library, emulator/broker, emulator/clock and
-// emulator/sqlrule (for the position of SQL syntax errors). It must
+// The package imports the standard library, emulator/broker, clock, contract (durations) and
+// sqlrule (for the position of SQL syntax errors). It must
 // never import the AMQP engine, the emulator root package, the Azure SDK, or anything of
 // seqbus outside the emulator.
 package atom

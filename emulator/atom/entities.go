@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/emulator/broker"
 )
 
@@ -371,7 +372,7 @@ func (h *handler) toProperties(kind broker.EntityKind, path string, d *inDescrip
 		if s == nil {
 			return 0, nil
 		}
-		v, perr := broker.ParseISO8601Duration(strings.TrimSpace(*s))
+		v, perr := contract.ParseDuration(strings.TrimSpace(*s))
 		if perr != nil {
 			return 0, badRequest("%s: %w", field, perr)
 		}
@@ -532,7 +533,7 @@ func formatDuration(d time.Duration) string {
 	if d <= 0 || d >= never || d == math.MaxInt64 {
 		return maxTimeSpan
 	}
-	return broker.FormatISO8601Duration(d)
+	return contract.FormatDuration(d)
 }
 
 func optString(s string) *string {
@@ -562,13 +563,13 @@ func (h *handler) queueEntry(r *http.Request, info broker.EntityInfo) outEntry {
 	p, x := info.Properties, h.extrasFor(info)
 	q := outQueue{
 		XMLNSI:                              nsXSI,
-		LockDuration:                        broker.FormatISO8601Duration(p.LockDuration),
+		LockDuration:                        contract.FormatDuration(p.LockDuration),
 		MaxSizeInMegabytes:                  x.maxSizeMB,
 		RequiresDuplicateDetection:          p.RequiresDuplicateDetection,
 		RequiresSession:                     p.RequiresSession,
 		DefaultMessageTimeToLive:            formatDuration(p.DefaultMessageTimeToLive),
 		DeadLetteringOnMessageExpiration:    p.DeadLetteringOnMessageExpiration,
-		DuplicateDetectionHistoryTimeWindow: broker.FormatISO8601Duration(p.DuplicateDetectionHistoryTimeWindow),
+		DuplicateDetectionHistoryTimeWindow: contract.FormatDuration(p.DuplicateDetectionHistoryTimeWindow),
 		MaxDeliveryCount:                    p.MaxDeliveryCount,
 		EnableBatchedOperations:             x.batched,
 		SizeInBytes:                         info.Counts.SizeBytes,
@@ -599,7 +600,7 @@ func (h *handler) topicEntry(r *http.Request, info broker.EntityInfo) outEntry {
 		DefaultMessageTimeToLive:            formatDuration(p.DefaultMessageTimeToLive),
 		MaxSizeInMegabytes:                  x.maxSizeMB,
 		RequiresDuplicateDetection:          p.RequiresDuplicateDetection,
-		DuplicateDetectionHistoryTimeWindow: broker.FormatISO8601Duration(p.DuplicateDetectionHistoryTimeWindow),
+		DuplicateDetectionHistoryTimeWindow: contract.FormatDuration(p.DuplicateDetectionHistoryTimeWindow),
 		EnableBatchedOperations:             x.batched,
 		SizeInBytes:                         info.Counts.SizeBytes,
 		FilteringMessagesBeforePublishing:   false,
@@ -640,7 +641,7 @@ func (h *handler) subscriptionEntry(r *http.Request, info broker.EntityInfo) out
 	p, x := info.Properties, h.extrasFor(info)
 	s := outSubscription{
 		XMLNSI:                           nsXSI,
-		LockDuration:                     broker.FormatISO8601Duration(p.LockDuration),
+		LockDuration:                     contract.FormatDuration(p.LockDuration),
 		RequiresSession:                  p.RequiresSession,
 		DefaultMessageTimeToLive:         formatDuration(p.DefaultMessageTimeToLive),
 		DeadLetteringOnMessageExpiration: p.DeadLetteringOnMessageExpiration,

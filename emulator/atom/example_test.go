@@ -9,7 +9,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
-	"github.com/seqbus/seqbus/emulator/admintransport"
+	"github.com/seqbus/seqbus/admintransport"
 	"github.com/seqbus/seqbus/emulator/atom"
 	"github.com/seqbus/seqbus/emulator/broker"
 )

@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
-	"github.com/seqbus/seqbus/emulator/sqlrule"
+	"github.com/seqbus/seqbus/sqlrule"
 )
 
 // Defaults for Config fields left empty. They are the well-known values of Microsoft's

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/clock"
 )
 
 // Config configures a Broker. The zero value is usable: wall clock, 256 KiB messages,
@@ -22,7 +22,7 @@ type Config struct {
 	MaxMessageSize int64
 	// Logger receives the broker's events. Default: discard.
 	Logger *slog.Logger
-	// SQL replaces the built-in SQL rule language (emulator/sqlrule). Nil: built-in.
+	// SQL replaces the built-in SQL rule language (sqlrule). Nil: built-in.
 	SQL SQLCompiler
 }
 

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seqbus/seqbus/contract"
 )
 
 // UserConfig is the "UserConfig" object of a Microsoft Service Bus emulator Config.json:
@@ -361,7 +363,7 @@ func (p *configParser) duration(o jsonObject, k string, def time.Duration) time.
 	if p.err != nil {
 		return 0
 	}
-	d, err := ParseISO8601Duration(s)
+	d, err := contract.ParseDuration(s)
 	if err != nil {
 		p.fail(o.path+"."+k, "%v", err)
 	}

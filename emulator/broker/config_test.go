@@ -177,33 +177,3 @@ func TestParseUserConfigErrors(t *testing.T) {
 		})
 	}
 }
-
-func TestISO8601Durations(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in   string
-		want time.Duration
-		fmt  string
-	}{
-		{"PT1M", time.Minute, "PT1M"},
-		{"PT5S", 5 * time.Second, "PT5S"},
-		{"PT0.5S", 500 * time.Millisecond, "PT0.5S"},
-		{"PT1H30M", 90 * time.Minute, "PT1H30M"},
-		{"P1DT2H", 26 * time.Hour, "P1DT2H"},
-		{"P1W", 7 * 24 * time.Hour, "P7D"},
-		{"P1D", 24 * time.Hour, "P1D"},
-		{"P10675199DT2H48M5.4775807S", time.Duration(1<<63 - 1), ""},
-	}
-	for _, tt := range tests {
-		d, err := broker.ParseISO8601Duration(tt.in)
-		require.NoError(t, err, tt.in)
-		require.Equal(t, tt.want, d, tt.in)
-		if tt.fmt != "" {
-			require.Equal(t, tt.fmt, broker.FormatISO8601Duration(d))
-		}
-	}
-	for _, bad := range []string{"", "P", "PT", "1m", "PT1X", "P1H", "PTM", "PT1M1", "P1DT", "PT1MT1S"} {
-		_, err := broker.ParseISO8601Duration(bad)
-		require.Error(t, err, bad)
-	}
-}

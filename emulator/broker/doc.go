@@ -52,7 +52,7 @@
 //
 // # Rules, forwarding and duplicate detection
 //
-// Subscription rules are evaluated with emulator/sqlrule (SQL filters and actions with
+// Subscription rules are evaluated with sqlrule (SQL filters and actions with
 // their parameters, correlation filters comparing typed values). As Service Bus
 // documents it, all matching rules without an action yield one copy, and every
 // matching rule with an action yields a copy of its own, changed by the action and
@@ -78,7 +78,7 @@
 // # Imports
 //
 // The package imports the standard library, go-amqp (public API only), google/uuid,
-// emulator/clock and emulator/sqlrule (which must never import the broker). It must
+// clock, contract (durations) and sqlrule (which must never import the broker). It must
 // never import the AMQP engine, the $management/$cbs nodes, the admin API, or anything
 // of seqbus outside those two.
 package broker

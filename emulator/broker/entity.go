@@ -11,7 +11,7 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/google/uuid"
 
-	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/clock"
 )
 
 type lockKey = amqp.UUID

@@ -7,8 +7,8 @@ import (
 
 	"github.com/Azure/go-amqp"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
 )
 
 // A peek-lock round trip: an abandoned message comes back with its delivery count

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/emulator/clock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -2,9 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -113,94 +110,4 @@ func (p EntityProperties) canSend() bool {
 
 func (p EntityProperties) canReceive() bool {
 	return p.Status != StatusDisabled && p.Status != StatusReceiveDisabled
-}
-
-// ParseISO8601Duration parses an ISO 8601 duration such as "PT1M", "P1DT2H30M" or
-// "PT0.5S". Years count 365 days, months 30 days and weeks 7 days. Values beyond the
-// range of time.Duration (such as .NET's TimeSpan.MaxValue, "P10675199DT2H48M5.4775807S")
-// saturate at math.MaxInt64.
-func ParseISO8601Duration(s string) (time.Duration, error) {
-	bad := func() (time.Duration, error) {
-		return 0, fmt.Errorf("invalid ISO 8601 duration %q", s)
-	}
-	rest, ok := strings.CutPrefix(s, "P")
-	if !ok || rest == "" || strings.HasSuffix(rest, "T") {
-		return bad()
-	}
-	const day = 24 * time.Hour
-	dateUnits := map[byte]time.Duration{'Y': 365 * day, 'M': 30 * day, 'W': 7 * day, 'D': day}
-	timeUnits := map[byte]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second}
-	var total float64
-	inTime := false
-	seen := 0
-	for rest != "" {
-		if rest[0] == 'T' {
-			if inTime {
-				return bad()
-			}
-			inTime = true
-			rest = rest[1:]
-			continue
-		}
-		i := 0
-		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.' || rest[i] == ',') {
-			i++
-		}
-		if i == 0 || i == len(rest) {
-			return bad()
-		}
-		n, err := strconv.ParseFloat(strings.ReplaceAll(rest[:i], ",", "."), 64)
-		if err != nil {
-			return bad()
-		}
-		units := dateUnits
-		if inTime {
-			units = timeUnits
-		}
-		unit, ok := units[rest[i]]
-		if !ok {
-			return bad()
-		}
-		total += n * float64(unit)
-		seen++
-		rest = rest[i+1:]
-	}
-	if seen == 0 {
-		return bad()
-	}
-	if total >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64), nil
-	}
-	return time.Duration(total), nil
-}
-
-// FormatISO8601Duration formats d as an ISO 8601 duration ("PT1M", "P1DT2H", "PT0.5S").
-func FormatISO8601Duration(d time.Duration) string {
-	if d <= 0 {
-		return "PT0S"
-	}
-	const day = 24 * time.Hour
-	var b strings.Builder
-	b.WriteString("P")
-	if days := d / day; days > 0 {
-		fmt.Fprintf(&b, "%dD", days)
-		d -= days * day
-	}
-	if d == 0 {
-		return b.String()
-	}
-	b.WriteString("T")
-	if h := d / time.Hour; h > 0 {
-		fmt.Fprintf(&b, "%dH", h)
-		d -= h * time.Hour
-	}
-	if m := d / time.Minute; m > 0 {
-		fmt.Fprintf(&b, "%dM", m)
-		d -= m * time.Minute
-	}
-	if d > 0 {
-		b.WriteString(strconv.FormatFloat(d.Seconds(), 'f', -1, 64))
-		b.WriteString("S")
-	}
-	return b.String()
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 
-	"github.com/seqbus/seqbus/emulator/sqlrule"
+	"github.com/seqbus/seqbus/sqlrule"
 )
 
 // DefaultRuleName is the name of the rule every new subscription gets, matching all messages.
@@ -76,7 +76,7 @@ type Action interface {
 }
 
 // SQLCompiler compiles the SQL filter and action language. The broker evaluates SQL
-// rules with emulator/sqlrule by default; a Config.SQL replaces it (for tests or
+// rules with sqlrule by default; a Config.SQL replaces it (for tests or
 // experiments) and then receives the expressions only, so rules with SQLParameters or
 // ActionParameters are refused under it.
 type SQLCompiler interface {

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/seqbus/seqbus/emulator/clock"
+	"github.com/seqbus/seqbus/clock"
 )
 
 // session is the broker's record of one session of a session entity. It exists while it

@@ -13,7 +13,7 @@
 // The log level is Info in tests and Warn in benchmarks;
 // SEQBUS_EMULATOR_TEST_LOG=debug (or any level name) changes it. Server.NewAdminClient and Server.AdminClientOptions reach the
 // emulator's management API (ATOM, served on the AMQP port) with the admin
-// client, through emulator/admintransport.
+// client, through admintransport.
 //
 // The package is for tests. Only test code may import it; the emulator's own
 // non-test code must not, since it imports the emulator.

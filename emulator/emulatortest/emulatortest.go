@@ -18,8 +18,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
+	"github.com/seqbus/seqbus/admintransport"
 	"github.com/seqbus/seqbus/emulator"
-	"github.com/seqbus/seqbus/emulator/admintransport"
 	"github.com/seqbus/seqbus/emulator/broker"
 )
 

@@ -16,6 +16,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/internal/demo"
@@ -269,7 +270,7 @@ func publish(ctx context.Context, o Options, conn string, entity sbadapter.Entit
 			sid, mid := id, id+"/"+strconv.FormatInt(seq, 10)
 			if err := batch.AddMessage(&azservicebus.Message{
 				SessionID: &sid, MessageID: &mid, Body: fmt.Appendf(nil, `{"session":%q,"step":%d}`, id, seq),
-				ApplicationProperties: map[string]any{"Sequence": seq, "IsLast": seq == int64(o.Messages), publishedAtProperty: now},
+				ApplicationProperties: map[string]any{contract.SequenceProperty: seq, contract.LastProperty: seq == int64(o.Messages), publishedAtProperty: now},
 			}, nil); err != nil {
 				return fmt.Errorf("bench: publish session %s sequence %d: %w", id, seq, err)
 			}
@@ -327,7 +328,7 @@ func (h *cellHandler) Handle(ctx context.Context, m *sequencer.Message) error {
 	if ns, ok := m.Properties[publishedAtProperty].(int64); ok {
 		lat = time.Since(time.Unix(0, ns))
 	}
-	last, _ := m.Properties["IsLast"].(bool)
+	last, _ := m.Properties[contract.LastProperty].(bool)
 	h.mu.Lock()
 	if lat >= 0 {
 		h.latencies = append(h.latencies, lat)

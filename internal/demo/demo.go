@@ -13,6 +13,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/handler"
@@ -311,7 +312,7 @@ func publish(ctx context.Context, conn string, plan []Publication) error {
 			SessionID:             &sid,
 			MessageID:             &mid,
 			Body:                  fmt.Appendf(nil, `{"order":%q,"step":%d}`, p.SessionID, p.Sequence),
-			ApplicationProperties: map[string]any{"Sequence": p.Sequence, "IsLast": p.Last},
+			ApplicationProperties: map[string]any{contract.SequenceProperty: p.Sequence, contract.LastProperty: p.Last},
 		}
 		err := batch.AddMessage(m, nil)
 		if errors.Is(err, azservicebus.ErrMessageTooLarge) {

@@ -48,7 +48,9 @@ var (
 )
 
 // Config is the worker's whole configuration. Each field's envconfig tag, prefixed with SEQBUS_,
-// is the environment variable that sets it.
+// is the environment variable that sets it. The defaults of SequenceProperty and LastProperty
+// are the names of package contract, spelled out because a tag cannot name a constant
+// (TestLoadFromEnvironment checks that they agree).
 type Config struct {
 	// ConnectionString is a Service Bus connection string (SharedAccessKey or SharedAccessSignature).
 	ConnectionString string `envconfig:"CONNECTION_STRING"`

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/contract"
 )
 
 const testConn = "Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=s3cr3tKey==;UseDevelopmentEmulator=true"
@@ -22,8 +24,8 @@ func valid() Config {
 		Ordering:              "session",
 		MaxConcurrentSessions: 8,
 		SessionIdleTimeout:    5 * time.Second,
-		SequenceProperty:      "Sequence",
-		LastProperty:          "IsLast",
+		SequenceProperty:      contract.SequenceProperty,
+		LastProperty:          contract.LastProperty,
 		PoisonPolicy:          "park",
 		MaxHandlerAttempts:    5,
 		SweepInterval:         30 * time.Second,
@@ -240,6 +242,8 @@ func TestLoadFromEnvironment(t *testing.T) {
 	require.Equal(t, "log", c.Handler, "default")
 	require.Equal(t, 30*time.Second, c.ShutdownTimeout, "default")
 	require.False(t, c.SaveEachMessage, "default")
+	require.Equal(t, contract.SequenceProperty, c.SequenceProperty, "default")
+	require.Equal(t, contract.LastProperty, c.LastProperty, "default")
 
 	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "true")
 	c, err = Load(handlers)

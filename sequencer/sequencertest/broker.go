@@ -10,13 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seqbus/seqbus/clock"
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
 // BrokerOptions configure a fake Broker.
 type BrokerOptions struct {
-	// Clock drives lock expiry (default: a new fake Clock).
-	Clock sequencer.Clock
+	// Clock drives lock expiry (default: a new clock.Fake).
+	Clock clock.Clock
 	// LockDuration is the session lock duration (default 60s).
 	LockDuration time.Duration
 	// MaxDeliveryCount dead-letters a message released after that many deliveries (default 10).
@@ -69,14 +71,14 @@ func NewBroker(opts *BrokerOptions) *Broker {
 	if opts != nil {
 		o = *opts
 	}
-	o.Clock = cmp.Or[sequencer.Clock](o.Clock, NewClock(time.Time{}))
+	o.Clock = cmp.Or[clock.Clock](o.Clock, clock.NewFake(time.Time{}))
 	o.LockDuration = cmp.Or(o.LockDuration, 60*time.Second)
 	o.MaxDeliveryCount = cmp.Or(o.MaxDeliveryCount, 10)
 	return &Broker{opts: o, sessions: map[string]*brokerSession{}, changed: make(chan struct{}), calls: map[string]int{}}
 }
 
 // Clock returns the broker's clock.
-func (b *Broker) Clock() sequencer.Clock { return b.opts.Clock }
+func (b *Broker) Clock() clock.Clock { return b.opts.Clock }
 
 // Publish enqueues a message for the session with the given application properties and body and
 // returns its broker sequence number.
@@ -98,11 +100,11 @@ func (b *Broker) Publish(sessionID string, props map[string]any, body []byte) in
 }
 
 // PublishSeq publishes a message with the application property "Sequence" set to seq and
-// "IsLast" set when last is true.
+// "IsLast" set when last is true (the names of package contract).
 func (b *Broker) PublishSeq(sessionID string, seq int64, last bool) int64 {
-	props := map[string]any{"Sequence": seq}
+	props := map[string]any{contract.SequenceProperty: seq}
 	if last {
-		props["IsLast"] = true
+		props[contract.LastProperty] = true
 	}
 	return b.Publish(sessionID, props, fmt.Appendf(nil, "%s/%d", sessionID, seq))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
@@ -18,30 +19,30 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestBrokerConformance(t *testing.T) {
 	t.Parallel()
 	sequencertest.RunSessionConformance(t, func(t *testing.T) (sequencer.SessionSource, sequencertest.Publisher) {
-		b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Blocking: true, Clock: sequencer.SystemClock{}})
+		b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Blocking: true, Clock: clock.Real()})
 		return b.NewClient(nil), sequencertest.BrokerPublisher{B: b}
 	}, &sequencertest.ConformanceOptions{Wait: 400 * time.Millisecond})
 }
 
 func TestBrokerLockExpiry(t *testing.T) {
 	t.Parallel()
-	clock := sequencertest.NewClock(time.Time{})
-	b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock, LockDuration: time.Minute})
+	clk := clock.NewFake(time.Time{})
+	b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clk, LockDuration: time.Minute})
 	c := b.NewClient(nil)
 	b.PublishSeq("s", 1, false)
 	sess, err := c.AcceptNext(t.Context())
 	require.NoError(t, err)
-	require.Equal(t, clock.Now().Add(time.Minute), sess.LockedUntil())
+	require.Equal(t, clk.Now().Add(time.Minute), sess.LockedUntil())
 	msgs, err := sess.Receive(t.Context(), 10)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	clock.Advance(59 * time.Second)
+	clk.Advance(59 * time.Second)
 	_, err = sess.RenewLock(t.Context())
 	require.NoError(t, err)
-	clock.Advance(59 * time.Second)
+	clk.Advance(59 * time.Second)
 	_, err = c.Accept(t.Context(), "s")
 	require.ErrorIs(t, err, sequencer.ErrSessionLocked, "renewed lock still held")
-	clock.Advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	require.ErrorIs(t, sess.Complete(t.Context(), msgs[0]), sequencer.ErrLockLost)
 	other, err := c.AcceptNext(t.Context())
 	require.NoError(t, err, "an expired lock frees the session")
@@ -161,23 +162,4 @@ func TestStoreVersions(t *testing.T) {
 	require.Empty(t, store.SessionIDs())
 	require.Equal(t, 2, store.Calls()["save"])
 	require.True(t, errors.Is(sc.Delete(ctx, sequencer.DeleteParams{Session: sess}), nil))
-}
-
-func TestClockTimers(t *testing.T) {
-	t.Parallel()
-	c := sequencertest.NewClock(time.Time{})
-	t1 := c.NewTimer(time.Second)
-	fired := make(chan struct{})
-	c.AfterFunc(2*time.Second, func() { close(fired) })
-	stopped := c.NewTimer(time.Second)
-	require.True(t, stopped.Stop())
-	require.False(t, stopped.Stop())
-	require.Equal(t, 2, c.Timers())
-	c.Advance(time.Second)
-	<-t1.C()
-	c.Advance(time.Second)
-	<-fired
-	require.Zero(t, c.Timers())
-	c.NewTimer(0) // fires at once
-	require.Zero(t, c.Timers())
 }

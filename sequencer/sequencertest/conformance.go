@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -66,7 +67,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 	}
 	publishN := func(t *testing.T, f fixture, n int) {
 		for i := 1; i <= n; i++ {
-			require.NoError(t, f.pub.Publish(t.Context(), f.id, map[string]any{"Sequence": int64(i)}, fmt.Appendf(nil, "body-%d", i)))
+			require.NoError(t, f.pub.Publish(t.Context(), f.id, map[string]any{contract.SequenceProperty: int64(i)}, fmt.Appendf(nil, "body-%d", i)))
 		}
 	}
 	acceptNext := func(t *testing.T, f fixture) sequencer.Session {
@@ -111,7 +112,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		msgs := receiveN(t, sess, 3)
 		for i, m := range msgs {
 			require.Equal(t, f.id, m.SessionID)
-			require.EqualValues(t, i+1, m.Properties["Sequence"])
+			require.EqualValues(t, i+1, m.Properties[contract.SequenceProperty])
 			require.True(t, bytes.Equal(fmt.Appendf(nil, "body-%d", i+1), m.Body))
 			require.Equal(t, uint32(1), m.DeliveryCount)
 			if i > 0 {

@@ -1,5 +1,5 @@
 // Package sequencertest holds test doubles for package sequencer: a faithful in-memory fake
-// broker (Broker, Client, Session) with session locks that expire on a fake Clock, deferral by
+// broker (Broker, Client, Session) with session locks that expire on a clock.Clock, deferral by
 // broker sequence number, delivery counts with a max delivery count, a dead-letter queue, session
 // state and the accept-next rule (a session holding only deferred messages is not offered); an
 // in-memory StateStore (Store) that stores the binary encoding; fault injection for both through
@@ -8,5 +8,6 @@
 // (this fake, the Service Bus adapter against the emulator) must pass.
 //
 // It is for tests only: production code must never import it. It imports package sequencer,
-// the standard library and testify (for the conformance suite), nothing else of seqbus.
+// the leaf package clock, the standard library and testify (for the conformance suite),
+// nothing else of seqbus.
 package sequencertest

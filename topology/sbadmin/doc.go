@@ -2,7 +2,7 @@
 // real Service Bus namespaces and for the seqbus emulator's management API.
 //
 // Connect builds the client from a connection string (through
-// emulator/admintransport, so that a connection string with UseDevelopmentEmulator=true
+// admintransport, so that a connection string with UseDevelopmentEmulator=true
 // reaches the emulator over plain HTTP) or from a namespace name with
 // azidentity.DefaultAzureCredential. New wraps a client.
 //
@@ -11,7 +11,7 @@
 //
 // # Imports
 //
-// The package imports topology, emulator/admintransport, the Azure SDK (azcore,
+// The package imports topology, admintransport, the Azure SDK (azcore,
 // azidentity, azservicebus/admin) and the standard library. It must never import the
 // emulator itself, the sequencer or the worker.
 package sbadmin

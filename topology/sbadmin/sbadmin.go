@@ -12,7 +12,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
-	"github.com/seqbus/seqbus/emulator/admintransport"
+	"github.com/seqbus/seqbus/admintransport"
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/topology"
 )
 
@@ -273,7 +274,7 @@ func dur(s *string) *time.Duration {
 	if s == nil || *s == "" {
 		return nil
 	}
-	d, err := topology.ParseDuration(*s)
+	d, err := contract.ParseDuration(*s)
 	if err != nil {
 		return nil
 	}
@@ -284,7 +285,7 @@ func iso(d *time.Duration) *string {
 	if d == nil {
 		return nil
 	}
-	s := topology.FormatDuration(*d)
+	s := contract.FormatDuration(*d)
 	return &s
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/topology"
 	"github.com/seqbus/seqbus/topology/sbadmin"
@@ -79,7 +80,7 @@ func TestApplyTwiceOnTheEmulator(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, subs, 1)
 	require.True(t, *subs[0].Props.RequiresSession)
-	require.Equal(t, "PT1M", topology.FormatDuration(*subs[0].Props.LockDuration))
+	require.Equal(t, "PT1M", contract.FormatDuration(*subs[0].Props.LockDuration))
 	fwd, err := tb.admin.ListSubscriptions(ctx, "orders-api")
 	require.NoError(t, err)
 	for _, s := range fwd {

@@ -1,0 +1,420 @@
+package sequencer
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// This file is the sequencing core without I/O: a message read once against the message
+// contract (msg), what the run holds in memory besides the state (window), and the decisions
+// taken from the state, the window and a message alone (view). The session loop (session.go)
+// carries the decisions out; nothing here calls the broker, the store or the handler.
+
+// msg is a received message, read against the message contract once, when it arrives.
+type msg struct {
+	raw *Message
+	// seq is the application sequence (0 when invalid), bs the broker sequence number.
+	seq, bs int64
+	// invalid says why the message breaks the contract ("" when it does not).
+	invalid string
+	// last: the message ends the sequence (false when invalid).
+	last bool
+	// deferred: received by broker sequence number (the message was deferred).
+	deferred bool
+}
+
+// read parses the messages of one receive. It sets Message.Sequence and Message.IsLast for the
+// handler; the engine itself goes by the msg values only.
+func (e *Engine) read(raw []*Message, deferred bool) []msg {
+	if len(raw) == 0 {
+		return nil
+	}
+	out := make([]msg, len(raw))
+	for i, m := range raw {
+		seq, last, invalid := e.parse(m)
+		m.Sequence, m.IsLast = seq, last
+		out[i] = msg{raw: m, seq: seq, last: last, invalid: invalid, bs: m.BrokerSequence, deferred: deferred}
+	}
+	return out
+}
+
+// redelivered reports whether the broker delivered m before (DeliveryCount above 1).
+func (m *msg) redelivered() bool { return m.raw.DeliveryCount > 1 }
+
+// parse reads the application sequence and the last mark of m. A non-empty desc means the
+// message is invalid; desc names the property and the value.
+func (e *Engine) parse(m *Message) (seq int64, last bool, desc string) {
+	prop := e.cfg.SequenceProperty
+	v, ok := m.Properties[prop]
+	if !ok || v == nil {
+		return 0, false, fmt.Sprintf("application property %q is missing", prop)
+	}
+	seq, ok = toInt64(v)
+	if !ok {
+		return 0, false, fmt.Sprintf("application property %q = %s is not an integer", prop, describe(v))
+	}
+	if seq < 1 {
+		return 0, false, fmt.Sprintf("application property %q = %d is below the first sequence 1", prop, seq)
+	}
+	lv, ok := m.Properties[e.cfg.LastProperty]
+	if !ok || lv == nil {
+		return seq, false, ""
+	}
+	switch l := lv.(type) {
+	case bool:
+		return seq, l, ""
+	case string:
+		switch {
+		case strings.EqualFold(l, "true"):
+			return seq, true, ""
+		case strings.EqualFold(l, "false"), l == "":
+			return seq, false, ""
+		}
+	}
+	return 0, false, fmt.Sprintf("application property %q = %s is neither a bool nor \"true\"/\"false\"",
+		e.cfg.LastProperty, describe(lv))
+}
+
+func describe(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s) + " (string)"
+	}
+	return fmt.Sprintf("%v (%T)", v, v)
+}
+
+func toInt64(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint:
+		return int64(n), uint64(n) <= math.MaxInt64
+	case uint64:
+		return int64(n), n <= math.MaxInt64
+	case string:
+		i, err := strconv.ParseInt(n, 10, 64)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// window is what a run holds in memory besides the state: early messages kept unsettled (the
+// reorder window proper), deferred messages received by broker sequence number and not yet
+// decided, and deferred entries the broker did not return.
+type window struct {
+	// held maps application sequence → early message, unsettled (its lock is the session lock).
+	held map[int64]*msg
+	// bytes is the size of the bodies held.
+	bytes int
+	// fetched maps application sequence → deferred message received and not yet decided.
+	fetched map[int64]*msg
+	// missing marks deferred entries the broker did not return.
+	missing map[int64]bool
+}
+
+func newWindow() window {
+	return window{held: map[int64]*msg{}, fetched: map[int64]*msg{}, missing: map[int64]bool{}}
+}
+
+func (w *window) put(m *msg) {
+	w.held[m.seq] = m
+	w.bytes += len(m.raw.Body)
+}
+
+func (w *window) unhold(seq int64) *msg {
+	m := w.held[seq]
+	delete(w.held, seq)
+	w.bytes -= len(m.raw.Body)
+	return m
+}
+
+// actionKind is what the session loop does with a message.
+type actionKind int
+
+const (
+	// actHandle: the message is in order: hand it to the handler, advance, settle.
+	actHandle actionKind = iota
+	// actHold: the message is early: keep it in the reorder window (deferred at the broker
+	// when the window overflows or the session is released, see view.overflow).
+	actHold
+	// actDuplicate: the sequence was handled, or another copy is held or deferred: complete
+	// the message without the handler.
+	actDuplicate
+	// actInvalid: the message breaks the contract: dead-letter it (InvalidSequence).
+	actInvalid
+	// actFinishPark: the message the session is parked on, back after a crash came between
+	// the parked save and its dead-lettering: dead-letter it now.
+	actFinishPark
+	// actFinishSkip: a poison message PoisonSkip skipped, back after a crash came between the
+	// skip's save and its dead-lettering: dead-letter it now, not as a duplicate.
+	actFinishSkip
+)
+
+var actionNames = [...]string{"handle", "hold", "duplicate", "invalid", "finish-park", "finish-skip"}
+
+func (k actionKind) String() string {
+	if k < 0 || int(k) >= len(actionNames) {
+		return "unknown"
+	}
+	return actionNames[k]
+}
+
+// action is a decision about one message.
+type action struct {
+	kind actionKind
+	// desc is the dead-letter description of an invalid message.
+	desc string
+	// learnsLast: the message marks the last sequence, which the state did not know; the loop
+	// records it (and dead-letters the held messages beyond it) before handling or holding it.
+	learnsLast bool
+}
+
+// view is what the decisions look at: the configuration, the session's state, the window, and
+// whether the state's run record (State.InFlight) is an inherited one not yet resolved.
+type view struct {
+	cfg       *EngineConfig
+	st        *State
+	w         *window
+	resolving bool
+}
+
+// decide returns what to do with m, from the state, the window and m alone. The checks run in
+// this order: the contract (invalid), handled already (duplicate, or a skipped poison message
+// whose dead-lettering a crash cut off), past the end or too far ahead (invalid), another copy
+// in hand or deferred (duplicate), the parked message (finish parking); then m is handled if it
+// is the next expected sequence and nothing holds it back, and held otherwise.
+func (v view) decide(m *msg) action {
+	st, prop := v.st, v.cfg.SequenceProperty
+	switch {
+	case m.invalid != "":
+		return action{kind: actInvalid, desc: m.invalid}
+	case m.seq < st.Next:
+		if bs, ok := st.SkippedPoison[m.seq]; ok && bs == m.bs {
+			return action{kind: actFinishSkip}
+		}
+		return action{kind: actDuplicate}
+	case st.Last != 0 && m.seq > st.Last:
+		return action{kind: actInvalid, desc: fmt.Sprintf("application property %q = %d is after the last sequence %d", prop, m.seq, st.Last)}
+	case m.last && st.Last != 0 && st.Last != m.seq:
+		return action{kind: actInvalid, desc: fmt.Sprintf("application property %q = %d is marked last but %d already was", prop, m.seq, st.Last)}
+	case m.seq-st.Next > v.cfg.MaxGap:
+		return action{kind: actInvalid, desc: fmt.Sprintf("application property %q = %d is %d ahead of the next expected sequence %d (max gap %d)",
+			prop, m.seq, m.seq-st.Next, st.Next, v.cfg.MaxGap)}
+	}
+	if h, ok := v.w.held[m.seq]; ok && h.bs != m.bs {
+		return action{kind: actDuplicate}
+	}
+	if f, ok := v.w.fetched[m.seq]; ok && f.bs != m.bs {
+		return action{kind: actDuplicate}
+	}
+	if p := st.Parked; p != nil && m.seq == p.Sequence && m.bs == p.BrokerSequence {
+		return action{kind: actFinishPark}
+	}
+	// Another copy is deferred: only if the broker no longer has it does this copy count.
+	if bs, ok := st.Deferred[m.seq]; ok && bs != m.bs && (m.seq != st.Next || !v.w.missing[m.seq]) {
+		return action{kind: actDuplicate}
+	}
+	a := action{kind: actHold, learnsLast: m.last && st.Last == 0}
+	if m.seq == st.Next && st.Parked == nil && !v.awaitsRecord(m) {
+		a.kind = actHandle
+	}
+	return a
+}
+
+// recorded reports whether m is an entry of the inherited, unresolved record: such a message is
+// held, never deferred, until the record is settled (deferring it would hide it from the next
+// run's resolution).
+func (v view) recorded(m *msg) bool {
+	if !v.resolving {
+		return false
+	}
+	bs, ok := v.st.InFlight[m.seq]
+	return ok && bs == m.bs
+}
+
+// awaitsRecord reports whether m must wait for the inherited record to be resolved: another copy
+// of its sequence is an entry whose fate is not known yet.
+func (v view) awaitsRecord(m *msg) bool {
+	if !v.resolving {
+		return false
+	}
+	bs, ok := v.st.InFlight[m.seq]
+	return ok && bs != m.bs
+}
+
+// needsAnchor reports whether a handled active message must stay unsettled because the message
+// for Next is deferred: until it is handled, the active message is what makes the broker offer
+// the session again after a crash.
+func (v view) needsAnchor() bool {
+	_, due := v.st.Deferred[v.st.Next]
+	return due && !v.w.missing[v.st.Next] && v.st.Parked == nil
+}
+
+// gapWaiting reports whether later messages wait while Next is missing.
+func (v view) gapWaiting() bool {
+	st := v.st
+	if st.Parked != nil || !st.EndedAt.IsZero() || v.resolving {
+		return false
+	}
+	if len(v.w.held) > 0 {
+		return true
+	}
+	for k := range st.Deferred {
+		if k > st.Next {
+			return true
+		}
+	}
+	return false
+}
+
+// lowestWaiting returns the lowest sequence after Next that is held or deferred (0: none), where
+// a gap timeout moves Next.
+func (v view) lowestWaiting() int64 {
+	lowest := int64(0)
+	consider := func(k int64) {
+		if k > v.st.Next && (lowest == 0 || k < lowest) {
+			lowest = k
+		}
+	}
+	for k := range v.w.held {
+		consider(k)
+	}
+	for k := range v.st.Deferred {
+		consider(k)
+	}
+	return lowest
+}
+
+// overflow returns the held messages to defer so that at most limit messages and WindowBytes of
+// bodies stay in the window, those furthest ahead first. It never picks the message for Next
+// (held only when a stop cut the drain short: deferred, it would strand the session until a
+// sweeper came by) nor an entry of an inherited record, and while such a record is unresolved
+// one held message stays at least: the real Next may be among them and every entry may be gone,
+// so it acts as the anchor that makes the broker offer the session again.
+func (v view) overflow(limit int) []*msg {
+	floor := 0
+	if v.resolving {
+		floor = 1
+	}
+	limit = max(limit, floor)
+	n, bytes, maxBytes := len(v.w.held), v.w.bytes, v.cfg.WindowBytes
+	over := func() bool { return n > limit || (bytes > maxBytes && n > floor) }
+	if !over() {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(v.w.held))
+	var evict []*msg
+	for i := len(keys) - 1; i >= 0 && over(); i-- {
+		m := v.w.held[keys[i]]
+		if v.recorded(m) || (m.seq == v.st.Next && v.st.Parked == nil) {
+			continue
+		}
+		evict = append(evict, m)
+		n, bytes = n-1, bytes-len(m.raw.Body)
+	}
+	return evict
+}
+
+// settlement says how a handled in-order message is made durable and settled.
+type settlement int
+
+const (
+	// saveThenComplete: handler → save(Next+1) → complete (or keep it unsettled as the anchor of
+	// a drain; a deferred message is completed at once and its index entry goes in a later save).
+	saveThenComplete settlement = iota
+	// completeInRun: an entry of the run recorded in the state (State.InFlight): handler →
+	// complete; the record stands for the save until the next save records the new Next.
+	completeInRun
+)
+
+// maxRun bounds the entries of one recorded run (State.InFlight).
+const maxRun = 256
+
+// settlementOf says how the in-order message m is settled once handled: as an entry of the run
+// recorded already (record), as the first entry of a new run whose entries it returns (the loop
+// records them before the handler call), or with a save of its own. runs is false when runs are
+// not used at all (SaveEachMessage, an AtomicStore). Runs hold only active messages that nothing
+// else depends on: not deferred, not the last, not the message before a deferred one (that one is
+// a drain's anchor), not while parked or while an inherited record is unresolved.
+func (v view) settlementOf(m *msg, runs bool, record map[int64]int64, upcoming []msg) (settlement, map[int64]int64) {
+	if !runs || m.deferred || v.resolving || !runnable(v.st, m.seq, m.last) {
+		return saveThenComplete, nil
+	}
+	if bs, ok := record[m.seq]; ok && bs == m.bs {
+		return completeInRun, nil
+	}
+	if m.redelivered() {
+		return saveThenComplete, nil // see lookahead
+	}
+	entries := v.lookahead(m, upcoming)
+	if len(entries) < 2 {
+		return saveThenComplete, nil // a run of one saves as often as handler → save → complete
+	}
+	return completeInRun, entries
+}
+
+// runnable reports whether the message for sequence seq may be an entry of a run.
+func runnable(st *State, seq int64, last bool) bool {
+	if st.Parked != nil || last || (st.Last != 0 && seq >= st.Last) {
+		return false
+	}
+	_, deferred := st.Deferred[seq]
+	_, anchor := st.Deferred[seq+1]
+	return !deferred && !anchor
+}
+
+// lookahead returns the run starting at m: the following sequences in hand, held in the window
+// or later in the receive batch (upcoming). It returns nil when no other message would join m.
+//
+// Redelivered messages (DeliveryCount > 1) never join a run: a process that crashes in the
+// handler of some message again and again has its run's messages delivered as often, and once the
+// broker dead-letters them (max delivery count) a record holding them would make the next run
+// take them as handled. With a save per message the engine instead waits on the gap at the
+// crashing message, which an operator sees.
+func (v view) lookahead(m *msg, upcoming []msg) map[int64]int64 {
+	var later map[int64]*msg // the rest of the batch by sequence, on first need
+	next := func(seq int64) *msg {
+		if x := v.w.held[seq]; x != nil { // a held copy is handled before any copy later in the batch
+			return x
+		}
+		if later == nil {
+			later = make(map[int64]*msg, len(upcoming))
+			for i := range upcoming {
+				x := &upcoming[i]
+				if _, seen := later[x.seq]; x.invalid == "" && !seen {
+					later[x.seq] = x
+				}
+			}
+		}
+		return later[seq]
+	}
+	var entries map[int64]int64
+	for seq := m.seq + 1; len(entries) < maxRun; seq++ {
+		c := next(seq)
+		if c == nil || c.redelivered() || !runnable(v.st, seq, c.last) {
+			break
+		}
+		if entries == nil {
+			entries = map[int64]int64{m.seq: m.bs}
+		}
+		entries[seq] = c.bs
+	}
+	return entries
+}

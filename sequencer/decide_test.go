@@ -1,0 +1,306 @@
+package sequencer
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The decisions of the core are functions of the state, the window and a message: these tests
+// need no broker, store or handler.
+
+// in is a message in a test: application sequence, broker sequence number, options.
+type in struct {
+	seq, bs     int64
+	last        bool
+	invalid     string
+	deferred    bool
+	redelivered bool
+	body        int
+}
+
+func (i in) msg() *msg {
+	raw := &Message{BrokerSequence: i.bs, DeliveryCount: 1, Body: make([]byte, i.body)}
+	if i.redelivered {
+		raw.DeliveryCount = 2
+	}
+	return &msg{raw: raw, seq: i.seq, bs: i.bs, last: i.last, invalid: i.invalid, deferred: i.deferred}
+}
+
+// world is a state and a window in a test.
+type world struct {
+	next, last int64
+	deferred   map[int64]int64 // State.Deferred
+	skipped    map[int64]int64 // State.SkippedPoison
+	inFlight   map[int64]int64 // State.InFlight
+	parked     *Parked
+	ended      bool
+	resolving  bool
+	held       []in
+	fetched    []in
+	missing    []int64
+}
+
+func (w world) view(cfg *EngineConfig) view {
+	st := NewState()
+	st.Next, st.Last, st.Parked = max(w.next, 1), w.last, w.parked
+	maps.Copy(st.Deferred, w.deferred)
+	st.SkippedPoison, st.InFlight = w.skipped, w.inFlight
+	if w.ended {
+		st.EndedAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	win := newWindow()
+	for _, h := range w.held {
+		win.put(h.msg())
+	}
+	for _, f := range w.fetched {
+		f.deferred = true
+		win.fetched[f.seq] = f.msg()
+	}
+	for _, k := range w.missing {
+		win.missing[k] = true
+	}
+	return view{cfg: cfg, st: st, w: &win, resolving: w.resolving}
+}
+
+func testConfig() *EngineConfig {
+	cfg := EngineConfig{MaxGap: 100}.WithDefaults()
+	return &cfg
+}
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	parked := &Parked{Sequence: 4, BrokerSequence: 40}
+	tests := []struct {
+		name  string
+		world world
+		m     in
+		want  action
+	}{
+		{"in order", world{next: 4}, in{seq: 4, bs: 1}, action{kind: actHandle}},
+		{"early", world{next: 4}, in{seq: 6, bs: 1}, action{kind: actHold}},
+		{"breaks the contract", world{next: 4}, in{invalid: "no sequence", bs: 1}, action{kind: actInvalid, desc: "no sequence"}},
+		{"handled already", world{next: 4}, in{seq: 3, bs: 1}, action{kind: actDuplicate}},
+		{"skipped poison back after a crash", world{next: 4, skipped: map[int64]int64{3: 30}}, in{seq: 3, bs: 30}, action{kind: actFinishSkip}},
+		{"another copy of a skipped poison message", world{next: 4, skipped: map[int64]int64{3: 30}}, in{seq: 3, bs: 31}, action{kind: actDuplicate}},
+		{"after the last", world{next: 4, last: 5}, in{seq: 6, bs: 1},
+			action{kind: actInvalid, desc: `application property "Sequence" = 6 is after the last sequence 5`}},
+		{"a second last", world{next: 4, last: 5}, in{seq: 4, bs: 1, last: true},
+			action{kind: actInvalid, desc: `application property "Sequence" = 4 is marked last but 5 already was`}},
+		{"too far ahead", world{next: 4}, in{seq: 105, bs: 1},
+			action{kind: actInvalid, desc: `application property "Sequence" = 105 is 101 ahead of the next expected sequence 4 (max gap 100)`}},
+		{"as far ahead as allowed", world{next: 4}, in{seq: 104, bs: 1}, action{kind: actHold}},
+		{"late copy after the end", world{next: 6, last: 5, ended: true}, in{seq: 2, bs: 1}, action{kind: actDuplicate}},
+		{"beyond the end", world{next: 6, last: 5, ended: true}, in{seq: 6, bs: 1},
+			action{kind: actInvalid, desc: `application property "Sequence" = 6 is after the last sequence 5`}},
+
+		{"another copy held", world{next: 4, held: []in{{seq: 6, bs: 1}}}, in{seq: 6, bs: 2}, action{kind: actDuplicate}},
+		{"the held message itself, in order", world{next: 4, held: []in{{seq: 4, bs: 1}}}, in{seq: 4, bs: 1}, action{kind: actHandle}},
+		{"another copy fetched", world{next: 4, fetched: []in{{seq: 4, bs: 1}}}, in{seq: 4, bs: 2}, action{kind: actDuplicate}},
+		{"another copy deferred", world{next: 4, deferred: map[int64]int64{5: 50}}, in{seq: 5, bs: 2}, action{kind: actDuplicate}},
+		{"the deferred message itself", world{next: 4, deferred: map[int64]int64{4: 40}}, in{seq: 4, bs: 40, deferred: true}, action{kind: actHandle}},
+		{"a copy of a deferred message the broker lost", world{next: 4, deferred: map[int64]int64{4: 40}, missing: []int64{4}},
+			in{seq: 4, bs: 2}, action{kind: actHandle}},
+		{"a copy of a lost deferred message, early", world{next: 4, deferred: map[int64]int64{5: 50}, missing: []int64{5}},
+			in{seq: 5, bs: 2}, action{kind: actDuplicate}},
+
+		{"the parked message back after a crash", world{next: 4, parked: parked}, in{seq: 4, bs: 40}, action{kind: actFinishPark}},
+		{"a replay of the parked message", world{next: 4, parked: parked}, in{seq: 4, bs: 41}, action{kind: actHold}},
+		{"later while parked", world{next: 4, parked: parked}, in{seq: 5, bs: 50}, action{kind: actHold}},
+
+		{"last, in order", world{next: 4}, in{seq: 4, bs: 1, last: true}, action{kind: actHandle, learnsLast: true}},
+		{"last, early", world{next: 4}, in{seq: 7, bs: 1, last: true}, action{kind: actHold, learnsLast: true}},
+		{"last, known", world{next: 4, last: 4}, in{seq: 4, bs: 1, last: true}, action{kind: actHandle}},
+
+		{"an entry of the inherited record", world{next: 4, resolving: true, inFlight: map[int64]int64{4: 40, 5: 50}},
+			in{seq: 4, bs: 40}, action{kind: actHandle}},
+		{"another copy of an unresolved entry", world{next: 4, resolving: true, inFlight: map[int64]int64{4: 40, 5: 50}},
+			in{seq: 4, bs: 2}, action{kind: actHold}},
+		{"another copy of an entry of this run's own record", world{next: 4, inFlight: map[int64]int64{4: 40, 5: 50}},
+			in{seq: 4, bs: 2}, action{kind: actHandle}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, tt.world.view(testConfig()).decide(tt.m.msg()))
+		})
+	}
+}
+
+func TestSettlementOf(t *testing.T) {
+	t.Parallel()
+	upcoming := func(ins ...in) []msg {
+		out := make([]msg, len(ins))
+		for i, x := range ins {
+			out[i] = *x.msg()
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		world    world
+		m        in
+		noRuns   bool
+		record   map[int64]int64
+		upcoming []msg
+		want     settlement
+		entries  map[int64]int64
+	}{
+		{"nothing else in hand", world{next: 1}, in{seq: 1, bs: 1}, false, nil, nil, saveThenComplete, nil},
+		{"the rest of the batch", world{next: 1}, in{seq: 1, bs: 1}, false, nil,
+			upcoming(in{seq: 2, bs: 2}, in{seq: 3, bs: 3}, in{seq: 5, bs: 5}),
+			completeInRun, map[int64]int64{1: 1, 2: 2, 3: 3}},
+		{"held first, then the batch; invalid and second copies ignored", world{next: 1, held: []in{{seq: 2, bs: 9}}},
+			in{seq: 1, bs: 1}, false, nil,
+			upcoming(in{invalid: "x", bs: 3}, in{seq: 2, bs: 4}, in{seq: 3, bs: 5}, in{seq: 3, bs: 6}),
+			completeInRun, map[int64]int64{1: 1, 2: 9, 3: 5}},
+		{"runs off", world{next: 1}, in{seq: 1, bs: 1}, true, nil, upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
+		{"an entry of this run's record", world{next: 2}, in{seq: 2, bs: 2}, false, map[int64]int64{1: 1, 2: 2}, nil, completeInRun, nil},
+		{"another copy of an entry", world{next: 2}, in{seq: 2, bs: 7}, false, map[int64]int64{1: 1, 2: 2}, nil, saveThenComplete, nil},
+		{"received deferred", world{next: 1}, in{seq: 1, bs: 1, deferred: true}, false, nil, upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
+		{"redelivered", world{next: 1}, in{seq: 1, bs: 1, redelivered: true}, false, nil, upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
+		{"a redelivered message ends the run", world{next: 1}, in{seq: 1, bs: 1}, false, nil,
+			upcoming(in{seq: 2, bs: 2}, in{seq: 3, bs: 3, redelivered: true}), completeInRun, map[int64]int64{1: 1, 2: 2}},
+		{"the last never joins", world{next: 1}, in{seq: 1, bs: 1}, false, nil,
+			upcoming(in{seq: 2, bs: 2}, in{seq: 3, bs: 3, last: true}), completeInRun, map[int64]int64{1: 1, 2: 2}},
+		{"the message before a deferred one is an anchor", world{next: 1, deferred: map[int64]int64{4: 40}}, in{seq: 1, bs: 1}, false, nil,
+			upcoming(in{seq: 2, bs: 2}, in{seq: 3, bs: 3}), completeInRun, map[int64]int64{1: 1, 2: 2}},
+		{"while resolving", world{next: 1, resolving: true, inFlight: map[int64]int64{1: 1}}, in{seq: 1, bs: 1}, false, nil,
+			upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
+		{"while parked", world{next: 1, parked: &Parked{Sequence: 1}}, in{seq: 1, bs: 1}, false, nil,
+			upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, entries := tt.world.view(testConfig()).settlementOf(tt.m.msg(), !tt.noRuns, tt.record, tt.upcoming)
+			require.Equal(t, tt.want, got)
+			require.Equal(t, tt.entries, entries)
+		})
+	}
+}
+
+func TestOverflow(t *testing.T) {
+	t.Parallel()
+	held := func(seqs ...int64) []in {
+		var out []in
+		for _, s := range seqs {
+			out = append(out, in{seq: s, bs: 10 * s, body: 10})
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		world    world
+		limit    int
+		maxBytes int
+		want     []int64 // sequences deferred, in the order picked
+	}{
+		{"within the window", world{next: 1, held: held(2, 3)}, 2, 100, nil},
+		{"the furthest ahead first", world{next: 1, held: held(2, 3, 5, 4)}, 2, 100, []int64{5, 4}},
+		{"by bytes", world{next: 1, held: held(2, 3, 4)}, 10, 15, []int64{4, 3}},
+		{"release: all of it", world{next: 1, held: held(2, 3)}, 0, 100, []int64{3, 2}},
+		{"the message for Next stays active", world{next: 2, held: held(2, 3)}, 0, 100, []int64{3}},
+		{"parked: the message for Next too", world{next: 2, held: held(2, 3), parked: &Parked{Sequence: 1}}, 0, 100, []int64{3, 2}},
+		{"resolving: one stays, entries stay", world{next: 1, held: held(2, 3, 4), resolving: true,
+			inFlight: map[int64]int64{1: 1, 4: 40}}, 0, 100, []int64{3, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.WindowBytes = tt.maxBytes
+			var got []int64
+			for _, m := range tt.world.view(cfg).overflow(tt.limit) {
+				got = append(got, m.seq)
+			}
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestStateTransitions(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	state := func(next, last int64) *State {
+		st := NewState()
+		st.Next, st.Last = next, last
+		return st
+	}
+	t.Run("handled", func(t *testing.T) {
+		t.Parallel()
+		st := state(4, 0)
+		st.Deferred[4] = 40 // a copy the broker lost
+		st.GapSince = now.Add(-time.Minute)
+		require.Equal(t, time.Minute, st.handled(4, 41, now))
+		require.Equal(t, int64(5), st.Next)
+		require.Empty(t, st.Deferred)
+		require.True(t, st.GapSince.IsZero())
+		require.Equal(t, uint64(1), st.Counters.Handled)
+		require.True(t, st.EndedAt.IsZero())
+		require.Zero(t, st.handled(5, 50, now), "no gap was waited for")
+	})
+	t.Run("handled, the deferred message itself", func(t *testing.T) {
+		t.Parallel()
+		st := state(4, 0)
+		st.Deferred[4] = 40
+		st.handled(4, 40, now)
+		require.Equal(t, map[int64]int64{4: 40}, st.Deferred, "the entry goes once the message is completed")
+	})
+	t.Run("handled, the last", func(t *testing.T) {
+		t.Parallel()
+		st := state(4, 4)
+		st.handled(4, 40, now)
+		require.Equal(t, now, st.EndedAt)
+		require.Equal(t, int64(5), st.Next)
+	})
+	t.Run("skip poison, the last", func(t *testing.T) {
+		t.Parallel()
+		st := state(4, 4)
+		st.skipPoison(4, 40, now)
+		require.Equal(t, int64(5), st.Next)
+		require.Equal(t, now, st.EndedAt)
+		require.Equal(t, map[int64]int64{4: 40}, st.SkippedPoison)
+		require.Equal(t, Counters{Skipped: 1, DeadLettered: 1}, st.Counters)
+	})
+	t.Run("park", func(t *testing.T) {
+		t.Parallel()
+		st := state(4, 0)
+		st.park(4, 40, "boom", now)
+		require.Equal(t, &Parked{Sequence: 4, BrokerSequence: 40, Reason: "boom", At: now}, st.Parked)
+		require.Equal(t, int64(4), st.Next, "a parked session waits at the message")
+		require.Equal(t, uint64(1), st.Counters.DeadLettered)
+	})
+	t.Run("skip a gap", func(t *testing.T) {
+		t.Parallel()
+		st := state(4, 0)
+		st.GapSince = now.Add(-time.Hour)
+		n, wait := st.skipTo(7, now)
+		require.Equal(t, uint64(3), n)
+		require.Equal(t, time.Hour, wait)
+		require.Equal(t, int64(7), st.Next)
+		require.True(t, st.GapSince.IsZero())
+	})
+	t.Run("an inherited entry was handled", func(t *testing.T) {
+		t.Parallel()
+		st := state(4, 0)
+		st.InFlight = map[int64]int64{4: 40, 5: 50}
+		st.passRecorded()
+		require.Equal(t, int64(5), st.Next)
+		require.Equal(t, map[int64]int64{5: 50}, st.InFlight)
+		require.Equal(t, uint64(1), st.Counters.Handled)
+	})
+	t.Run("deferred and settled", func(t *testing.T) {
+		t.Parallel()
+		st := state(1, 0)
+		st.recordDeferral(5, 50)
+		st.recordDeferral(5, 50)
+		require.Equal(t, uint64(1), st.Counters.Deferred, "recording the same message twice counts once")
+		st.SkippedPoison = map[int64]int64{2: 20}
+		st.pruneSettled(map[int64]int64{5: 51, 2: 20})
+		require.Equal(t, map[int64]int64{5: 50}, st.Deferred, "another copy's settlement leaves the entry")
+		require.Empty(t, st.SkippedPoison)
+	})
+}
