@@ -185,9 +185,30 @@
 // with a state from before the end, and a late copy of sequence 1 was handled after the last
 // message. The adapter (sbadapter, "Lock tenure") turns the SDK's retries off and refuses every
 // call on a session once one call showed the lock gone, so a Session either holds its first
-// lock or fails. The one stretch without calls is the retry backoff between handler attempts:
-// after it the engine re-reads the stored version and stops with ErrVersionConflict if another
-// holder wrote meanwhile, instead of handing the message over again.
+// lock or fails.
+//
+// A run notices a lost lock only at its next call, and the handler is called between calls, so
+// what matters is that every handler call follows a call that showed the lock still held, with
+// nothing slow in between. With the Service Bus session state (SessionBoundStore) every save is
+// such a call. A store of its own (Postgres) is not: a holder that lost its lock in a cut could
+// go on saving there and handing messages over while its completions hang in the SDK's retries
+// (seconds), and meanwhile another holder, started from a state the first then overwrote, hands
+// the same messages over again: a call for N after N+1 (seen with Postgres in the chaos test).
+// For such a store the engine fences:
+//
+//   - before a run's first handler call it saves the state once (a claim): the version moves, so
+//     an earlier holder that lost its lock without noticing can save no more, and this run goes
+//     on from the latest state;
+//   - before each handler call it waits for the answers to the completions issued since the
+//     last save (no completion overlaps the next message; completions of a lost lock fail);
+//   - after a retry backoff, the one stretch without calls, it renews the lock before it hands
+//     the message over again.
+//
+// With either store, after a retry backoff the engine also re-reads the stored version and stops
+// with ErrVersionConflict if another holder wrote meanwhile. With an AtomicStore the handler's
+// effects in the store commit only with the version check, whatever the interleaving; a
+// handler's effects elsewhere (an HTTP call) are at least once, as ever: at most the message a
+// holder had in hand when it lost its lock is handed over again, by the next holder.
 //
 // # Gaps
 //

@@ -59,14 +59,17 @@ type EngineDeps struct {
 // Engine runs the sequencing state machine over one locked session at a time; one Engine may run
 // many sessions concurrently (each RunSession call is independent).
 type Engine struct {
-	cfg     EngineConfig
-	store   StateStore
-	atomic  AtomicStore
-	handler Handler
-	clock   clock.Clock
-	log     *slog.Logger
-	obs     Observer
-	stats   statsCounters
+	cfg   EngineConfig
+	store StateStore
+	// sessionBound: the store's writes go through the session (SessionBoundStore); otherwise
+	// the engine fences.
+	sessionBound bool
+	atomic       AtomicStore
+	handler      Handler
+	clock        clock.Clock
+	log          *slog.Logger
+	obs          Observer
+	stats        statsCounters
 }
 
 // NewEngine checks cfg (after WithDefaults) and returns an Engine.
@@ -91,6 +94,9 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 	}
 	if a, ok := deps.Store.(AtomicStore); ok {
 		e.atomic = a
+	}
+	if sb, ok := deps.Store.(SessionBoundStore); ok {
+		e.sessionBound = sb.WritesThroughSession()
 	}
 	return e, nil
 }

@@ -16,6 +16,9 @@ import (
 )
 
 type bundle struct {
+	// bound: the engine's store is kept in the session (sequencer.SessionBoundStore), as the
+	// Service Bus session state is; otherwise it is a store of its own, like Postgres.
+	bound  bool
 	clock  *clock.Fake
 	broker *sequencertest.Broker
 	store  *sequencertest.Store
@@ -31,13 +34,32 @@ type bundle struct {
 
 func setup(t *testing.T, cfg sequencer.EngineConfig) *bundle {
 	t.Helper()
-	b := &bundle{clock: clock.NewFake(time.Time{}), handled: map[string][]int64{}}
+	return setupStore(t, cfg, false)
+}
+
+// setupBound is setup with a store kept in the session (the Service Bus session state's kind).
+func setupBound(t *testing.T, cfg sequencer.EngineConfig) *bundle {
+	t.Helper()
+	return setupStore(t, cfg, true)
+}
+
+func setupStore(t *testing.T, cfg sequencer.EngineConfig, bound bool) *bundle {
+	t.Helper()
+	b := &bundle{bound: bound, clock: clock.NewFake(time.Time{}), handled: map[string][]int64{}}
 	b.broker = sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: b.clock})
 	b.store = sequencertest.NewStore()
 	b.proc = &sequencertest.Process{}
 	b.client = b.broker.NewClient(b.proc)
-	b.engine = b.newEngine(t, cfg, b.store.Client(b.proc))
+	b.engine = b.newEngine(t, cfg, b.storeClient())
 	return b
+}
+
+// storeClient is the store as the bundle's process sees it.
+func (b *bundle) storeClient() *sequencertest.StoreClient {
+	if b.bound {
+		return b.store.BoundClient(b.proc)
+	}
+	return b.store.Client(b.proc)
 }
 
 func (b *bundle) newEngine(t *testing.T, cfg sequencer.EngineConfig, store sequencer.StateStore) *sequencer.Engine {

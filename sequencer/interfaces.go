@@ -137,6 +137,23 @@ type AtomicStore interface {
 	SaveWith(ctx context.Context, p SaveParams, fn func(ctx context.Context) error) (int64, error)
 }
 
+// SessionBoundStore is implemented by a StateStore whose every read and write goes through the
+// locked session itself (the Service Bus session state): once the session lock is lost, each of
+// them fails. WritesThroughSession reports whether that holds (a wrapper reports its inner
+// store's answer).
+//
+// A store that is not session-bound (Postgres, memory) lets a holder that lost its lock without
+// noticing go on saving, and another holder start from a state the first is about to overwrite.
+// For such a store the engine fences: the first handler call of a run follows a save of its own
+// (a claim: the version moves, so the earlier holder's next save fails), every handler call
+// follows the broker's answers to the completions issued before it (no completion overlaps the
+// next message), and a retry wait ends with a lock renewal. See "Lock tenure" in the package
+// documentation.
+type SessionBoundStore interface {
+	StateStore
+	WritesThroughSession() bool
+}
+
 // Errors shared by the engine and its adapters. Adapters wrap their own errors so that errors.Is
 // finds these.
 var (

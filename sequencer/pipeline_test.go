@@ -31,20 +31,27 @@ func (b *bundle) restart(t *testing.T, cfg sequencer.EngineConfig) {
 	t.Helper()
 	b.proc = &sequencertest.Process{}
 	b.client = b.broker.NewClient(b.proc)
-	b.engine = b.newEngine(t, cfg, b.store.Client(b.proc))
+	b.engine = b.newEngine(t, cfg, b.storeClient())
 }
 
 func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		pending int
+		bound   bool
 		overlap bool
-	}{{pending: 4, overlap: true}, {pending: 1, overlap: false}}
+	}{
+		{pending: 4, bound: true, overlap: true},
+		{pending: 1, bound: true, overlap: false},
+		// A store of its own (Postgres) says nothing about the lock: the engine fences, and no
+		// completion overlaps the next handler call.
+		{pending: 4, bound: false, overlap: false},
+	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("pending=%d", tt.pending), func(t *testing.T) {
+		t.Run(fmt.Sprintf("pending=%d bound=%v", tt.pending, tt.bound), func(t *testing.T) {
 			t.Parallel()
 			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: tt.pending}
-			b := setup(t, cfg)
+			b := setupStore(t, cfg, tt.bound)
 			second := make(chan struct{})
 			b.setFail(func(m *sequencer.Message) error {
 				if m.Sequence == 2 {
@@ -93,7 +100,7 @@ func TestEnginePipelinedCompleteErrorStopsTheSession(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 4}
-			b := setup(t, cfg)
+			b := setupBound(t, cfg) // a store of its own never lets completes overlap handlers
 			third := make(chan struct{})
 			var handlerCause error
 			b.setFail(nil)
@@ -111,7 +118,7 @@ func TestEnginePipelinedCompleteErrorStopsTheSession(t *testing.T) {
 				}
 				return b.handle(ctx, m)
 			})
-			e, err := sequencer.NewEngine(cfg, sequencer.EngineDeps{Store: b.store.Client(b.proc), Handler: h, Clock: b.clock})
+			e, err := sequencer.NewEngine(cfg, sequencer.EngineDeps{Store: b.storeClient(), Handler: h, Clock: b.clock})
 			require.NoError(t, err)
 			// complete(1) fails once handler(3) is running: complete(2) is already on its way.
 			b.proc.Hook = onComplete(func(n int64) error {
@@ -148,7 +155,7 @@ func TestEnginePipelinedCompleteErrorStopsTheSession(t *testing.T) {
 			require.GreaterOrEqual(t, active, 1+6-len(b.got("s1")), "message 1 and the unhandled ones return to the broker")
 
 			// The next run completes the handled ones as duplicates and hands nothing twice.
-			b.engine = b.newEngine(t, sequencer.EngineConfig{}, b.store.Client(b.proc))
+			b.engine = b.newEngine(t, sequencer.EngineConfig{}, b.storeClient())
 			b.setFail(nil)
 			b.runAll(t)
 			require.Equal(t, seqs(1, 6), b.got("s1"), "in order, each once")
@@ -160,7 +167,7 @@ func TestEnginePipelinedCompleteErrorStopsTheSession(t *testing.T) {
 func TestEngineCrashWithCompletesInFlightOnlyLeavesDuplicates(t *testing.T) {
 	t.Parallel()
 	cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 8}
-	b := setup(t, cfg)
+	b := setupBound(t, cfg) // completes in flight while handlers run: a store kept in the session
 	crashed := make(chan struct{})
 	b.setFail(func(m *sequencer.Message) error {
 		if m.Sequence == 4 {
@@ -209,7 +216,8 @@ func TestEngineRecordedRunSavesOncePerRun(t *testing.T) {
 		// turns the state into a tombstone.
 		{"runs", seqs(1, 20), false, 1, 3},
 		{"runs over the window", seqs(20, 1), false, 1, 3},
-		{"save each message", seqs(1, 20), true, 0, 21},
+		// One per message, and a claim before the first handler call (a store of its own).
+		{"save each message", seqs(1, 20), true, 0, 22},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,4 +325,67 @@ func TestEngineInheritedRecordHoldsOtherCopiesUntilSettled(t *testing.T) {
 	st, _ = b.store.Get("s1")
 	require.Empty(t, st.InFlight)
 	require.Equal(t, uint64(3), st.Counters.Handled, "the two entries count as handled, and 3")
+}
+
+// With a store of its own (Postgres), a save says nothing about the session lock. A worker whose
+// lock is gone while a completion is still unanswered (the SDK retries a settlement on a dead
+// link for seconds) must not go on to the next message: another worker holds the session by
+// then and hands that message over itself, so the first worker's call would come after the
+// other's progress. The engine fences: no handler call before the completions issued since the
+// last save are answered, and a new holder claims the session in the store before its first
+// handler call, so that the earlier holder can save no more.
+func TestEngineFencesAStoreOfItsOwn(t *testing.T) {
+	t.Parallel()
+	cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 4}
+	b := setup(t, cfg)
+	publish(b, "s1", seqs(1, 5), 5)
+
+	// A's complete(1) hangs on a link that is gone: its lock expires meanwhile.
+	expired, release := make(chan struct{}), make(chan struct{})
+	var staleCalls atomic.Int32
+	var bStarted atomic.Bool
+	b.setFail(func(m *sequencer.Message) error {
+		select {
+		case <-expired:
+			if !bStarted.Load() {
+				staleCalls.Add(1) // A's call after its lock expired
+			}
+		default:
+		}
+		return nil
+	})
+	b.proc.Hook = onComplete(func(n int64) error {
+		if n == 1 {
+			b.broker.ExpireLocks()
+			close(expired)
+			<-release
+		}
+		return nil
+	})
+	sessA, err := b.client.AcceptNext(t.Context())
+	require.NoError(t, err)
+	doneA := make(chan error, 1)
+	go func() {
+		_, err := b.engine.RunSession(t.Context(), sessA, nil)
+		doneA <- err
+	}()
+	<-expired
+	time.Sleep(100 * time.Millisecond) // time enough for A to call the handler, were it not fenced
+	require.Zero(t, staleCalls.Load(), "A did not hand message 2 over after its lock expired")
+
+	// B takes the session over and runs it to its end.
+	bStarted.Store(true)
+	procB := &sequencertest.Process{}
+	clientB := b.broker.NewClient(procB)
+	engineB := b.newEngine(t, cfg, b.store.Client(procB))
+	sessB, err := clientB.Accept(t.Context(), "s1")
+	require.NoError(t, err)
+	outB, err := engineB.RunSession(t.Context(), sessB, nil)
+	require.NoError(t, err)
+	require.Equal(t, sequencer.OutcomeEnded, outB)
+
+	close(release)
+	require.ErrorIs(t, <-doneA, sequencer.ErrLockLost, "A stops once its completion is refused")
+	require.Equal(t, seqs(1, 5), b.got("s1"), "each handed over once, in order")
+	require.Zero(t, staleCalls.Load())
 }

@@ -42,11 +42,15 @@ type propCase struct {
 	expirePlan bool
 	// stops makes some runs stop gracefully (a deploy) after a few handler calls.
 	stops bool
+	// bound keeps the state in the session (sequencer.SessionBoundStore, like the Service Bus
+	// session state) instead of a store of its own (like Postgres, where the engine fences).
+	bound bool
 }
 
 func newPropCase(seed uint64) *propCase {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	c := &propCase{
+		bound:    seed%2 == 0, // not drawn from rng, so that the rest of a seed's case is as before
 		rng:      rng,
 		sessions: map[string]int64{},
 		poison:   map[string]map[int64]bool{},
@@ -193,9 +197,13 @@ func (w *propWorld) newProcess() {
 	}
 	w.proc, w.dying = p, false
 	w.client = w.broker.NewClient(p)
-	var store sequencer.StateStore = w.store.Client(p)
+	client := w.store.Client(p)
+	if w.c.bound {
+		client = w.store.BoundClient(p)
+	}
+	var store sequencer.StateStore = client
 	if w.c.atomic {
-		store = w.store.Client(p).Atomic()
+		store = client.Atomic()
 	}
 	e, err := sequencer.NewEngine(w.c.cfg, sequencer.EngineDeps{
 		Store:   store,

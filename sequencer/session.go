@@ -89,6 +89,9 @@ type run struct {
 	anchors []anchor
 	// pendingGap is a resolved gap wait to report once saved.
 	pendingGap time.Duration
+	// claimed: this run has saved the state at least once, so the version has moved since any
+	// earlier holder's last save (see SessionBoundStore).
+	claimed bool
 }
 
 // anchor is a handled (or skipped) active message whose settlement waits for the drain.
@@ -535,9 +538,25 @@ func (r *run) inOrder(m *msg) error {
 	if err := r.pipelineErr(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
 	}
+	if !r.e.sessionBound {
+		// Fence (see SessionBoundStore): a save to this store says nothing about the session
+		// lock, so the completions issued since the last save must have been answered (which
+		// they are not once the lock is lost) before the handler is called again.
+		if err := r.awaitSettlements(); err != nil {
+			return err
+		}
+	}
 	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
-	if entries != nil {
+	switch {
+	case entries != nil:
 		if err := r.recordRun(entries); err != nil {
+			return err
+		}
+	case !r.claimed && !r.e.sessionBound && r.e.atomic == nil:
+		// Claim the session in the store before the run's first handler call: an earlier holder
+		// that lost its lock without noticing can save no more, and this run goes on from the
+		// state it loaded, which is the latest.
+		if err := r.save(); err != nil {
 			return err
 		}
 	}
@@ -917,7 +936,7 @@ func (r *run) save() error {
 	if err != nil {
 		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, r.st.Next, err)
 	}
-	r.ver, r.dirty, r.record = ver, false, nil
+	r.ver, r.dirty, r.record, r.claimed = ver, false, nil, true
 	r.flushGap()
 	return nil
 }
@@ -951,7 +970,7 @@ func (r *run) saveWith(m *msg, next *State) error {
 		return fmt.Errorf("sequencer: session %s: saving state with handler (next %d): %w", r.id, next.Next, err)
 	}
 	clear(r.completed)
-	r.st, r.ver, r.dirty, r.record = next, ver, false, nil
+	r.st, r.ver, r.dirty, r.record, r.claimed = next, ver, false, nil, true
 	r.flushGap()
 	return nil
 }
@@ -973,11 +992,18 @@ func (r *run) deleteState() error {
 	return nil
 }
 
-// verifyTenure re-reads the stored version after a retry wait, in which the engine made no call
-// that would have shown a lost session lock: if another holder wrote the state meanwhile (the
-// lock was lost and then taken again behind the engine's back, see the package documentation),
-// the engine stops before it hands the message over again.
+// verifyTenure checks, after a retry wait in which the engine made no call that would have shown
+// a lost session lock, that the run still holds the session before it hands the message over
+// again: the lock is renewed (a store that is not session-bound cannot tell), and the stored
+// version is re-read; if another holder wrote the state meanwhile (the lock was lost and taken
+// again behind the engine's back, see the package documentation), the engine stops.
 func (r *run) verifyTenure() error {
+	if !r.e.sessionBound {
+		r.e.stats.calls[CallRenewLock].Add(1)
+		if _, err := r.sess.RenewLock(r.ctx); err != nil {
+			return r.sessErr(CallRenewLock, err)
+		}
+	}
 	r.e.stats.storeCalls.Add(1)
 	_, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.sess})
 	if err != nil {

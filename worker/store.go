@@ -29,6 +29,12 @@ func instrument(s sequencer.StateStore, m *metrics) sequencer.StateStore {
 	return &in
 }
 
+// WritesThroughSession passes on the wrapped store's answer (sequencer.SessionBoundStore).
+func (s *instrumented) WritesThroughSession() bool {
+	b, ok := s.StateStore.(sequencer.SessionBoundStore)
+	return ok && b.WritesThroughSession()
+}
+
 func (s *instrumented) observe(start time.Time, err error) {
 	s.m.stateSaves.Inc()
 	s.m.stateSaveTime.Observe(time.Since(start).Seconds())

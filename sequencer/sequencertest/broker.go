@@ -359,6 +359,14 @@ func (h *Session) LockedUntil() time.Time {
 	return h.s.lockedUntil
 }
 
+// Held reports, with an error wrapping sequencer.ErrLockLost, when this handle no longer holds
+// the session lock.
+func (h *Session) Held() error {
+	h.c.b.mu.Lock()
+	defer h.c.b.mu.Unlock()
+	return h.held()
+}
+
 // held checks the lock; it must be called with the broker lock held.
 func (h *Session) held() error {
 	h.c.b.expireLocked(h.s)

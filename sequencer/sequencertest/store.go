@@ -87,14 +87,34 @@ func (s *Store) Calls() map[string]int {
 type StoreClient struct {
 	s    *Store
 	proc *Process
+	// bound: every call first checks that the session (a fake broker Session) still holds its
+	// lock, as a store kept in the session itself does (sequencer.SessionBoundStore).
+	bound bool
 }
 
-var _ sequencer.StateStore = (*StoreClient)(nil)
+var _ sequencer.SessionBoundStore = (*StoreClient)(nil)
+
+// BoundClient is Client for a store kept in the session itself, like the Service Bus session
+// state: each call fails with sequencer.ErrLockLost once the fake broker session has lost its
+// lock, and the engine knows it (WritesThroughSession).
+func (s *Store) BoundClient(proc *Process) *StoreClient {
+	c := s.Client(proc)
+	c.bound = true
+	return c
+}
+
+// WritesThroughSession implements sequencer.SessionBoundStore.
+func (c *StoreClient) WritesThroughSession() bool { return c.bound }
 
 func (c *StoreClient) op(op string, sess sequencer.Session, fn func() error) error {
 	call := Call{Op: op, SessionID: sess.ID()}
 	if err := c.proc.before(call); err != nil {
 		return err
+	}
+	if h, ok := sess.(*Session); ok && c.bound {
+		if err := h.Held(); err != nil {
+			return fmt.Errorf("fake store: %s: %w", op, err)
+		}
 	}
 	c.s.mu.Lock()
 	c.s.calls[op]++

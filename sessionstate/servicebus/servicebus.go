@@ -48,7 +48,12 @@ type sessionLock struct {
 	refs int
 }
 
-var _ sequencer.StateStore = (*Store)(nil)
+var _ sequencer.SessionBoundStore = (*Store)(nil)
+
+// WritesThroughSession implements sequencer.SessionBoundStore: the state is read and written
+// through the locked session, so every call fails once the lock is lost (the adapter's sessions
+// make sure of it; see sbadapter, "Lock tenure").
+func (s *Store) WritesThroughSession() bool { return true }
 
 // New returns a Store. A negative MaxStateSize is a programmer error and panics.
 func New(cfg *Config) *Store {
