@@ -15,7 +15,8 @@ import (
 //	magic      2 bytes  's' 'q'
 //	version    1 byte   1
 //	flags      uv       bit 0: Parked present, bit 1: EndedAt set, bit 2: GapSince set,
-//	                    bit 3: UpdatedAt set, bit 4: SkippedPoison present, bit 5: InFlight present
+//	                    bit 3: UpdatedAt set, bit 4: SkippedPoison present, bit 5: InFlight present,
+//	                    bit 6: Blocked present
 //	next       sv
 //	last       sv
 //	counters   7 × uv   Handled, Deferred, Duplicates, Invalid, DeadLettered, Retries, Skipped
@@ -28,6 +29,11 @@ import (
 //	           broker sequence:      sv delta to the previous entry's broker sequence
 //	skipped    if flag 4: SkippedPoison, encoded like deferred
 //	in flight  if flag 5: InFlight, encoded like deferred
+//	blocked    if flag 6: sequence sv, broker sequence sv, since time, times uv, reason (uv length +
+//	           bytes)
+//
+// Flags a decoder does not know make the state unreadable to it: a state with Blocked (written by
+// a worker that uses PoisonBlock) cannot be read by a worker from before Blocked existed.
 //
 // A time is sv seconds since the Unix epoch followed by uv nanoseconds (< 1e9), decoded in UTC.
 // Sorted application sequences are usually consecutive and broker sequence numbers grow with them,
@@ -43,7 +49,8 @@ const (
 	flagUpdated  = 1 << 3
 	flagSkipped  = 1 << 4
 	flagInFlight = 1 << 5
-	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight
+	flagBlocked  = 1 << 6
+	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight | flagBlocked
 	maxReasonLen = 4096
 )
 
@@ -72,6 +79,9 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	if len(s.InFlight) > 0 {
 		flags |= flagInFlight
 	}
+	if s.Blocked != nil {
+		flags |= flagBlocked
+	}
 	b := make([]byte, 0, 64+len(s.Deferred)*4)
 	b = append(b, codecMagic0, codecMagic1, codecVersion)
 	b = binary.AppendUvarint(b, flags)
@@ -94,12 +104,7 @@ func (s *State) MarshalBinary() ([]byte, error) {
 		b = binary.AppendVarint(b, p.Sequence)
 		b = binary.AppendVarint(b, p.BrokerSequence)
 		b = appendTime(b, p.At)
-		reason := p.Reason
-		if len(reason) > maxReasonLen {
-			reason = reason[:maxReasonLen]
-		}
-		b = binary.AppendUvarint(b, uint64(len(reason)))
-		b = append(b, reason...)
+		b = appendReason(b, p.Reason)
 	}
 	b = appendIndex(b, s.Deferred)
 	if flags&flagSkipped != 0 {
@@ -108,7 +113,23 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	if flags&flagInFlight != 0 {
 		b = appendIndex(b, s.InFlight)
 	}
+	if bl := s.Blocked; bl != nil {
+		b = binary.AppendVarint(b, bl.Sequence)
+		b = binary.AppendVarint(b, bl.BrokerSequence)
+		b = appendTime(b, bl.Since)
+		b = binary.AppendUvarint(b, bl.Times)
+		b = appendReason(b, bl.Reason)
+	}
 	return b, nil
+}
+
+// appendReason appends a reason text (at most 4 KiB of it) with its length.
+func appendReason(b []byte, reason string) []byte {
+	if len(reason) > maxReasonLen {
+		reason = reason[:maxReasonLen]
+	}
+	b = binary.AppendUvarint(b, uint64(len(reason)))
+	return append(b, reason...)
 }
 
 // UnmarshalBinary decodes a state written by MarshalBinary. It returns an error wrapping
@@ -147,14 +168,7 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		p.Sequence = d.varint("parked.sequence")
 		p.BrokerSequence = d.varint("parked.broker_sequence")
 		p.At = d.time("parked.at")
-		n := d.uvarint("parked.reason length")
-		if d.err == nil && (n > maxReasonLen || n > uint64(len(d.b))) {
-			d.fail("parked.reason length %d", n)
-		}
-		if d.err == nil {
-			p.Reason = string(d.b[:n])
-			d.b = d.b[n:]
-		}
+		p.Reason = d.reason("parked.reason")
 		out.Parked = p
 	}
 	out.Deferred = d.index("deferred")
@@ -169,6 +183,15 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		if d.err == nil && len(out.InFlight) == 0 {
 			d.fail("empty in-flight index")
 		}
+	}
+	if flags&flagBlocked != 0 {
+		bl := &Blocked{}
+		bl.Sequence = d.varint("blocked.sequence")
+		bl.BrokerSequence = d.varint("blocked.broker_sequence")
+		bl.Since = d.time("blocked.since")
+		bl.Times = d.uvarint("blocked.times")
+		bl.Reason = d.reason("blocked.reason")
+		out.Blocked = bl
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
@@ -246,6 +269,20 @@ func appendTime(b []byte, t time.Time) []byte {
 type decoder struct {
 	b   []byte
 	err error
+}
+
+// reason reads a reason text written by appendReason.
+func (d *decoder) reason(field string) string {
+	n := d.uvarint(field + " length")
+	if d.err == nil && (n > maxReasonLen || n > uint64(len(d.b))) {
+		d.fail("%s length %d", field, n)
+	}
+	if d.err != nil {
+		return ""
+	}
+	r := string(d.b[:n])
+	d.b = d.b[n:]
+	return r
 }
 
 func (d *decoder) fail(format string, args ...any) {

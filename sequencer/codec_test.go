@@ -36,11 +36,22 @@ func sampleStates() map[string]*sequencer.State {
 		Deferred: map[int64]int64{20: 3000},
 		InFlight: map[int64]int64{12: 2001, 13: 2002, 14: 2010},
 	}
+	blocked := &sequencer.State{
+		Next:    5,
+		Blocked: &sequencer.Blocked{Sequence: 5, BrokerSequence: 77, Reason: "downstream 503", Since: at, Times: 3},
+	}
+	gapParked := &sequencer.State{
+		Next:     9,
+		Deferred: map[int64]int64{11: 400},
+		Parked:   &sequencer.Parked{Sequence: 9, Reason: "gap timeout: sequence 9 missing", At: at},
+	}
 	return map[string]*sequencer.State{
-		"new":       sequencer.NewState(),
-		"full":      full,
-		"extreme":   extreme,
-		"in-flight": inFlight,
+		"new":        sequencer.NewState(),
+		"full":       full,
+		"extreme":    extreme,
+		"in-flight":  inFlight,
+		"blocked":    blocked,
+		"gap-parked": gapParked,
 	}
 }
 
@@ -77,6 +88,16 @@ func requireStateEqual(t *testing.T, want, got *sequencer.State) {
 	require.Equal(t, len(want.InFlight), len(got.InFlight))
 	for k, v := range want.InFlight {
 		require.Equal(t, v, got.InFlight[k], "in flight[%d]", k)
+	}
+	if want.Blocked == nil {
+		require.Nil(t, got.Blocked)
+	} else {
+		require.NotNil(t, got.Blocked)
+		require.Equal(t, want.Blocked.Sequence, got.Blocked.Sequence)
+		require.Equal(t, want.Blocked.BrokerSequence, got.Blocked.BrokerSequence)
+		require.Equal(t, want.Blocked.Reason, got.Blocked.Reason)
+		require.Equal(t, want.Blocked.Times, got.Blocked.Times)
+		require.True(t, want.Blocked.Since.Equal(got.Blocked.Since))
 	}
 	if want.Parked == nil {
 		require.Nil(t, got.Parked)

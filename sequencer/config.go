@@ -23,6 +23,34 @@ const (
 	PoisonBlock PoisonPolicy = "block"
 )
 
+// GapPolicy says what happens once a missing sequence has been waited for GapTimeout.
+type GapPolicy string
+
+const (
+	// GapWait keeps waiting (the default): the wait is reported (State.GapSince, the worker's
+	// gauges and warnings), nothing is given up.
+	GapWait GapPolicy = "wait"
+	// GapSkip gives up on the missing sequences and goes on from the lowest waiting one.
+	GapSkip GapPolicy = "skip"
+	// GapPark parks the session on the missing sequence (State.Parked with no broker sequence):
+	// an operator resumes it (the message was found and replayed) or skips it.
+	GapPark GapPolicy = "park"
+)
+
+// Unsequenced says what happens to a message without the sequence property.
+type Unsequenced string
+
+const (
+	// UnsequencedDeadLetter dead-letters it as InvalidSequence (the default).
+	UnsequencedDeadLetter Unsequenced = "deadletter"
+	// UnsequencedPassThrough hands it to the handler at once, without touching the session's
+	// state and whatever the ordered messages wait for (a gap, a parked session): for the
+	// unordered messages (notifications, metrics) that share a session's pipeline. One that keeps
+	// failing is dead-lettered (HandlerFailed), whatever the poison policy, so that it never
+	// holds up the ordered ones.
+	UnsequencedPassThrough Unsequenced = "passthrough"
+)
+
 // Dead-letter reasons set by the engine.
 const (
 	ReasonInvalidSequence = "InvalidSequence"
@@ -71,9 +99,14 @@ type EngineConfig struct {
 	// IdleTimeout is how long a receive waits before the session counts as idle and is released
 	// (default 30s).
 	IdleTimeout time.Duration
-	// GapTimeout, when positive, skips a missing sequence once the engine has waited that long
-	// for it while later messages wait (default 0: wait forever and report the wait).
+	// GapTimeout, when positive, is how long a missing sequence is waited for, while later
+	// messages wait, before GapPolicy acts (default 0: wait forever and report the wait).
 	GapTimeout time.Duration
+	// GapPolicy is what happens after GapTimeout (default GapWait).
+	GapPolicy GapPolicy
+	// Unsequenced is what happens to a message without the sequence property (default
+	// UnsequencedDeadLetter).
+	Unsequenced Unsequenced
 	// MaxGap is how far ahead of the next expected sequence a message may be (default 10,000);
 	// messages further ahead are dead-lettered as invalid. It also bounds the deferred index,
 	// whose encoding takes 2–4 bytes per entry (a store may reject large states with
@@ -123,6 +156,8 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.Retry.Attempts = cmp.Or(c.Retry.Attempts, 1)
 	c.Retry.Cap = max(c.Retry.Cap, c.Retry.Base)
 	c.Poison = cmp.Or(c.Poison, PoisonPark)
+	c.GapPolicy = cmp.Or(c.GapPolicy, GapWait)
+	c.Unsequenced = cmp.Or(c.Unsequenced, UnsequencedDeadLetter)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, 30*time.Second)
 	c.MaxGap = cmp.Or(c.MaxGap, 10_000)
 	c.TombstoneTTL = cmp.Or(c.TombstoneTTL, 24*time.Hour)
@@ -149,6 +184,16 @@ func (c EngineConfig) Validate() error {
 	case PoisonPark, PoisonSkip, PoisonBlock:
 	default:
 		errs = append(errs, fmt.Errorf("Poison %q: want park, skip or block", c.Poison))
+	}
+	switch c.GapPolicy {
+	case GapWait, GapSkip, GapPark:
+	default:
+		errs = append(errs, fmt.Errorf("GapPolicy %q: want wait, skip or park", c.GapPolicy))
+	}
+	switch c.Unsequenced {
+	case UnsequencedDeadLetter, UnsequencedPassThrough:
+	default:
+		errs = append(errs, fmt.Errorf("Unsequenced %q: want deadletter or passthrough", c.Unsequenced))
 	}
 	if c.IdleTimeout < 0 || c.GapTimeout < 0 || c.LockRenewInterval < 0 {
 		errs = append(errs, errors.New("IdleTimeout, GapTimeout and LockRenewInterval must not be negative"))

@@ -25,6 +25,9 @@ type msg struct {
 	last bool
 	// deferred: received by broker sequence number (the message was deferred).
 	deferred bool
+	// unsequenced: the message has no sequence property and UnsequencedPassThrough hands it over
+	// as it comes.
+	unsequenced bool
 }
 
 // read parses the messages of one receive. It sets Message.Sequence and Message.IsLast for the
@@ -35,11 +38,23 @@ func (e *Engine) read(raw []*Message, deferred bool) []msg {
 	}
 	out := make([]msg, len(raw))
 	for i, m := range raw {
+		if e.cfg.Unsequenced == UnsequencedPassThrough && !e.sequenced(m) {
+			m.Sequence, m.IsLast = 0, false
+			out[i] = msg{raw: m, bs: m.BrokerSequence, deferred: deferred, unsequenced: true}
+			continue
+		}
 		seq, last, invalid := e.parse(m)
 		m.Sequence, m.IsLast = seq, last
 		out[i] = msg{raw: m, seq: seq, last: last, invalid: invalid, bs: m.BrokerSequence, deferred: deferred}
 	}
 	return out
+}
+
+// sequenced reports whether m carries the sequence property at all (a value that is not a valid
+// sequence still counts: such a message is invalid, not unsequenced).
+func (e *Engine) sequenced(m *Message) bool {
+	v, ok := m.Properties[e.cfg.SequenceProperty]
+	return ok && v != nil
 }
 
 // redelivered reports whether the broker delivered m before (DeliveryCount above 1).
@@ -165,9 +180,12 @@ const (
 	// actFinishSkip: a poison message PoisonSkip skipped, back after a crash came between the
 	// skip's save and its dead-lettering: dead-letter it now, not as a duplicate.
 	actFinishSkip
+	// actPassThrough: the message has no sequence (UnsequencedPassThrough): hand it over at
+	// once, outside the session's order and state.
+	actPassThrough
 )
 
-var actionNames = [...]string{"handle", "hold", "duplicate", "invalid", "finish-park", "finish-skip"}
+var actionNames = [...]string{"handle", "hold", "duplicate", "invalid", "finish-park", "finish-skip", "pass-through"}
 
 func (k actionKind) String() string {
 	if k < 0 || int(k) >= len(actionNames) {
@@ -184,6 +202,9 @@ type action struct {
 	// learnsLast: the message marks the last sequence, which the state did not know; the loop
 	// records it (and dead-letters the held messages beyond it) before handling or holding it.
 	learnsLast bool
+	// unparks: the message is the missing sequence a gap timeout parked the session on (GapPark);
+	// it arrived after all, so the loop clears the parked mark and handles it.
+	unparks bool
 }
 
 // view is what the decisions look at: the configuration, the session's state, the window, and
@@ -199,10 +220,13 @@ type view struct {
 // this order: the contract (invalid), handled already (duplicate, or a skipped poison message
 // whose dead-lettering a crash cut off), past the end or too far ahead (invalid), another copy
 // in hand or deferred (duplicate), the parked message (finish parking); then m is handled if it
-// is the next expected sequence and nothing holds it back, and held otherwise.
+// is the next expected sequence and nothing holds it back (a parked mark does, unless m is the
+// missing sequence a gap timeout parked on), and held otherwise.
 func (v view) decide(m *msg) action {
 	st, prop := v.st, v.cfg.SequenceProperty
 	switch {
+	case m.unsequenced:
+		return action{kind: actPassThrough}
 	case m.invalid != "":
 		return action{kind: actInvalid, desc: m.invalid}
 	case m.seq < st.Next:
@@ -232,8 +256,9 @@ func (v view) decide(m *msg) action {
 		return action{kind: actDuplicate}
 	}
 	a := action{kind: actHold, learnsLast: m.last && st.Last == 0}
-	if m.seq == st.Next && st.Parked == nil && !v.awaitsRecord(m) {
-		a.kind = actHandle
+	gapParked := st.Parked != nil && st.Parked.OnGap() && st.Parked.Sequence == m.seq
+	if m.seq == st.Next && (st.Parked == nil || gapParked) && !v.awaitsRecord(m) {
+		a.kind, a.unparks = actHandle, gapParked
 	}
 	return a
 }

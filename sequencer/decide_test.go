@@ -18,6 +18,7 @@ type in struct {
 	invalid     string
 	deferred    bool
 	redelivered bool
+	unsequenced bool
 	body        int
 }
 
@@ -26,7 +27,7 @@ func (i in) msg() *msg {
 	if i.redelivered {
 		raw.DeliveryCount = 2
 	}
-	return &msg{raw: raw, seq: i.seq, bs: i.bs, last: i.last, invalid: i.invalid, deferred: i.deferred}
+	return &msg{raw: raw, seq: i.seq, bs: i.bs, last: i.last, invalid: i.invalid, deferred: i.deferred, unsequenced: i.unsequenced}
 }
 
 // world is a state and a window in a test.
@@ -73,6 +74,7 @@ func testConfig() *EngineConfig {
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	parked := &Parked{Sequence: 4, BrokerSequence: 40}
+	gapParked := &Parked{Sequence: 4, Reason: "gap timeout"}
 	tests := []struct {
 		name  string
 		world world
@@ -109,6 +111,15 @@ func TestDecide(t *testing.T) {
 		{"the parked message back after a crash", world{next: 4, parked: parked}, in{seq: 4, bs: 40}, action{kind: actFinishPark}},
 		{"a replay of the parked message", world{next: 4, parked: parked}, in{seq: 4, bs: 41}, action{kind: actHold}},
 		{"later while parked", world{next: 4, parked: parked}, in{seq: 5, bs: 50}, action{kind: actHold}},
+		{"the missing sequence a gap timeout parked on", world{next: 4, parked: gapParked}, in{seq: 4, bs: 41},
+			action{kind: actHandle, unparks: true}},
+		{"later while parked on a gap", world{next: 4, parked: gapParked}, in{seq: 5, bs: 50}, action{kind: actHold}},
+
+		{"unsequenced", world{next: 4}, in{unsequenced: true, bs: 1}, action{kind: actPassThrough}},
+		{"unsequenced while parked", world{next: 4, parked: parked}, in{unsequenced: true, bs: 1}, action{kind: actPassThrough}},
+		{"unsequenced while resolving", world{next: 4, resolving: true, inFlight: map[int64]int64{4: 40}},
+			in{unsequenced: true, bs: 1}, action{kind: actPassThrough}},
+		{"unsequenced after the end", world{next: 6, last: 5, ended: true}, in{unsequenced: true, bs: 1}, action{kind: actPassThrough}},
 
 		{"last, in order", world{next: 4}, in{seq: 4, bs: 1, last: true}, action{kind: actHandle, learnsLast: true}},
 		{"last, early", world{next: 4}, in{seq: 7, bs: 1, last: true}, action{kind: actHold, learnsLast: true}},

@@ -311,7 +311,7 @@ func TestEngineHandlerPanicIsAFailure(t *testing.T) {
 
 func TestEngineGapTimeoutSkipsMissingSequence(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{GapTimeout: 5 * time.Minute})
+	b := setup(t, sequencer.EngineConfig{GapTimeout: 5 * time.Minute, GapPolicy: sequencer.GapSkip})
 	publish(b, "s1", []int64{1, 3, 4}, 0)
 	require.Equal(t, []sequencer.Outcome{sequencer.OutcomeIdle}, b.runAll(t))
 	require.Equal(t, []int64{1}, b.got("s1"))

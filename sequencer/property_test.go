@@ -45,20 +45,24 @@ type propCase struct {
 	// bound keeps the state in the session (sequencer.SessionBoundStore, like the Service Bus
 	// session state) instead of a store of its own (like Postgres, where the engine fences).
 	bound bool
+	// unsequenced holds the broker sequences of messages without the sequence property, which
+	// the case passes through (UnsequencedPassThrough) instead of dead-lettering them.
+	unsequenced map[int64]bool
 }
 
 func newPropCase(seed uint64) *propCase {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	c := &propCase{
-		bound:    seed%2 == 0, // not drawn from rng, so that the rest of a seed's case is as before
-		rng:      rng,
-		sessions: map[string]int64{},
-		poison:   map[string]map[int64]bool{},
-		flaky:    map[string]map[int64]int{},
-		invalid:  map[int64]bool{},
-		faults:   rng.IntN(4),
-		atomic:   rng.IntN(4) == 0,
-		stops:    seed%5 == 0, // by the seed, so the scenarios of TestCrashAtEveryStep stay as they were
+		bound:       seed%2 == 0, // not drawn from rng, so that the rest of a seed's case is as before
+		rng:         rng,
+		sessions:    map[string]int64{},
+		poison:      map[string]map[int64]bool{},
+		flaky:       map[string]map[int64]int{},
+		invalid:     map[int64]bool{},
+		faults:      rng.IntN(4),
+		atomic:      rng.IntN(4) == 0,
+		stops:       seed%5 == 0, // by the seed, so the scenarios of TestCrashAtEveryStep stay as they were
+		unsequenced: map[int64]bool{},
 	}
 	c.cfg = sequencer.EngineConfig{
 		WindowMessages: []int{sequencer.NoWindow, 1, 3, 256}[rng.IntN(4)],
@@ -72,6 +76,9 @@ func newPropCase(seed uint64) *propCase {
 		// scenarios of TestCrashAtEveryStep stay as they were).
 		MaxPendingSettlements: []int{1, 2, 16}[seed%3],
 		SaveEachMessage:       seed/3%2 == 1,
+	}
+	if seed%7 == 1 {
+		c.cfg.Unsequenced = sequencer.UnsequencedPassThrough
 	}
 	var pubs []func(*sequencertest.Broker)
 	for i := range 1 + rng.IntN(3) {
@@ -97,7 +104,14 @@ func newPropCase(seed uint64) *propCase {
 		}
 		for range rng.IntN(2) {
 			props := []map[string]any{{"Sequence": "x"}, {}, {"Sequence": 0}}[rng.IntN(3)]
-			pubs = append(pubs, func(b *sequencertest.Broker) { c.invalid[b.Publish(id, props, nil)] = true })
+			pubs = append(pubs, func(b *sequencertest.Broker) {
+				bs := b.Publish(id, props, nil)
+				if len(props) == 0 && c.cfg.Unsequenced == sequencer.UnsequencedPassThrough {
+					c.unsequenced[bs] = true
+				} else {
+					c.invalid[bs] = true
+				}
+			})
 		}
 	}
 	if seed%4 != 0 { // every fourth case publishes each session in order, one after the other
@@ -124,6 +138,8 @@ type propWorld struct {
 	failures  map[string]map[int64]int
 	pending   *[2]any // handler succeeded, state not yet saved: {session, seq}
 	mayRepeat map[string]map[int64]bool
+	// passed counts the handler calls for each unsequenced message (by broker sequence).
+	passed map[int64]int
 	// dying is set when a hook decides to crash the process: with completions in the
 	// background the handler may still run (and succeed) before the crash takes effect.
 	dying bool
@@ -224,6 +240,11 @@ func (w *propWorld) handle(_ context.Context, m *sequencer.Message) error {
 		return errors.New("process is dead")
 	}
 	id, seq := m.SessionID, m.Sequence
+	if w.c.unsequenced[m.BrokerSequence] {
+		require.Zero(w.t, seq, "an unsequenced message has no sequence")
+		w.passed[m.BrokerSequence]++
+		return nil
+	}
 	if w.c.poison[id][seq] {
 		return errors.New("poison")
 	}
@@ -330,7 +351,7 @@ func (w *propWorld) sweep() bool {
 }
 
 type propTotals struct {
-	crashes, repeats, deadLetters, defers, receiveDeferred, resumes int
+	crashes, repeats, deadLetters, defers, receiveDeferred, resumes, passed int
 	// pipelined counts the cases run with background completions, perMessage those with a save
 	// after each handler call (the others record runs), runs the runs recorded.
 	pipelined, perMessage, runs int
@@ -348,6 +369,7 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 		accepted:   map[string][]int64{},
 		failures:   map[string]map[int64]int{},
 		mayRepeat:  map[string]map[int64]bool{},
+		passed:     map[int64]int{},
 		strandable: map[string]bool{},
 	}
 	for id := range c.sessions {
@@ -424,6 +446,10 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 	slices.Sort(wantDLQ)
 	slices.Sort(gotDLQ)
 	require.Equal(t, wantDLQ, gotDLQ, "seed %d: dead-letter queue", seed)
+	for bs := range c.unsequenced {
+		require.Positive(t, w.passed[bs], "seed %d: unsequenced message %d passed through", seed, bs)
+	}
+	tot.passed += len(c.unsequenced)
 
 	for id, n := range c.sessions {
 		var want []int64
@@ -480,7 +506,7 @@ func TestPropertyRandomSessions(t *testing.T) {
 // scenarios, and checks the same invariants as the property test.
 func TestCrashAtEveryStep(t *testing.T) {
 	t.Parallel()
-	for _, seed := range []uint64{13, 14, 17, 24, 37} { // no window, atomic, park, skip, poisons
+	for _, seed := range []uint64{13, 14, 17, 24, 29, 37, 43} { // no window, atomic, park, skip, poisons, pass-through (29 atomic, 43 park)
 		for _, crash := range []bool{true, false} {
 			for _, mode := range []struct {
 				pending     int

@@ -89,6 +89,9 @@ type run struct {
 	anchors []anchor
 	// pendingGap is a resolved gap wait to report once saved.
 	pendingGap time.Duration
+	// gapAtLoad is State.GapSince as loaded: a gap open at the release but not at the load
+	// opened during this run.
+	gapAtLoad time.Time
 	// claimed: this run has saved the state at least once, so the version has moved since any
 	// earlier holder's last save (see SessionBoundStore).
 	claimed bool
@@ -177,7 +180,7 @@ func (r *run) loop() (Outcome, error) {
 			}
 		}
 		if r.gapExpired() {
-			if err := r.skipGap(); err != nil {
+			if err := r.onGapTimeout(); err != nil {
 				return 0, err
 			}
 			if err := r.drain(); err != nil {
@@ -190,8 +193,19 @@ func (r *run) loop() (Outcome, error) {
 // idle returns the outcome of a session that has nothing more to receive; a gap is recorded as
 // waited for from now.
 func (r *run) idle() Outcome {
-	if r.view().gapWaiting() && r.st.GapSince.IsZero() {
-		r.st.GapSince, r.dirty = r.now(), true
+	if r.view().gapWaiting() {
+		if r.st.GapSince.IsZero() {
+			r.st.GapSince, r.dirty = r.now(), true
+		}
+		if !r.st.GapSince.Equal(r.gapAtLoad) {
+			// The gap opened during this run: say so once; the worker's sweeper reports it again
+			// while it stays open.
+			lowest := r.view().lowestWaiting()
+			r.log().WarnContext(r.ctx, "sequencer: session idle while a sequence is missing; later messages wait",
+				slog.Int64("missing", r.st.Next), slog.Int64("lowest_waiting", lowest),
+				slog.Duration("gap_timeout", r.e.cfg.GapTimeout), slog.String("gap_policy", string(r.e.cfg.GapPolicy)))
+			r.e.observe(Event{Kind: EventGapOpened, SessionID: r.id, Sequence: r.st.Next, Lowest: lowest})
+		}
 	}
 	if r.st.Parked != nil {
 		return OutcomeParked
@@ -268,7 +282,7 @@ func (r *run) startup() error {
 		return err
 	}
 	if r.gapExpired() {
-		return r.skipGap()
+		return r.onGapTimeout()
 	}
 	return nil
 }
@@ -407,8 +421,20 @@ func (r *run) step(m *msg) error {
 			return err
 		}
 	}
-	if a.kind == actHandle {
+	if a.unparks {
+		r.log().InfoContext(r.ctx, "sequencer: the missing sequence the session was parked on arrived; unparking",
+			slog.Int64("sequence", m.seq))
+		r.st.Unpark(false, r.now())
+		r.dirty = true
+		if r.phase == parkedHere {
+			r.phase = receiving
+		}
+	}
+	switch a.kind {
+	case actHandle:
 		return r.inOrder(m)
+	case actPassThrough:
+		return r.passThrough(m)
 	}
 	return r.act(m, a)
 }
@@ -599,12 +625,71 @@ func (r *run) inOrder(m *msg) error {
 	return nil
 }
 
-// handleWithRetry calls the handler until it succeeds or the retries are exhausted
-// (*poisonError), re-reading the stored version after each backoff wait (verifyTenure).
+// passThrough hands the unsequenced message m to the handler (UnsequencedPassThrough) and
+// completes it, outside the session's order: whatever the ordered messages wait for (a gap, a
+// parked session, an inherited record) does not hold it up, and the state is neither read nor
+// advanced for it. The fence of inOrder still applies before the handler call; with an
+// AtomicStore the handler runs in a transaction that saves the state unchanged (its version check
+// is the fence). A handler that keeps failing dead-letters m (HandlerFailed) whatever the poison
+// policy: an unordered message never parks or blocks the ordered ones.
+func (r *run) passThrough(m *msg) error {
+	if err := r.pipelineErr(); err != nil {
+		return err
+	}
+	if !r.e.sessionBound {
+		if err := r.awaitSettlements(); err != nil {
+			return err
+		}
+	}
+	err := r.retry(m, func() error {
+		if r.e.atomic == nil {
+			return r.callHandler(r.ctx, m)
+		}
+		stored := r.ver != 0
+		same := r.st.clone()
+		same.pruneSettled(r.completed)
+		if err := r.saveWith(m, same); err != nil {
+			return err
+		}
+		if !stored && r.st.pristine() {
+			// The transaction stored a state only to run the handler: a session of unsequenced
+			// messages alone leaves no row behind.
+			return r.deleteState()
+		}
+		return nil
+	})
+	var perr *poisonError
+	if errors.As(err, &perr) {
+		r.log().WarnContext(r.ctx, "sequencer: handler failed on an unsequenced message, retries exhausted; dead-lettering it",
+			slog.Int64("broker_sequence", m.bs), slog.Any("error", perr.err))
+		if err := r.deadLetter(m, ReasonHandlerFailed, perr.err.Error()); err != nil {
+			return err
+		}
+		r.e.stats.deadLettered.Add(1)
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Err: perr.err})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.e.stats.handled.Add(1)
+	r.e.observe(Event{Kind: EventHandled, SessionID: r.id})
+	return r.completeLater(m)
+}
+
+// handleWithRetry calls the handler for the in-order message m until it succeeds or the retries
+// are exhausted (*poisonError).
 func (r *run) handleWithRetry(m *msg, how settlement) error {
+	return r.retry(m, func() error { return r.handleOnce(m, how) })
+}
+
+// retry runs once (one handler call, with its save) until it succeeds or the retries are
+// exhausted (*poisonError), re-reading the stored version after each backoff wait (verifyTenure).
+// A retry of an ordered message counts in the state's counters.
+func (r *run) retry(m *msg, once func() error) error {
 	cfg := r.e.cfg
 	for attempt := 1; ; attempt++ {
-		err := r.handleOnce(m, how)
+		err := once()
 		var herr *handlerError
 		if !errors.As(err, &herr) {
 			return err // nil, or a store failure
@@ -615,8 +700,10 @@ func (r *run) handleWithRetry(m *msg, how settlement) error {
 		if attempt >= cfg.Retry.Attempts {
 			return &poisonError{err: herr.err}
 		}
-		r.st.Counters.Retries++
-		r.dirty = true
+		if !m.unsequenced {
+			r.st.Counters.Retries++
+			r.dirty = true
+		}
 		r.e.stats.retries.Add(1)
 		r.e.observe(Event{Kind: EventRetry, SessionID: r.id, Sequence: m.seq, Err: herr.err})
 		if d := cfg.Retry.Backoff(attempt); d > 0 {
@@ -663,12 +750,19 @@ func (r *run) handleOnce(m *msg, how settlement) error {
 func (r *run) poison(m *msg, herr error) error {
 	r.log().WarnContext(r.ctx, "sequencer: handler failed, retries exhausted", slog.Int64("sequence", m.seq),
 		slog.String("policy", string(r.e.cfg.Poison)), slog.Any("error", herr))
-	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
 	switch r.e.cfg.Poison {
 	case PoisonBlock:
+		// Record the block (operators list blocked sessions), then give the message back: the
+		// broker delivers it again until it succeeds or its max delivery count dead-letters it.
+		r.st.block(m.seq, m.bs, herr.Error(), r.now())
+		if err := r.save(); err != nil {
+			return err
+		}
 		r.phase = blocked
+		r.e.observe(Event{Kind: EventBlocked, SessionID: r.id, Sequence: m.seq, Err: herr})
 		return r.settle(CallAbandon, m, r.sess.Abandon)
 	case PoisonSkip:
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
 		// Save the skip together with a marker, then dead-letter: a crash in between leaves the
 		// marker, and the redelivered message is dead-lettered instead of completed.
 		r.st.skipPoison(m.seq, m.bs, r.now())
@@ -687,6 +781,7 @@ func (r *run) poison(m *msg, herr error) error {
 		}
 		return nil
 	default: // PoisonPark
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
 		r.st.park(m.seq, m.bs, herr.Error(), r.now())
 		// Save first: a crash before the dead-lettering finds the parked mark and finishes it.
 		if err := r.save(); err != nil {
@@ -829,9 +924,39 @@ func (r *run) trimWindow(limit int) error {
 	return nil
 }
 
+// gapExpired reports whether the gap policy acts now: a missing sequence has been waited for
+// GapTimeout and the policy is not GapWait.
 func (r *run) gapExpired() bool {
 	gt := r.e.cfg.GapTimeout
-	return gt > 0 && !r.st.GapSince.IsZero() && r.view().gapWaiting() && r.now().Sub(r.st.GapSince) >= gt
+	return gt > 0 && r.e.cfg.GapPolicy != GapWait && !r.st.GapSince.IsZero() && r.view().gapWaiting() &&
+		r.now().Sub(r.st.GapSince) >= gt
+}
+
+// onGapTimeout applies the gap policy to a gap waited for GapTimeout.
+func (r *run) onGapTimeout() error {
+	if r.e.cfg.GapPolicy == GapPark {
+		return r.parkGap()
+	}
+	return r.skipGap()
+}
+
+// parkGap parks the session on the missing sequence Next (GapPark): what waits behind it is
+// deferred when the run releases the session, and an operator resumes it (once the message is
+// found and sent again) or skips it.
+func (r *run) parkGap() error {
+	missing, since := r.st.Next, r.st.GapSince
+	lowest := r.view().lowestWaiting()
+	reason := fmt.Sprintf("gap timeout: sequence %d missing since %s", missing, since.UTC().Format(time.RFC3339))
+	r.log().WarnContext(r.ctx, "sequencer: gap timeout, parking the session on the missing sequence",
+		slog.Int64("missing", missing), slog.Int64("lowest_waiting", lowest), slog.Time("gap_since", since))
+	r.st.parkOnGap(reason, r.now())
+	if err := r.save(); err != nil {
+		return err
+	}
+	r.e.stats.parked.Add(1)
+	r.phase = parkedHere
+	r.e.observe(Event{Kind: EventParked, SessionID: r.id, Sequence: missing, Lowest: lowest})
+	return nil
 }
 
 // skipGap advances Next to the lowest sequence that is waiting (held or deferred).
@@ -919,7 +1044,7 @@ func (r *run) load() error {
 	if st.Deferred == nil {
 		st.Deferred = map[int64]int64{}
 	}
-	r.st, r.ver = st, ver
+	r.st, r.ver, r.gapAtLoad = st, ver, st.GapSince
 	return nil
 }
 

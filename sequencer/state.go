@@ -15,8 +15,13 @@ type State struct {
 	// Deferred maps application sequence → broker sequence number of messages deferred at the
 	// broker.
 	Deferred map[int64]int64
-	// Parked is set while the session is parked by the poison policy.
+	// Parked is set while the session is parked: by the poison policy (the message was
+	// dead-lettered), or by the gap policy GapPark (BrokerSequence 0: no message, the sequence
+	// is missing).
 	Parked *Parked
+	// Blocked is set while the poison policy PoisonBlock holds the session on a failing message,
+	// which the broker delivers again until it succeeds or its max delivery count dead-letters it.
+	Blocked *Blocked
 	// EndedAt is set once the last message was handled: the state is then a tombstone that makes
 	// late copies of the ended sequence duplicates until it expires.
 	EndedAt time.Time
@@ -42,14 +47,31 @@ type State struct {
 
 // Parked records why and where a session was parked.
 type Parked struct {
-	// Sequence is the application sequence of the message that was dead-lettered.
+	// Sequence is the application sequence of the message that was dead-lettered, or of the
+	// missing message (GapPark).
 	Sequence int64
-	// BrokerSequence is the broker sequence number of that message.
+	// BrokerSequence is the broker sequence number of that message (0 for GapPark: there is no
+	// message).
 	BrokerSequence int64
 	// Reason is the handler error text.
 	Reason string
 	// At is when the session was parked.
 	At time.Time
+}
+
+// OnGap reports whether the session was parked on a missing sequence (GapPark) rather than on a
+// message that kept failing.
+func (p *Parked) OnGap() bool { return p.BrokerSequence == 0 }
+
+// Blocked records the message the poison policy PoisonBlock holds the session on.
+type Blocked struct {
+	// Sequence and BrokerSequence name the message.
+	Sequence, BrokerSequence int64
+	// Reason is the last handler error text.
+	Reason string
+	// Since is when the policy first applied to it; Times how often it has.
+	Since time.Time
+	Times uint64
 }
 
 // Counters are per-session running totals.
@@ -66,6 +88,13 @@ type Counters struct {
 // NewState returns the state of a session that has never been seen.
 func NewState() *State {
 	return &State{Next: 1, Deferred: map[int64]int64{}}
+}
+
+// pristine reports whether s says nothing more than NewState does: storing it is pointless.
+func (s *State) pristine() bool {
+	return s.Next == 1 && s.Last == 0 && s.Counters == (Counters{}) && len(s.Deferred) == 0 &&
+		len(s.SkippedPoison) == 0 && len(s.InFlight) == 0 && s.Parked == nil && s.Blocked == nil &&
+		s.EndedAt.IsZero() && s.GapSince.IsZero()
 }
 
 // DueDeferred reports whether the session needs a run although the broker may not offer it to
@@ -112,21 +141,68 @@ func (s *State) TombstoneExpired(now time.Time, ttl time.Duration) bool {
 }
 
 // Unpark clears the parked mark and reports whether there was one. With skip, Next moves past
-// the dead-lettered message (and the session ends if it was the last); without, the engine waits
-// for the message's replay. Runner.Resume does this and then runs the session; a tool that edits
-// stored state directly can call it itself, after which the session needs a wake (DueDeferred).
+// the dead-lettered message (and the session ends if it was the last), or, parked on a gap, past
+// the missing sequences to the lowest deferred one; without, the engine waits for the message's
+// replay (or the missing message), a gap timeout counting from now. Runner.Resume does this and
+// then runs the session; a tool that edits stored state directly can call it itself, after which
+// the session needs a wake (DueDeferred).
 func (s *State) Unpark(skip bool, now time.Time) bool {
 	p := s.Parked
 	if p == nil {
 		return false
 	}
-	if skip {
+	switch {
+	case skip && p.OnGap() && s.lowestDeferredAbove(p.Sequence) != 0:
+		s.skipTo(s.lowestDeferredAbove(p.Sequence), now)
+	case skip:
 		s.pass(p.Sequence, now)
 		s.Counters.Skipped++
 	}
 	s.Parked = nil
+	s.restartGap(now)
 	s.UpdatedAt = now
 	return true
+}
+
+// Unblock clears the blocked mark and reports whether there was one (an operator's resume: the
+// message is tried again when the broker delivers it).
+func (s *State) Unblock(now time.Time) bool {
+	if s.Blocked == nil {
+		return false
+	}
+	s.Blocked, s.UpdatedAt = nil, now
+	return true
+}
+
+// SkipTo gives up on every sequence below seq (an operator's skip): Next moves to seq, a parked
+// or blocked mark on a sequence below it is cleared, and the session ends if the last sequence
+// is passed. It returns how many sequences were skipped; none when seq is not above Next.
+func (s *State) SkipTo(seq int64, now time.Time) uint64 {
+	if s.Last != 0 {
+		seq = min(seq, s.Last+1)
+	}
+	if seq <= s.Next {
+		return 0
+	}
+	n, _ := s.skipTo(seq, now)
+	if p := s.Parked; p != nil && p.Sequence < seq {
+		s.Parked = nil
+	}
+	if s.Last != 0 && seq > s.Last {
+		s.EndedAt = now
+	}
+	s.restartGap(now)
+	s.UpdatedAt = now
+	return n
+}
+
+// restartGap starts the gap clock at now when Next is missing while later sequences are
+// deferred (a gap timeout then counts from an operator's change), and stops it otherwise.
+func (s *State) restartGap(now time.Time) {
+	s.GapSince = time.Time{}
+	if _, due := s.Deferred[s.Next]; !due && s.Parked == nil && s.EndedAt.IsZero() && s.lowestDeferredAbove(s.Next) != 0 {
+		s.GapSince = now
+	}
 }
 
 // The transitions the engine applies to a state. Each is written once; the engine's session
@@ -139,6 +215,9 @@ func (s *State) pass(seq int64, now time.Time) {
 	s.Next = seq + 1
 	if s.Last == seq {
 		s.EndedAt = now
+	}
+	if b := s.Blocked; b != nil && b.Sequence <= seq {
+		s.Blocked = nil // the message it was blocked on is done with
 	}
 }
 
@@ -171,6 +250,9 @@ func (s *State) skipTo(seq int64, now time.Time) (uint64, time.Duration) {
 	s.Counters.Skipped += n
 	wait := s.closeGap(now)
 	s.Next = seq
+	if b := s.Blocked; b != nil && b.Sequence < seq {
+		s.Blocked = nil
+	}
 	return n, wait
 }
 
@@ -178,7 +260,26 @@ func (s *State) skipTo(seq int64, now time.Time) (uint64, time.Duration) {
 // dead-lettered.
 func (s *State) park(seq, bs int64, reason string, now time.Time) {
 	s.Parked = &Parked{Sequence: seq, BrokerSequence: bs, Reason: reason, At: now}
+	s.Blocked = nil
 	s.Counters.DeadLettered++
+}
+
+// parkOnGap parks the session on the missing sequence Next (GapPark). The gap clock stops: the
+// parked mark reports the wait from now on, and a resume starts the clock again.
+func (s *State) parkOnGap(reason string, now time.Time) {
+	s.GapSince = time.Time{}
+	s.Parked = &Parked{Sequence: s.Next, Reason: reason, At: now}
+}
+
+// block records that PoisonBlock holds the session on the message (seq, broker sequence bs).
+func (s *State) block(seq, bs int64, reason string, now time.Time) {
+	b := s.Blocked
+	if b == nil || b.Sequence != seq {
+		b = &Blocked{Sequence: seq, BrokerSequence: bs, Since: now}
+		s.Blocked = b
+	}
+	b.BrokerSequence, b.Reason = bs, reason
+	b.Times++
 }
 
 // skipPoison moves past the poison message (seq, broker sequence bs) under PoisonSkip. The
@@ -223,6 +324,17 @@ func (s *State) pruneSettled(settled map[int64]int64) {
 	}
 }
 
+// lowestDeferredAbove returns the lowest deferred sequence above n (0: none).
+func (s *State) lowestDeferredAbove(n int64) int64 {
+	var low int64
+	for k := range s.Deferred {
+		if k > n && (low == 0 || k < low) {
+			low = k
+		}
+	}
+	return low
+}
+
 func (s *State) clone() *State {
 	c := *s
 	c.Deferred = maps.Clone(s.Deferred)
@@ -238,6 +350,10 @@ func (s *State) clone() *State {
 	if s.Parked != nil {
 		p := *s.Parked
 		c.Parked = &p
+	}
+	if s.Blocked != nil {
+		b := *s.Blocked
+		c.Blocked = &b
 	}
 	return &c
 }

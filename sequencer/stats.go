@@ -51,10 +51,16 @@ const (
 	EventSessionEnded
 	EventSessionReleased
 	EventLockLost
+	// EventBlocked: PoisonBlock abandoned a message that kept failing (Sequence).
+	EventBlocked
+	// EventGapOpened: a run released the session while waiting for the missing sequence
+	// (Sequence) that a later one (Lowest) waits behind.
+	EventGapOpened
 )
 
 var eventKindNames = [...]string{"handled", "held", "deferred", "duplicate", "invalid", "dead_lettered",
-	"retry", "parked", "skipped", "gap_resolved", "session_ended", "session_released", "lock_lost"}
+	"retry", "parked", "skipped", "gap_resolved", "session_ended", "session_released", "lock_lost", "blocked",
+	"gap_opened"}
 
 // String returns the snake_case name of the event kind, for logs and metrics labels.
 func (k EventKind) String() string {
@@ -72,8 +78,11 @@ type Event struct {
 	Sequence int64
 	// Duration is the gap wait for EventGapResolved.
 	Duration time.Duration
-	// Err is the handler error for EventRetry and EventDeadLettered (poison), if any.
+	// Err is the handler error for EventRetry, EventDeadLettered (poison) and EventBlocked.
 	Err error
+	// Lowest is, for EventGapOpened, the lowest sequence waiting behind the gap (0 when the
+	// waiting messages are only known as held in memory).
+	Lowest int64
 }
 
 // Observer receives engine events synchronously; it must be fast and safe for concurrent use.
