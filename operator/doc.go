@@ -53,10 +53,15 @@
 // receives it in order, holding the other sessions' messages in front of those it replays until
 // the end (then abandoned, which counts a delivery on them).
 //
-// # Blocked sessions
+// # Parked and blocked sessions
 //
-// The poison policy block keeps retrying inside the worker and records nothing in the state, so
-// List refuses Blocked ([ErrBlockedUnsupported]) until the state has a blocked mark.
+// A session is parked by the poison policy park (its message was dead-lettered: ParkedInfo has
+// the broker sequence) or by the gap policy park (its next sequence never arrived: OnGap, no dead
+// letter). The poison policy block leaves a blocked mark (BlockedInfo: the message, the last
+// error, since when and how often) while the broker delivers the message again; the mark stays
+// after the broker dead-letters it at its max delivery count, and clears when the message is
+// handled. Resume clears either mark, Skip gives up the sequence (or, parked on a gap, every
+// missing one up to the lowest deferred sequence).
 //
 // operator imports the sequencer contract, sessionstate, sbadapter's types, publisher (the
 // session id rule) and the azservicebus SDK; cmd/worker builds its dependencies from the SEQBUS_*

@@ -95,7 +95,7 @@ var (
 	ErrInvalidInput = errors.New("invalid input")
 	// ErrUnknownSession: the store holds no state for the session.
 	ErrUnknownSession = errors.New("unknown session")
-	// ErrNotParked: resume was asked for a session that is not parked.
+	// ErrNotParked: resume was asked for a session that is neither parked nor blocked.
 	ErrNotParked = errors.New("session is not parked")
 	// ErrNothingToSkip: the session is neither parked nor waiting on a gap, and no --to was given.
 	ErrNothingToSkip = errors.New("nothing to skip")
@@ -106,8 +106,6 @@ var (
 	// ErrUnsettled: the state is not settled enough for an operator change (a parked message not
 	// yet dead-lettered, a run cut short); a worker settles it on its own.
 	ErrUnsettled = errors.New("session state not settled")
-	// ErrBlockedUnsupported: the stored state has no blocked mark to select or clear.
-	ErrBlockedUnsupported = errors.New("blocked sessions are not recorded in the session state")
 	// ErrReplayTarget: a subscription's dead letters were to be replayed without a target.
 	ErrReplayTarget = errors.New("replay target required")
 )

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -30,8 +29,10 @@ type SessionInfo struct {
 	// sequences (0 when none).
 	Deferred       int   `json:"deferred"`
 	LowestDeferred int64 `json:"lowest_deferred,omitempty"`
-	// Parked is set while the poison policy has parked the session.
+	// Parked is set while the poison policy or the gap policy has parked the session.
 	Parked *ParkedInfo `json:"parked,omitempty"`
+	// Blocked is set while the poison policy block holds the session on a failing message.
+	Blocked *BlockedInfo `json:"blocked,omitempty"`
 	// GapSince is when the session started waiting for a missing Next while later sequences wait.
 	GapSince *time.Time `json:"gap_since,omitempty"`
 	// Stranded: the session needs a run the broker will not start (State.NeedsWake); the
@@ -46,10 +47,23 @@ type SessionInfo struct {
 
 // ParkedInfo is why and where a session is parked.
 type ParkedInfo struct {
-	Sequence       int64     `json:"sequence"`
-	BrokerSequence int64     `json:"broker_sequence"`
-	Reason         string    `json:"reason"`
-	At             time.Time `json:"at"`
+	Sequence int64 `json:"sequence"`
+	// BrokerSequence is the dead-lettered message's (0 when OnGap).
+	BrokerSequence int64 `json:"broker_sequence"`
+	// OnGap: the gap policy parked the session on a missing sequence; there is no dead letter.
+	OnGap  bool      `json:"on_gap,omitempty"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// BlockedInfo is the message the poison policy block holds a session on.
+type BlockedInfo struct {
+	Sequence       int64  `json:"sequence"`
+	BrokerSequence int64  `json:"broker_sequence"`
+	Reason         string `json:"reason"`
+	// Since is when the policy first gave the message back, Times how often it has.
+	Since time.Time `json:"since"`
+	Times uint64    `json:"times"`
 }
 
 // Counters are a session's running totals (sequencer.Counters).
@@ -74,7 +88,14 @@ func parkedInfo(p *sequencer.Parked) *ParkedInfo {
 	if p == nil {
 		return nil
 	}
-	return &ParkedInfo{Sequence: p.Sequence, BrokerSequence: p.BrokerSequence, Reason: p.Reason, At: p.At}
+	return &ParkedInfo{Sequence: p.Sequence, BrokerSequence: p.BrokerSequence, OnGap: p.OnGap(), Reason: p.Reason, At: p.At}
+}
+
+func blockedInfo(b *sequencer.Blocked) *BlockedInfo {
+	if b == nil {
+		return nil
+	}
+	return &BlockedInfo{Sequence: b.Sequence, BrokerSequence: b.BrokerSequence, Reason: b.Reason, Since: b.Since, Times: b.Times}
 }
 
 // sessionInfo describes a stored state.
@@ -82,15 +103,13 @@ func sessionInfo(id string, st *sequencer.State, version int64) SessionInfo {
 	c := st.Counters
 	info := SessionInfo{
 		SessionID: id, Version: version, Next: st.Next, Last: st.Last,
-		Deferred: len(st.Deferred), Parked: parkedInfo(st.Parked),
+		Deferred: len(st.Deferred), Parked: parkedInfo(st.Parked), Blocked: blockedInfo(st.Blocked),
 		GapSince: timePtr(st.GapSince), Stranded: st.NeedsWake(),
 		EndedAt: timePtr(st.EndedAt), UpdatedAt: timePtr(st.UpdatedAt),
 		Counters: Counters{Handled: c.Handled, Deferred: c.Deferred, Duplicates: c.Duplicates, Invalid: c.Invalid,
 			DeadLettered: c.DeadLettered, Retries: c.Retries, Skipped: c.Skipped},
 	}
-	if len(st.Deferred) > 0 {
-		info.LowestDeferred = slices.Min(slices.Collect(maps.Keys(st.Deferred)))
-	}
+	info.LowestDeferred = st.LowestDeferredAbove(0)
 	return info
 }
 
@@ -98,8 +117,7 @@ func sessionInfo(id string, st *sequencer.State, version int64) SessionInfo {
 // listed when it matches any; none set lists every session with state.
 type ListParams struct {
 	Parked, Gap, Stranded bool
-	// Blocked selects sessions blocked by the poison policy block. The stored state has no such
-	// mark yet, so List refuses it with ErrBlockedUnsupported.
+	// Blocked selects sessions the poison policy block holds on a failing message.
 	Blocked bool
 	// Ended includes the tombstones of ended sessions.
 	Ended bool
@@ -111,10 +129,11 @@ type ListParams struct {
 // later messages deferred, so its state records a gap as well (State.GapSince); Gap leaves it
 // out, as the workers' gap warnings do: it waits for an operator, not for a missing message.
 func (p ListParams) match(st *sequencer.State) bool {
-	if !p.Parked && !p.Gap && !p.Stranded {
+	if !p.Parked && !p.Gap && !p.Stranded && !p.Blocked {
 		return true
 	}
-	return (p.Parked && st.Parked != nil) || (p.Gap && !st.GapSince.IsZero() && st.Parked == nil) || (p.Stranded && st.NeedsWake())
+	return (p.Parked && st.Parked != nil) || (p.Gap && !st.GapSince.IsZero() && st.Parked == nil) || (p.Stranded && st.NeedsWake()) ||
+		(p.Blocked && st.Blocked != nil)
 }
 
 // ListResult is what List found, ordered by session id.
@@ -132,14 +151,10 @@ const listPage = 5000
 // Postgres, a brief lock of each session with Service Bus session state (a session a worker holds
 // is listed as Busy whatever p selects, since its state is unknown).
 func (o *Operator) List(ctx context.Context, p ListParams) (*ListResult, error) {
-	if p.Blocked {
-		return nil, fmt.Errorf("list --blocked: %w: the poison policy block keeps retrying inside the worker and stores no mark (sequencer.State has no Blocked field yet)",
-			ErrBlockedUnsupported)
-	}
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%w: limit must not be negative, got %d", ErrInvalidInput, p.Limit)
 	}
-	f := sessionstate.Filter{Parked: p.Parked, Gap: p.Gap, Stranded: p.Stranded, Ended: p.Ended}
+	f := sessionstate.Filter{Parked: p.Parked, Gap: p.Gap, Stranded: p.Stranded, Blocked: p.Blocked, Ended: p.Ended}
 	res := &ListResult{Sessions: []SessionInfo{}}
 	after := ""
 	for {
@@ -305,8 +320,10 @@ type ResumeParams struct {
 // Resumed is one resumed session.
 type Resumed struct {
 	SessionID string `json:"session_id"`
-	// Parked is the mark that was cleared; the session now waits for its sequence again.
-	Parked ParkedInfo `json:"parked"`
+	// Parked and Blocked are the marks that were cleared; the session now waits for its
+	// sequence again.
+	Parked  *ParkedInfo  `json:"parked,omitempty"`
+	Blocked *BlockedInfo `json:"blocked,omitempty"`
 	// Next is the sequence the session waits for (the parked one).
 	Next int64 `json:"next"`
 	// Wakes: the message for Next is already deferred at the broker (a replayed copy that arrived
@@ -371,18 +388,24 @@ func (o *Operator) Resume(ctx context.Context, p ResumeParams) (*ResumeResult, e
 func (o *Operator) resumeOne(ctx context.Context, id string, wait time.Duration) (*Resumed, error) {
 	var r *Resumed
 	_, err := o.change(ctx, id, wait, func(st *sequencer.State, _ int64) error {
-		p, err := resumeState(id, st, o.cfg.Now())
+		p, b, err := resumeState(id, st, o.cfg.Now())
 		if err != nil {
 			return err
 		}
-		r = &Resumed{SessionID: id, Parked: *parkedInfo(p), Next: st.Next, Wakes: st.NeedsWake()}
+		r = &Resumed{SessionID: id, Parked: parkedInfo(p), Blocked: blockedInfo(b), Next: st.Next, Wakes: st.NeedsWake()}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	o.log.InfoContext(ctx, "operator: resumed parked session", slog.String("session_id", id),
-		slog.Int64("sequence", r.Next), slog.String("parked_reason", r.Parked.Reason), slog.Bool("wakes", r.Wakes))
+	attrs := []any{slog.String("session_id", id), slog.Int64("sequence", r.Next), slog.Bool("wakes", r.Wakes)}
+	if r.Parked != nil {
+		attrs = append(attrs, slog.String("parked_reason", r.Parked.Reason), slog.Bool("parked_on_gap", r.Parked.OnGap))
+	}
+	if r.Blocked != nil {
+		attrs = append(attrs, slog.String("blocked_reason", r.Blocked.Reason), slog.Uint64("blocked_times", r.Blocked.Times))
+	}
+	o.log.InfoContext(ctx, "operator: resumed session", attrs...)
 	return r, nil
 }
 
@@ -407,8 +430,9 @@ type SkipResult struct {
 	// DroppedDeferred lists the skipped sequences whose messages are deferred at the broker: the
 	// next run completes them without handling them.
 	DroppedDeferred []int64 `json:"dropped_deferred,omitempty"`
-	// Unparked is the parked mark the skip cleared.
-	Unparked *ParkedInfo `json:"unparked,omitempty"`
+	// Unparked and Unblocked are the marks the skip cleared.
+	Unparked  *ParkedInfo  `json:"unparked,omitempty"`
+	Unblocked *BlockedInfo `json:"unblocked,omitempty"`
 	// Ended: the skip went past the last sequence, so the session has ended.
 	Ended bool `json:"ended,omitempty"`
 }
@@ -431,7 +455,7 @@ func (o *Operator) Skip(ctx context.Context, p SkipParams) (*SkipResult, error) 
 			return err
 		}
 		res = &SkipResult{SessionID: p.SessionID, SkippedFrom: plan.From, SkippedTo: plan.To - 1, Next: plan.To,
-			DroppedDeferred: plan.Dropped, Unparked: parkedInfo(plan.Unparked), Ended: plan.Ends}
+			DroppedDeferred: plan.Dropped, Unparked: parkedInfo(plan.Unparked), Unblocked: blockedInfo(plan.Unblocked), Ended: plan.Ends}
 		return nil
 	})
 	if err != nil {
@@ -439,7 +463,8 @@ func (o *Operator) Skip(ctx context.Context, p SkipParams) (*SkipResult, error) 
 	}
 	o.log.WarnContext(ctx, "operator: skipped sequences", slog.String("session_id", p.SessionID),
 		slog.Int64("from", res.SkippedFrom), slog.Int64("to", res.SkippedTo),
-		slog.Any("dropped_deferred", res.DroppedDeferred), slog.Bool("was_parked", res.Unparked != nil), slog.Bool("ended", res.Ended))
+		slog.Any("dropped_deferred", res.DroppedDeferred), slog.Bool("was_parked", res.Unparked != nil),
+		slog.Bool("was_blocked", res.Unblocked != nil), slog.Bool("ended", res.Ended))
 	return res, nil
 }
 

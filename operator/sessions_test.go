@@ -210,10 +210,6 @@ func TestBadInputChangesNothing(t *testing.T) {
 					_, err := b.op.Skip(ctx, operator.SkipParams{SessionID: "fine", To: 1})
 					return err
 				}, operator.ErrNothingToSkip, "not above the next expected sequence 2"},
-				{"blocked", func() error {
-					_, err := b.op.List(ctx, operator.ListParams{Blocked: true})
-					return err
-				}, operator.ErrBlockedUnsupported, "no Blocked field"},
 			}
 			for _, tt := range tests {
 				err := tt.op()

@@ -9,9 +9,8 @@ import (
 	"github.com/seqbus/seqbus/sequencer"
 )
 
-// The state transitions of the operator's commands. They are written on State's exported
-// fields and State.Unpark, and belong in sequencer.State once its transitions are methods
-// written once (issue 13): resume as Unpark(false) plus the gap clock, skip as a SkipTo.
+// The operator's commands change a stored state through State's own transitions (Unpark,
+// Unblock, SkipTo), after the checks here: what may be changed, and what a skip gives up.
 
 // settled refuses a change while the state still records work a worker finishes on its own:
 // a parked message that a crash left undead-lettered (the sweeper wakes the session for it), or
@@ -32,22 +31,35 @@ func settled(id string, st *sequencer.State) error {
 }
 
 // resumeState clears the parked mark of st so that the session waits for the parked sequence
-// again (the replay of its dead-lettered message, or that message itself still deferred). The
-// gap clock restarts, so a gap timeout gives the replay its full time.
-func resumeState(id string, st *sequencer.State, now time.Time) (*sequencer.Parked, error) {
+// again (the replay of its dead-lettered message, the missing message of a gap, or that message
+// itself already deferred), or the blocked mark of a session the poison policy block held (its
+// message is tried again when the broker delivers it, or its replay). The gap clock restarts, so
+// a gap timeout gives the replay its full time. It returns the mark it cleared.
+func resumeState(id string, st *sequencer.State, now time.Time) (*sequencer.Parked, *sequencer.Blocked, error) {
 	if !st.EndedAt.IsZero() {
-		return nil, fmt.Errorf("session %q: %w (at %s)", id, ErrSessionEnded, st.EndedAt.UTC().Format(time.RFC3339))
+		return nil, nil, fmt.Errorf("session %q: %w (at %s)", id, ErrSessionEnded, st.EndedAt.UTC().Format(time.RFC3339))
 	}
-	if st.Parked == nil {
-		return nil, fmt.Errorf("session %q: %w (next expected sequence %d); nothing to resume", id, ErrNotParked, st.Next)
+	if st.Parked == nil && st.Blocked == nil {
+		return nil, nil, fmt.Errorf("session %q: %w (next expected sequence %d); nothing to resume", id, ErrNotParked, st.Next)
 	}
 	if err := settled(id, st); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	p := *st.Parked
-	st.Unpark(false, now)
-	restartGapClock(st, now)
-	return &p, nil
+	var (
+		p *sequencer.Parked
+		b *sequencer.Blocked
+	)
+	if st.Parked != nil {
+		c := *st.Parked
+		p = &c
+		st.Unpark(false, now)
+	}
+	if st.Blocked != nil {
+		c := *st.Blocked
+		b = &c
+		st.Unblock(now)
+	}
+	return p, b, nil
 }
 
 // skipPlan says what skipping st to a sequence gives up.
@@ -56,33 +68,30 @@ type skipPlan struct {
 	From, To int64
 	// Dropped lists the deferred messages among them: the next run completes them unhandled.
 	Dropped []int64
-	// Unparked is the parked mark the skip clears.
-	Unparked *sequencer.Parked
+	// Unparked and Unblocked are the marks the skip clears.
+	Unparked  *sequencer.Parked
+	Unblocked *sequencer.Blocked
 	// Ends: To is past the last sequence, so the session ends.
 	Ends bool
 }
 
-// defaultSkipTarget is where skip goes without --to: past the parked message, or to the lowest
-// deferred sequence when the session waits on a gap. 0 when there is nothing to skip.
+// defaultSkipTarget is where skip goes without --to: past the parked or blocked message, past
+// the missing sequences of a gap (to the lowest deferred sequence) when the session waits on one
+// or was parked on one by the gap policy. 0 when there is nothing to skip.
 func defaultSkipTarget(st *sequencer.State) int64 {
 	if p := st.Parked; p != nil {
+		if low := st.LowestDeferredAbove(p.Sequence); p.OnGap() && low != 0 {
+			return low
+		}
 		return p.Sequence + 1
+	}
+	if b := st.Blocked; b != nil && b.Sequence == st.Next {
+		return b.Sequence + 1
 	}
 	if _, due := st.Deferred[st.Next]; due {
 		return 0
 	}
-	return lowestDeferredAbove(st, st.Next)
-}
-
-// lowestDeferredAbove is the lowest deferred sequence above n (0 when none).
-func lowestDeferredAbove(st *sequencer.State, n int64) int64 {
-	var low int64
-	for k := range st.Deferred {
-		if k > n && (low == 0 || k < low) {
-			low = k
-		}
-	}
-	return low
+	return st.LowestDeferredAbove(st.Next)
 }
 
 // skipState moves st past every sequence below to (0: the default target), clearing a parked
@@ -123,29 +132,12 @@ func skipState(id string, st *sequencer.State, to int64, now time.Time) (*skipPl
 	if st.Parked != nil {
 		p := *st.Parked
 		plan.Unparked = &p
-		st.Unpark(true, now) // Next = p.Sequence+1 (p.Sequence is Next), ends the session at its last
 	}
-	if to > st.Next {
-		st.Counters.Skipped += uint64(to - st.Next)
-		st.Next = to
+	if st.Blocked != nil {
+		b := *st.Blocked
+		plan.Unblocked = &b
 	}
-	if st.Last != 0 && to == st.Last+1 && st.EndedAt.IsZero() {
-		st.EndedAt = now
-	}
+	st.SkipTo(to, now) // clears the marks below to, ends the session past its last, restarts the gap clock
 	plan.Ends = !st.EndedAt.IsZero()
-	st.GapSince = time.Time{}
-	restartGapClock(st, now)
-	st.UpdatedAt = now
 	return plan, nil
-}
-
-// restartGapClock sets GapSince to now when st waits for a missing Next while later sequences
-// are deferred, and clears it otherwise.
-func restartGapClock(st *sequencer.State, now time.Time) {
-	_, due := st.Deferred[st.Next]
-	if !due && st.EndedAt.IsZero() && lowestDeferredAbove(st, st.Next) != 0 {
-		st.GapSince = now
-		return
-	}
-	st.GapSince = time.Time{}
 }

@@ -55,6 +55,31 @@ func TestResumeState(t *testing.T) {
 				require.True(t, st.GapSince.IsZero(), "no gap: the next message is there")
 			},
 		},
+		{
+			name: "parked on a gap waits for the missing message again",
+			state: func() *sequencer.State {
+				st := parkedState()
+				st.Parked.BrokerSequence, st.GapSince = 0, time.Time{}
+				return st
+			},
+			check: func(t *testing.T, st *sequencer.State) {
+				require.Nil(t, st.Parked)
+				require.Equal(t, opNow, st.GapSince, "a gap timeout counts from the resume")
+			},
+		},
+		{
+			name: "blocked: the mark is cleared",
+			state: func() *sequencer.State {
+				st := sequencer.NewState()
+				st.Next = 3
+				st.Deferred = map[int64]int64{4: 40}
+				st.Blocked = &sequencer.Blocked{Sequence: 3, BrokerSequence: 30, Reason: "status 503", Since: parkedAt, Times: 10}
+				return st
+			},
+			check: func(t *testing.T, st *sequencer.State) {
+				require.Equal(t, int64(3), st.Next)
+			},
+		},
 		{name: "not parked", state: sequencer.NewState, wantErr: ErrNotParked},
 		{
 			name: "ended",
@@ -89,14 +114,21 @@ func TestResumeState(t *testing.T) {
 			t.Parallel()
 			st := tt.state()
 			before := *st
-			p, err := resumeState("s", st, opNow)
+			p, b, err := resumeState("s", st, opNow)
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
 				require.Equal(t, before, *st, "nothing changed")
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, int64(3), p.Sequence)
+			switch {
+			case before.Parked != nil:
+				require.Equal(t, int64(3), p.Sequence)
+			default:
+				require.Nil(t, p)
+				require.Equal(t, int64(3), b.Sequence)
+			}
+			require.Nil(t, st.Blocked)
 			require.Equal(t, opNow, st.UpdatedAt)
 			tt.check(t, st)
 		})
@@ -161,6 +193,36 @@ func TestSkipState(t *testing.T) {
 			},
 			wantFrom: 3, wantTo: 4, wantSkipped: 1, wantEnds: true,
 		},
+		{
+			name: "parked on a gap: the missing sequences",
+			state: func() *sequencer.State {
+				st := parkedState()
+				st.Parked.BrokerSequence, st.GapSince = 0, time.Time{}
+				return st
+			},
+			wantFrom: 3, wantTo: 4, wantSkipped: 1, wantWake: true,
+		},
+		{
+			name: "parked on a wider gap: up to the lowest deferred",
+			state: func() *sequencer.State {
+				st := parkedState()
+				st.Parked.BrokerSequence, st.GapSince = 0, time.Time{}
+				delete(st.Deferred, 4)
+				return st
+			},
+			wantFrom: 3, wantTo: 6, wantSkipped: 3, wantWake: true,
+		},
+		{
+			name: "blocked: the blocked sequence",
+			state: func() *sequencer.State {
+				st := sequencer.NewState()
+				st.Next = 3
+				st.Deferred = map[int64]int64{4: 40}
+				st.Blocked = &sequencer.Blocked{Sequence: 3, BrokerSequence: 30, Reason: "status 503", Since: parkedAt, Times: 10}
+				return st
+			},
+			wantFrom: 3, wantTo: 4, wantSkipped: 1, wantWake: true,
+		},
 		{name: "nothing to skip", state: sequencer.NewState, wantErr: ErrNothingToSkip},
 		{name: "--to not above next", state: gapState, to: 2, wantErr: ErrNothingToSkip},
 		{
@@ -207,6 +269,8 @@ func TestSkipState(t *testing.T) {
 			require.Equal(t, tt.wantTo, plan.To)
 			require.Equal(t, tt.wantDropped, plan.Dropped)
 			require.Equal(t, before.Parked != nil, plan.Unparked != nil)
+			require.Equal(t, before.Blocked != nil, plan.Unblocked != nil)
+			require.Nil(t, st.Blocked)
 			require.Equal(t, tt.wantEnds, plan.Ends)
 
 			require.Nil(t, st.Parked)

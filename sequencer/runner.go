@@ -22,8 +22,8 @@ type RunnerConfig struct {
 	Engine EngineConfig
 	// MaxConcurrentSessions bounds the sessions processed at once (default 8).
 	MaxConcurrentSessions int
-	// AcceptTimeout bounds one AcceptNext wait; a queued Wake is served at the latest when a
-	// wait ends (default 10s).
+	// AcceptTimeout bounds one AcceptNext wait (default 10s). A Wake interrupts a worker that
+	// waits in AcceptNext, so that the woken session is served at once while a worker is free.
 	AcceptTimeout time.Duration
 	// ErrorBackoff is the pause after a failed accept (default 1s).
 	ErrorBackoff time.Duration
@@ -42,6 +42,8 @@ type Runner struct {
 	started bool
 	wakes   []string
 	waking  map[string]bool
+	// waiting holds the cancel functions of the AcceptNext waits in progress: a Wake ends one.
+	waiting map[*context.CancelCauseFunc]struct{}
 
 	softCtx    context.Context
 	softCancel context.CancelFunc
@@ -74,7 +76,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, engine: e, log: cfg.Logger, waking: map[string]bool{}, done: make(chan struct{})}, nil
+	return &Runner{cfg: cfg, engine: e, log: cfg.Logger, waking: map[string]bool{},
+		waiting: map[*context.CancelCauseFunc]struct{}{}, done: make(chan struct{})}, nil
 }
 
 // Engine returns the runner's engine.
@@ -159,7 +162,17 @@ func (r *Runner) Wake(sessionID string) {
 	}
 	r.waking[sessionID] = true
 	r.wakes = append(r.wakes, sessionID)
+	// A worker waiting for accept-next is free: end its wait so that it serves the wake now
+	// rather than at the end of its AcceptTimeout.
+	for cancel := range r.waiting {
+		delete(r.waiting, cancel)
+		(*cancel)(errWoken)
+		break
+	}
 }
+
+// errWoken ends an AcceptNext wait for a queued wake.
+var errWoken = errors.New("sequencer: a session was woken")
 
 // RunSessionByID accepts the named session and runs it now, on the caller's goroutine (it does
 // not count against MaxConcurrentSessions). Operators resume parked sessions with it.
@@ -243,16 +256,28 @@ func (r *Runner) accept() (sess Session, pause bool, err error) {
 		sess, err = r.cfg.Source.Accept(r.softCtx, id)
 		return sess, err != nil && !errors.Is(err, ErrSessionLocked), err
 	}
-	ctx, cancel := context.WithCancel(r.softCtx)
-	defer cancel()
-	t := r.cfg.Clock.AfterFunc(r.cfg.AcceptTimeout, cancel)
+	ctx, cancel := context.WithCancelCause(r.softCtx)
+	defer cancel(nil)
+	r.mu.Lock()
+	if len(r.wakes) > 0 {
+		r.mu.Unlock()
+		return nil, false, ErrNoSession // a wake came in meanwhile: serve it first
+	}
+	r.waiting[&cancel] = struct{}{}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.waiting, &cancel)
+		r.mu.Unlock()
+	}()
+	t := r.cfg.Clock.AfterFunc(r.cfg.AcceptTimeout, func() { cancel(nil) })
 	defer t.Stop()
 	sess, err = r.cfg.Source.AcceptNext(ctx)
 	if err == nil {
-		return sess, false, nil
+		return sess, false, nil // even if woken meanwhile: the wake stays queued for the next accept
 	}
 	if ctx.Err() != nil {
-		return nil, false, fmt.Errorf("%w: %w", ErrNoSession, err) // waited the full timeout
+		return nil, false, fmt.Errorf("%w: %w", ErrNoSession, err) // waited the full timeout, or woken
 	}
 	return nil, true, err
 }

@@ -30,6 +30,11 @@ type runnerBundle struct {
 
 func setupRunner(t *testing.T, maxSessions int, handlerDelay time.Duration) *runnerBundle {
 	t.Helper()
+	return setupRunnerWith(t, maxSessions, handlerDelay, 50*time.Millisecond)
+}
+
+func setupRunnerWith(t *testing.T, maxSessions int, handlerDelay, acceptTimeout time.Duration) *runnerBundle {
+	t.Helper()
 	b := &runnerBundle{handled: map[string][]int64{}, inFlight: map[string]int{}}
 	b.broker = sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
 	b.store = sequencertest.NewStore()
@@ -71,7 +76,7 @@ func setupRunner(t *testing.T, maxSessions int, handlerDelay time.Duration) *run
 		}),
 		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 1}},
 		MaxConcurrentSessions: maxSessions,
-		AcceptTimeout:         50 * time.Millisecond,
+		AcceptTimeout:         acceptTimeout,
 		ErrorBackoff:          5 * time.Millisecond,
 	})
 	require.NoError(t, err)
@@ -185,7 +190,8 @@ func TestRunnerStopAndCancel(t *testing.T) {
 
 func TestRunnerWakeServesStrandedSession(t *testing.T) {
 	t.Parallel()
-	b := setupRunner(t, 1, 0)
+	// An accept-next wait far longer than the test: the wake must interrupt it.
+	b := setupRunnerWith(t, 1, 0, time.Hour)
 	// Session "a" holds only a deferred message that is due: accept-next never offers it.
 	c := b.broker.NewClient(nil)
 	bs := b.broker.PublishSeq("a", 1, true)
@@ -203,9 +209,11 @@ func TestRunnerWakeServesStrandedSession(t *testing.T) {
 	require.NoError(t, b.runner.Start(t.Context()))
 	time.Sleep(60 * time.Millisecond)
 	require.Empty(t, b.got("a"), "accept-next does not offer a session with only deferred messages")
+	start := time.Now()
 	b.runner.Wake("a")
 	b.runner.Wake("a")
 	waitFor(t, "woken session", func() bool { return len(b.got("a")) == 1 })
+	require.Less(t, time.Since(start), 5*time.Second, "served while the accept-next wait had an hour to go")
 	require.NoError(t, b.runner.Stop(t.Context()))
 	require.Zero(t, b.broker.Len())
 }

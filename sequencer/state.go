@@ -152,8 +152,8 @@ func (s *State) Unpark(skip bool, now time.Time) bool {
 		return false
 	}
 	switch {
-	case skip && p.OnGap() && s.lowestDeferredAbove(p.Sequence) != 0:
-		s.skipTo(s.lowestDeferredAbove(p.Sequence), now)
+	case skip && p.OnGap() && s.LowestDeferredAbove(p.Sequence) != 0:
+		s.skipTo(s.LowestDeferredAbove(p.Sequence), now)
 	case skip:
 		s.pass(p.Sequence, now)
 		s.Counters.Skipped++
@@ -200,7 +200,7 @@ func (s *State) SkipTo(seq int64, now time.Time) uint64 {
 // deferred (a gap timeout then counts from an operator's change), and stops it otherwise.
 func (s *State) restartGap(now time.Time) {
 	s.GapSince = time.Time{}
-	if _, due := s.Deferred[s.Next]; !due && s.Parked == nil && s.EndedAt.IsZero() && s.lowestDeferredAbove(s.Next) != 0 {
+	if _, due := s.Deferred[s.Next]; !due && s.Parked == nil && s.EndedAt.IsZero() && s.LowestDeferredAbove(s.Next) != 0 {
 		s.GapSince = now
 	}
 }
@@ -324,8 +324,9 @@ func (s *State) pruneSettled(settled map[int64]int64) {
 	}
 }
 
-// lowestDeferredAbove returns the lowest deferred sequence above n (0: none).
-func (s *State) lowestDeferredAbove(n int64) int64 {
+// LowestDeferredAbove returns the lowest deferred sequence above n (0: none). Above Next, it is
+// where a gap ends.
+func (s *State) LowestDeferredAbove(n int64) int64 {
 	var low int64
 	for k := range s.Deferred {
 		if k > n && (low == 0 || k < low) {

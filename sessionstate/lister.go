@@ -27,8 +27,10 @@ type Entry struct {
 // is listed when it matches any of them; a Filter with none set lists every session. Ended
 // sessions (tombstones) are left out unless Ended is set.
 type Filter struct {
-	// Parked: the poison policy parked the session (State.Parked).
+	// Parked: the poison policy or the gap policy parked the session (State.Parked).
 	Parked bool
+	// Blocked: the poison policy block holds the session on a failing message (State.Blocked).
+	Blocked bool
 	// Gap: the session waits for a missing sequence while later ones wait (State.GapSince).
 	Gap bool
 	// Stranded: the session needs a run the broker will not start (State.NeedsWake).
@@ -38,7 +40,7 @@ type Filter struct {
 }
 
 // any reports whether f selects on the state at all.
-func (f Filter) any() bool { return f.Parked || f.Gap || f.Stranded }
+func (f Filter) any() bool { return f.Parked || f.Gap || f.Stranded || f.Blocked }
 
 // Match reports whether st passes f.
 func (f Filter) Match(st *sequencer.State) bool {
@@ -48,7 +50,8 @@ func (f Filter) Match(st *sequencer.State) bool {
 	if !f.any() {
 		return true
 	}
-	return (f.Parked && st.Parked != nil) || (f.Gap && !st.GapSince.IsZero()) || (f.Stranded && st.NeedsWake())
+	return (f.Parked && st.Parked != nil) || (f.Gap && !st.GapSince.IsZero()) || (f.Stranded && st.NeedsWake()) ||
+		(f.Blocked && st.Blocked != nil)
 }
 
 // ListParams are the arguments of Lister.List.

@@ -175,7 +175,7 @@ func New(cfg Config) (*Client, error) {
 		wake:       c.runner.Wake,
 		interval:   cfg.SweepInterval,
 		gapTimeout: engine.GapTimeout,
-		gapActs:    engine.GapTimeout > 0,
+		gapActs:    gapPolicyActs(engine),
 		now:        time.Now,
 		m:          c.m,
 		log:        c.log,

@@ -230,6 +230,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			Entity: sbadapter.Entity{Queue: "q"}, Journal: true}, []string{"Config.Transactional"}},
 		{"bad engine policy", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
 			Entity: sbadapter.Entity{Queue: "q"}, Handler: h, Engine: sequencer.EngineConfig{Poison: "ignore"}}, []string{"Config.Engine", `Poison "ignore"`}},
+		{"bad gap policy", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
+			Entity: sbadapter.Entity{Queue: "q"}, Handler: h, Engine: sequencer.EngineConfig{GapPolicy: "drop"}}, []string{"Config.Engine", `GapPolicy "drop"`}},
+		{"journal with pass-through", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
+			Entity: sbadapter.Entity{Queue: "q"}, Journal: true, StateStore: worker.StateStorePostgres, DatabaseURL: "postgres://localhost/x",
+			Engine: sequencer.EngineConfig{Unsequenced: sequencer.UnsequencedPassThrough}}, []string{"Config.Journal", "sequence"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

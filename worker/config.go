@@ -197,5 +197,8 @@ func (c Config) validate() error {
 	if err := c.Engine.WithDefaults().Validate(); err != nil {
 		bad("Engine", "%v", err)
 	}
+	if c.Journal && c.Engine.Unsequenced == sequencer.UnsequencedPassThrough {
+		bad("Journal", "the journal records each message by its sequence: it does not go with Engine.Unsequenced passthrough")
+	}
 	return errors.Join(errs...)
 }

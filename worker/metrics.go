@@ -21,10 +21,11 @@ const (
 	OutcomeInvalid      = "invalid"
 	OutcomeDeadLettered = "dead_lettered"
 	OutcomeRetried      = "retried"
+	OutcomeBlocked      = "blocked"
 )
 
 var outcomes = []string{OutcomeHandled, OutcomeHeld, OutcomeDeferred, OutcomeDuplicate, OutcomeInvalid,
-	OutcomeDeadLettered, OutcomeRetried}
+	OutcomeDeadLettered, OutcomeRetried, OutcomeBlocked}
 
 // metrics holds the worker's Prometheus metrics. Their names and labels are part of the worker's
 // interface (dashboards and alerts depend on them); no label ever carries a session id.
@@ -38,6 +39,7 @@ type metrics struct {
 	sessionsBlocked prometheus.Gauge
 	gapWait         prometheus.Histogram
 	gapOldest       prometheus.Gauge
+	gapsOpened      prometheus.Counter
 	stateSaves      prometheus.Counter
 	stateConflicts  prometheus.Counter
 	stateSaveTime   prometheus.Histogram
@@ -52,7 +54,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqbus_messages_total",
-			Help: "Messages by what the worker did with them: handled, held (in the reorder window), deferred, duplicate, invalid, dead_lettered, retried (a failed handler call that is tried again).",
+			Help: "Messages by what the worker did with them: handled, held (in the reorder window), deferred, duplicate, invalid, dead_lettered, retried (a failed handler call that is tried again), blocked (given back to the broker by the poison policy block).",
 		}, []string{"outcome"}),
 		handlerDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "seqbus_handler_duration_seconds",
@@ -65,7 +67,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 		}),
 		sessionsParked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seqbus_sessions_parked",
-			Help: "Sessions parked by the poison policy, waiting for an operator (as of the last sweep; every session of the entity).",
+			Help: "Sessions parked by the poison policy park or the gap policy park, waiting for an operator (as of the last sweep; every session of the entity).",
 		}),
 		sessionsBlocked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seqbus_sessions_blocked",
@@ -75,6 +77,10 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 			Name:    "seqbus_gap_wait_seconds",
 			Help:    "Time spent waiting for a missing sequence while later ones waited, observed when the gap closed (the sequence arrived or was skipped).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 12), // 10ms … about 12h
+		}),
+		gapsOpened: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqbus_gaps_opened_total",
+			Help: "Sessions released idle while a sequence was missing and later ones waited (a gap opened).",
 		}),
 		gapOldest: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seqbus_gap_oldest_seconds",
@@ -112,7 +118,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 	}, activeSessions)
 	for _, c := range []prometheus.Collector{
 		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked,
-		m.gapWait, m.gapOldest, m.stateSaves, m.stateConflicts, m.stateSaveTime, m.lockLost,
+		m.gapWait, m.gapOldest, m.gapsOpened, m.stateSaves, m.stateConflicts, m.stateSaveTime, m.lockLost,
 		m.sweeperWakes, m.ready, &brokerCallsCollector{calls: brokerCalls},
 	} {
 		if err := reg.Register(c); err != nil {
@@ -151,8 +157,12 @@ func (m *metrics) Observe(e sequencer.Event) {
 		m.outcome[OutcomeDeadLettered].Inc()
 	case sequencer.EventRetry:
 		m.outcome[OutcomeRetried].Inc()
+	case sequencer.EventBlocked:
+		m.outcome[OutcomeBlocked].Inc()
 	case sequencer.EventGapResolved:
 		m.gapWait.Observe(e.Duration.Seconds())
+	case sequencer.EventGapOpened:
+		m.gapsOpened.Inc()
 	case sequencer.EventLockLost:
 		m.lockLost.Inc()
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sessionstate"
 )
 
@@ -13,14 +14,15 @@ import (
 var gapWarnings = []time.Duration{time.Minute, 10 * time.Minute, time.Hour}
 
 // sweeper looks, every interval, at the sessions whose state says they may need attention
-// (parked, waiting on a gap, stranded on deferred messages): it hands the runner those the broker
-// will not offer (stranded; past their gap timeout when the gap policy acts), refreshes the
-// session gauges, and warns about gaps open for long.
+// (parked, blocked, waiting on a gap, stranded on deferred messages): it hands the runner those
+// the broker will not offer (stranded; past their gap timeout when the gap policy skips or
+// parks), refreshes the session gauges, and warns about gaps open for long.
 type sweeper struct {
 	lister   sessionstate.Lister
 	wake     func(id string)
 	interval time.Duration
-	// gapTimeout, when positive and gapActs, makes a session whose gap is that old due a run.
+	// gapTimeout, when positive and gapActs (the gap policy is skip or park), makes a session
+	// whose gap is that old due a run.
 	gapTimeout time.Duration
 	gapActs    bool
 	// before runs at the start of each sweep (the Postgres tombstone purge).
@@ -37,6 +39,12 @@ type sweeper struct {
 type gapWarned struct {
 	since time.Time
 	n     int
+}
+
+// gapPolicyActs reports whether the engine acts on a gap timeout (skip or park), so that the
+// sweeper must wake a session whose gap is older than the timeout: nothing else would.
+func gapPolicyActs(e sequencer.EngineConfig) bool {
+	return e.GapTimeout > 0 && e.GapPolicy != sequencer.GapWait
 }
 
 // pageSize bounds one List call of a sweep.
@@ -64,14 +72,14 @@ func (s *sweeper) sweep(ctx context.Context) error {
 	}
 	now := s.now()
 	var (
-		parked, wakes int
-		oldest        time.Duration
-		after         string
+		parked, blocked, wakes int
+		oldest                 time.Duration
+		after                  string
 	)
 	seen := map[string]bool{}
 	for {
 		page, err := s.lister.List(ctx, sessionstate.ListParams{
-			Filter: sessionstate.Filter{Parked: true, Gap: true, Stranded: true},
+			Filter: sessionstate.Filter{Parked: true, Blocked: true, Gap: true, Stranded: true},
 			After:  after, Limit: pageSize,
 		})
 		if err != nil {
@@ -84,6 +92,9 @@ func (s *sweeper) sweep(ctx context.Context) error {
 			st := e.State
 			if st.Parked != nil {
 				parked++
+			}
+			if st.Blocked != nil {
+				blocked++
 			}
 			if !st.GapSince.IsZero() && st.Parked == nil {
 				age := now.Sub(st.GapSince)
@@ -107,6 +118,7 @@ func (s *sweeper) sweep(ctx context.Context) error {
 		}
 	}
 	s.m.sessionsParked.Set(float64(parked))
+	s.m.sessionsBlocked.Set(float64(blocked))
 	s.m.gapOldest.Set(oldest.Seconds())
 	s.m.sweeperWakes.Add(float64(wakes))
 	if wakes > 0 {
@@ -129,22 +141,10 @@ func (s *sweeper) warnGap(ctx context.Context, e sessionstate.Entry, age time.Du
 		s.log.WarnContext(ctx, "worker: session still waiting for a missing sequence",
 			slog.String("session_id", e.SessionID),
 			slog.Int64("expected", e.State.Next),
-			slog.Int64("lowest_waiting", lowestWaiting(e)),
+			slog.Int64("lowest_waiting", e.State.LowestDeferredAbove(e.State.Next)),
 			slog.Duration("waiting", age.Round(time.Second)),
 			slog.Time("gap_since", e.State.GapSince))
 	}
 	w.n = n
 	s.warned[e.SessionID] = w
-}
-
-// lowestWaiting is the lowest deferred sequence above Next (0 when the waiting messages are held
-// in a worker's memory, not deferred).
-func lowestWaiting(e sessionstate.Entry) int64 {
-	var low int64
-	for k := range e.State.Deferred {
-		if k > e.State.Next && (low == 0 || k < low) {
-			low = k
-		}
-	}
-	return low
 }

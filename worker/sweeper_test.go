@@ -25,14 +25,14 @@ type sweepBundle struct {
 	now   time.Time
 }
 
-func newSweepBundle(t *testing.T, gapTimeout time.Duration) *sweepBundle {
+func newSweepBundle(t *testing.T, gapTimeout time.Duration, policy sequencer.GapPolicy) *sweepBundle {
 	t.Helper()
 	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
 	require.NoError(t, err)
 	b := &sweepBundle{store: memory.New(), logs: &bytes.Buffer{}, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	b.s = &sweeper{
 		lister: b.store, wake: func(id string) { b.woken = append(b.woken, id) },
-		gapTimeout: gapTimeout, gapActs: gapTimeout > 0,
+		gapTimeout: gapTimeout, gapActs: gapPolicyActs(sequencer.EngineConfig{GapTimeout: gapTimeout, GapPolicy: policy}),
 		now: func() time.Time { return b.now }, m: m,
 		log:    slog.New(slog.NewTextHandler(b.logs, nil)),
 		warned: map[string]gapWarned{},
@@ -54,7 +54,7 @@ func (b *sweepBundle) sweep(t *testing.T) {
 
 func TestSweepWakesStrandedAndCountsParked(t *testing.T) {
 	t.Parallel()
-	b := newSweepBundle(t, 0)
+	b := newSweepBundle(t, 0, sequencer.GapWait)
 	stranded := sequencer.NewState()
 	stranded.Next, stranded.Deferred[3] = 3, 30
 	b.save(t, "stranded", stranded)
@@ -65,10 +65,14 @@ func TestSweepWakesStrandedAndCountsParked(t *testing.T) {
 	ended.EndedAt = b.now
 	ended.Parked = &sequencer.Parked{Sequence: 1}
 	b.save(t, "ended", ended)
+	blocked := sequencer.NewState()
+	blocked.Blocked = &sequencer.Blocked{Sequence: 1, BrokerSequence: 9, Reason: "503", Since: b.now, Times: 4}
+	b.save(t, "blocked", blocked)
 
 	b.sweep(t)
-	require.Equal(t, []string{"stranded"}, b.woken, "a parked session waits for an operator")
+	require.Equal(t, []string{"stranded"}, b.woken, "a parked session waits for an operator, a blocked one for the broker")
 	require.Equal(t, 1.0, testutil.ToFloat64(b.s.m.sessionsParked), "ended sessions do not count")
+	require.Equal(t, 1.0, testutil.ToFloat64(b.s.m.sessionsBlocked))
 	require.Equal(t, 1.0, testutil.ToFloat64(b.s.m.sweeperWakes))
 
 	parked.Unpark(false, b.now)
@@ -78,6 +82,7 @@ func TestSweepWakesStrandedAndCountsParked(t *testing.T) {
 	b.sweep(t)
 	require.Empty(t, b.woken)
 	require.Zero(t, testutil.ToFloat64(b.s.m.sessionsParked), "the gauge returns to 0")
+	require.Zero(t, testutil.ToFloat64(b.s.m.sessionsBlocked))
 }
 
 func TestSweepGapTimeoutWakesAndWarns(t *testing.T) {
@@ -85,15 +90,18 @@ func TestSweepGapTimeoutWakesAndWarns(t *testing.T) {
 	tests := []struct {
 		name       string
 		gapTimeout time.Duration
+		policy     sequencer.GapPolicy
 		wantWoken  []string
 	}{
-		{"policy acts after the timeout", 5 * time.Minute, []string{"gap"}},
-		{"no timeout: waits forever", 0, nil},
+		{"skip acts after the timeout", 5 * time.Minute, sequencer.GapSkip, []string{"gap"}},
+		{"park acts after the timeout", 5 * time.Minute, sequencer.GapPark, []string{"gap"}},
+		{"wait only reports", 5 * time.Minute, sequencer.GapWait, nil},
+		{"no timeout: waits forever", 0, sequencer.GapWait, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := newSweepBundle(t, tt.gapTimeout)
+			b := newSweepBundle(t, tt.gapTimeout, tt.policy)
 			gap := sequencer.NewState()
 			gap.Next, gap.Deferred[4], gap.GapSince = 2, 40, b.now.Add(-30*time.Second)
 			b.save(t, "gap", gap)
@@ -121,7 +129,7 @@ func TestSweepGapTimeoutWakesAndWarns(t *testing.T) {
 
 func TestSweepForgetsClosedGaps(t *testing.T) {
 	t.Parallel()
-	b := newSweepBundle(t, 0)
+	b := newSweepBundle(t, 0, sequencer.GapWait)
 	gap := sequencer.NewState()
 	gap.Next, gap.Deferred[4], gap.GapSince = 2, 40, b.now.Add(-2*time.Minute)
 	b.save(t, "gap", gap)

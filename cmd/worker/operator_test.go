@@ -30,7 +30,7 @@ func TestOperatorCommandLines(t *testing.T) {
 		{"bad flag value", []string{"sessions", "skip", "a", "--to", "two"}, 2, "", []string{`invalid value "two" for flag -to`}},
 		{"unknown flag", []string{"dlq", "list", "--since", "1h"}, 2, "", []string{"flag provided but not defined: -since"}},
 		{"negative limit", []string{"sessions", "list", "--limit", "-1"}, 2, "", []string{"--limit must not be negative"}},
-		{"blocked", []string{"sessions", "list", "--blocked"}, 2, "", []string{"blocked sessions are not recorded in the session state"}},
+		{"blocked, but no configuration", []string{"sessions", "list", "--blocked"}, 1, "", []string{"SEQBUS_CONNECTION_STRING"}},
 		{"replay what", []string{"dlq", "replay", "--reason", "HandlerFailed"}, 2, "", []string{"give --session ID or --all"}},
 		{"replay both", []string{"dlq", "replay", "--all", "--session", "a"}, 2, "", []string{"give --session ID or --all"}},
 		{"valid, but no configuration", []string{"sessions", "list", "--parked"}, 1, "", []string{"SEQBUS_CONNECTION_STRING", "SEQBUS_QUEUE"}},

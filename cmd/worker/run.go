@@ -126,6 +126,9 @@ func engineConfig(cfg *workerconfig.Config) sequencer.EngineConfig {
 		ReceiveBatch:      cfg.Prefetch,
 		TombstoneTTL:      cfg.TombstoneTTL,
 		LockRenewInterval: cfg.LockRenewInterval,
+		GapTimeout:        cfg.GapTimeout,
+		GapPolicy:         sequencer.GapPolicy(cfg.GapPolicy),
+		Unsequenced:       sequencer.Unsequenced(cfg.Unsequenced),
 	}
 	if cfg.ReorderWindow == 0 {
 		e.WindowMessages = sequencer.NoWindow

@@ -28,10 +28,10 @@ type sessionsListOpts struct {
 
 func (o *sessionsListOpts) bind(fs *flag.FlagSet) {
 	o.bindOutput(fs)
-	fs.BoolVar(&o.Parked, "parked", false, "sessions parked by the poison policy")
+	fs.BoolVar(&o.Parked, "parked", false, "sessions parked by the poison policy or the gap policy")
 	fs.BoolVar(&o.Gap, "gap", false, "sessions waiting for a missing sequence while later ones wait")
 	fs.BoolVar(&o.Stranded, "stranded", false, "sessions that need a run the broker will not start (the sweeper wakes them)")
-	fs.BoolVar(&o.Blocked, "blocked", false, "sessions blocked by the poison policy block (not recorded in the state yet: refused)")
+	fs.BoolVar(&o.Blocked, "blocked", false, "sessions the poison policy block holds on a failing message")
 	fs.BoolVar(&o.Ended, "ended", false, "include the tombstones of ended sessions")
 	fs.IntVar(&o.Limit, "limit", 0, "list at most N sessions (0: all)")
 }
@@ -42,10 +42,6 @@ func (o *sessionsListOpts) Validate() error {
 	if o.Limit < 0 {
 		return fmt.Errorf("--limit must not be negative, got %d", o.Limit)
 	}
-	if o.Blocked {
-		return fmt.Errorf("--blocked: %w: the poison policy block retries inside the worker and stores no mark (sequencer.State has no Blocked field yet); its dead-lettered messages show in `worker dlq list --reason MaxDeliveryCountExceeded`",
-			operator.ErrBlockedUnsupported)
-	}
 	return nil
 }
 
@@ -53,7 +49,8 @@ type sessionsList struct{ opBase }
 
 // Run lists the sessions, one line each.
 func (c *sessionsList) Run(ctx context.Context, o *sessionsListOpts) error {
-	res, err := c.Op.List(ctx, operator.ListParams{Parked: o.Parked, Gap: o.Gap, Stranded: o.Stranded, Ended: o.Ended, Limit: o.Limit})
+	res, err := c.Op.List(ctx, operator.ListParams{Parked: o.Parked, Gap: o.Gap, Stranded: o.Stranded, Blocked: o.Blocked,
+		Ended: o.Ended, Limit: o.Limit})
 	if err != nil {
 		return err
 	}
@@ -85,6 +82,8 @@ func status(s operator.SessionInfo) string {
 	switch {
 	case s.Parked != nil:
 		return fmt.Sprintf("parked at %d: %s", s.Parked.Sequence, clip(s.Parked.Reason, 60))
+	case s.Blocked != nil:
+		return fmt.Sprintf("blocked at %d (%d times): %s", s.Blocked.Sequence, s.Blocked.Times, clip(s.Blocked.Reason, 50))
 	case s.EndedAt != nil:
 		return "ended"
 	case s.Stranded:
@@ -148,8 +147,17 @@ func (c *sessionsShow) Run(ctx context.Context, o *sessionsShowOpts) error {
 			row("next expected", "%d", s.Next)
 			row("last", "%s", fmtSeq(s.Last))
 			if p := s.Parked; p != nil {
-				row("parked", "at sequence %d (broker sequence %d) since %s", p.Sequence, p.BrokerSequence, fmtTime(&p.At))
+				if p.OnGap {
+					row("parked", "on missing sequence %d (gap policy) since %s", p.Sequence, fmtTime(&p.At))
+				} else {
+					row("parked", "at sequence %d (broker sequence %d) since %s", p.Sequence, p.BrokerSequence, fmtTime(&p.At))
+				}
 				row("parked reason", "%s", p.Reason)
+			}
+			if b := s.Blocked; b != nil {
+				row("blocked", "at sequence %d (broker sequence %d) since %s, given back %d times", b.Sequence, b.BrokerSequence,
+					fmtTime(&b.Since), b.Times)
+				row("blocked reason", "%s", b.Reason)
 			}
 			row("gap since", "%s", fmtTime(s.GapSince))
 			row("ended at", "%s", fmtTime(s.EndedAt))
@@ -254,10 +262,18 @@ func (c *sessionsResume) Run(ctx context.Context, o *sessionsResumeOpts) error {
 	}
 	if err := c.print(o.JSON, res, func(w io.Writer) error {
 		for _, r := range res.Resumed {
-			_, _ = fmt.Fprintf(w, "resumed %s: waits for sequence %d again (parked %s: %s)\n", r.SessionID, r.Next,
-				fmtTime(&r.Parked.At), clip(r.Parked.Reason, 80))
+			switch {
+			case r.Parked != nil:
+				_, _ = fmt.Fprintf(w, "resumed %s: waits for sequence %d again (parked %s: %s)\n", r.SessionID, r.Next,
+					fmtTime(&r.Parked.At), clip(r.Parked.Reason, 80))
+			case r.Blocked != nil:
+				_, _ = fmt.Fprintf(w, "resumed %s: blocked mark cleared, waits for sequence %d (blocked since %s, %d times: %s)\n", r.SessionID, r.Next,
+					fmtTime(&r.Blocked.Since), r.Blocked.Times, clip(r.Blocked.Reason, 80))
+			}
 			if r.Wakes {
 				_, _ = fmt.Fprintf(w, "  its message is deferred at the broker: a worker's sweeper wakes the session (SEQBUS_SWEEP_INTERVAL)\n")
+			} else if r.Parked != nil && r.Parked.OnGap {
+				_, _ = fmt.Fprintf(w, "  it continues when sequence %d arrives: it never did, so it has no dead letter; have it published again, or skip it (worker sessions skip %s)\n", r.Next, r.SessionID)
 			} else {
 				_, _ = fmt.Fprintf(w, "  it continues when sequence %d arrives: replay its dead letter if not done yet (worker dlq replay --session %s)\n", r.Next, r.SessionID)
 			}

@@ -40,7 +40,24 @@ const (
 	OrderingNone    = "none"
 )
 
+// Gap policies (SEQBUS_GAP_POLICY): what happens once a missing sequence has been waited for
+// SEQBUS_GAP_TIMEOUT (the values match sequencer.GapPolicy).
+const (
+	GapWait = "wait"
+	GapSkip = "skip"
+	GapPark = "park"
+)
+
+// What happens to a message without the sequence property (SEQBUS_UNSEQUENCED; the values match
+// sequencer.Unsequenced).
+const (
+	UnsequencedDeadLetter  = "deadletter"
+	UnsequencedPassThrough = "passthrough"
+)
+
 var (
+	gapPolicies    = []string{GapWait, GapSkip, GapPark}
+	unsequenced    = []string{UnsequencedDeadLetter, UnsequencedPassThrough}
 	orderings      = []string{OrderingSession, OrderingNone}
 	stateStores    = []string{StateStoreServiceBus, StateStorePostgres}
 	poisonPolicies = []string{PoisonPark, PoisonSkip, PoisonBlock}
@@ -101,6 +118,15 @@ type Config struct {
 	StateMaxBytes ByteSize `envconfig:"STATE_MAX_BYTES" default:"256KiB"`
 	// LockRenewInterval is how often session locks are renewed (0: half the remaining lock time).
 	LockRenewInterval time.Duration `envconfig:"LOCK_RENEW_INTERVAL" default:"0s"`
+	// GapTimeout is how long a missing sequence is waited for, while later ones wait, before
+	// GapPolicy acts (0: forever; the wait is reported by the gauges and warnings).
+	GapTimeout time.Duration `envconfig:"GAP_TIMEOUT" default:"0s"`
+	// GapPolicy is wait, skip (give up the missing sequences) or park (stop the session for an
+	// operator).
+	GapPolicy string `envconfig:"GAP_POLICY" default:"wait"`
+	// Unsequenced is what happens to a message without the sequence property: deadletter it
+	// (InvalidSequence), or passthrough (handle it at once, outside the session's order).
+	Unsequenced string `envconfig:"UNSEQUENCED" default:"deadletter"`
 
 	// HTTPAddr serves /metrics, /healthz and /readyz ("off" serves nothing).
 	HTTPAddr string `envconfig:"HTTP_ADDR" default:":9464"`
@@ -267,6 +293,17 @@ func (c *Config) Validate(handlers []string) error {
 	if c.LockRenewInterval < 0 {
 		bad("LOCK_RENEW_INTERVAL", "must not be negative (0 renews at half the remaining lock time), got %s", c.LockRenewInterval)
 	}
+	if c.GapTimeout < 0 {
+		bad("GAP_TIMEOUT", "must not be negative (0 waits for a missing sequence forever), got %s", c.GapTimeout)
+	}
+	oneOf("GAP_POLICY", c.GapPolicy, gapPolicies)
+	if c.GapTimeout == 0 && c.GapPolicy != GapWait && slices.Contains(gapPolicies, c.GapPolicy) {
+		bad("GAP_POLICY", "%s acts after SEQBUS_GAP_TIMEOUT, which is 0 (wait forever): set SEQBUS_GAP_TIMEOUT", c.GapPolicy)
+	}
+	oneOf("UNSEQUENCED", c.Unsequenced, unsequenced)
+	if c.Unsequenced == UnsequencedPassThrough && c.Handler == HandlerJournal {
+		bad("UNSEQUENCED", "passthrough does not go with the journal handler, which records each message by its sequence")
+	}
 	if c.HTTPAddr == "" {
 		bad("HTTP_ADDR", `must not be empty (an address such as :9464, or "off")`)
 	} else if c.HTTPAddr != HTTPOff {
@@ -330,6 +367,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("tombstone_ttl", c.TombstoneTTL),
 		slog.Int64("state_max_bytes", int64(c.StateMaxBytes)),
 		slog.Duration("lock_renew_interval", c.LockRenewInterval),
+		slog.Duration("gap_timeout", c.GapTimeout),
+		slog.String("gap_policy", c.GapPolicy),
+		slog.String("unsequenced", c.Unsequenced),
 		slog.String("http_addr", c.HTTPAddr),
 		slog.Duration("ready_check_interval", c.ReadyCheckInterval),
 		slog.String("handler", c.Handler),

@@ -43,6 +43,8 @@ func valid() Config {
 		StateMaxBytes:         256 << 10,
 		HTTPAddr:              ":9464",
 		ReadyCheckInterval:    5 * time.Second,
+		GapPolicy:             "wait",
+		Unsequenced:           "deadletter",
 	}
 }
 
@@ -118,6 +120,16 @@ func TestValidate(t *testing.T) {
 		{"http address without port", func(c *Config) { c.HTTPAddr = "localhost" }, `SEQBUS_HTTP_ADDR: "localhost" is not host:port`},
 		{"empty http address", func(c *Config) { c.HTTPAddr = "" }, "SEQBUS_HTTP_ADDR: must not be empty"},
 		{"zero ready interval", func(c *Config) { c.ReadyCheckInterval = 0 }, "SEQBUS_READY_CHECK_INTERVAL"},
+		{"gap park", func(c *Config) { c.GapTimeout, c.GapPolicy = time.Hour, "park" }, ""},
+		{"gap wait with a timeout", func(c *Config) { c.GapTimeout = time.Hour }, ""},
+		{"negative gap timeout", func(c *Config) { c.GapTimeout = -time.Second }, "SEQBUS_GAP_TIMEOUT: must not be negative"},
+		{"unknown gap policy", func(c *Config) { c.GapTimeout, c.GapPolicy = time.Hour, "drop" }, `SEQBUS_GAP_POLICY: "drop" is not one of wait, skip, park`},
+		{"gap skip without a timeout", func(c *Config) { c.GapPolicy = "skip" }, "SEQBUS_GAP_POLICY: skip acts after SEQBUS_GAP_TIMEOUT, which is 0"},
+		{"pass-through", func(c *Config) { c.Unsequenced = "passthrough" }, ""},
+		{"unknown unsequenced", func(c *Config) { c.Unsequenced = "drop" }, `SEQBUS_UNSEQUENCED: "drop" is not one of deadletter, passthrough`},
+		{"pass-through with the journal", func(c *Config) {
+			c.Unsequenced, c.Handler, c.StateStore, c.DatabaseURL = "passthrough", "journal", "postgres", "postgres://u:p@h/db"
+		}, "SEQBUS_UNSEQUENCED: passthrough does not go with the journal handler"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,6 +256,9 @@ func TestLoadFromEnvironment(t *testing.T) {
 	require.False(t, c.SaveEachMessage, "default")
 	require.Equal(t, contract.SequenceProperty, c.SequenceProperty, "default")
 	require.Equal(t, contract.LastProperty, c.LastProperty, "default")
+	require.Equal(t, "wait", c.GapPolicy, "default")
+	require.Zero(t, c.GapTimeout, "default")
+	require.Equal(t, "deadletter", c.Unsequenced, "default")
 
 	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "true")
 	c, err = Load(handlers)

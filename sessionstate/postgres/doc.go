@@ -9,8 +9,8 @@
 //
 // # Sweeper and tombstones
 //
-// Besides the encoded state, each row mirrors next_seq, last_seq, parked, due_deferred, ended_at
-// and gap_since (migration 004), indexed for [Store.ListStranded] (sessions a sweeper must
+// Besides the encoded state, each row mirrors next_seq, last_seq, parked, due_deferred, ended_at,
+// gap_since (migration 004) and blocked (migration 005), indexed for [Store.ListStranded] (sessions a sweeper must
 // accept because the broker will not offer them), [Store.List] (sessionstate.Lister: sessions by
 // what their state says, for sweepers and operators) and [Store.PurgeTombstones] (ended sessions
 // whose tombstone has expired).

@@ -52,6 +52,11 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 			st.Deferred[3] = 30 // the message for Next is deferred: accept-next will not offer it
 			return st
 		},
+		"f-blocked": func() *sequencer.State {
+			st := stateWithNext(6)
+			st.Blocked = &sequencer.Blocked{Sequence: 6, BrokerSequence: 60, Reason: "downstream 503", Since: now, Times: 2}
+			return st
+		},
 		"e-ended": func() *sequencer.State {
 			st := stateWithNext(9)
 			st.Last, st.EndedAt = 8, now
@@ -86,7 +91,7 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 		versions := seed(t, f)
 		got, err := f.Lister.List(ctx(t), sessionstate.ListParams{})
 		require.NoError(t, err)
-		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded"}, ids(got))
+		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "f-blocked"}, ids(got))
 		for _, e := range got {
 			require.False(t, e.Busy)
 			require.Equal(t, versions[e.SessionID], e.Version, e.SessionID)
@@ -94,7 +99,7 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 		}
 		got, err = f.Lister.List(ctx(t), sessionstate.ListParams{Filter: sessionstate.Filter{Ended: true}})
 		require.NoError(t, err)
-		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "e-ended"}, ids(got), "tombstones on request")
+		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "e-ended", "f-blocked"}, ids(got), "tombstones on request")
 	})
 
 	t.Run("Filters", func(t *testing.T) {
@@ -110,6 +115,8 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 			{sessionstate.Filter{Stranded: true}, []string{"d-stranded"}},
 			{sessionstate.Filter{Parked: true, Gap: true}, []string{"b-parked", "c-gap"}},
 			{sessionstate.Filter{Parked: true, Ended: true}, []string{"b-parked"}},
+			{sessionstate.Filter{Blocked: true}, []string{"f-blocked"}},
+			{sessionstate.Filter{Blocked: true, Parked: true}, []string{"b-parked", "f-blocked"}},
 		}
 		for _, tt := range tests {
 			got, err := f.Lister.List(ctx(t), sessionstate.ListParams{Filter: tt.filter})
@@ -135,7 +142,7 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 			all = append(all, ids(got)...)
 			after = got[len(got)-1].SessionID
 		}
-		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "e-ended"}, all)
+		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "e-ended", "f-blocked"}, all)
 	})
 
 	t.Run("SeesTheLatestSave", func(t *testing.T) {

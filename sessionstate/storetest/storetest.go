@@ -331,6 +331,15 @@ func requireStateEqual(t *testing.T, want, got *sequencer.State) {
 	requireTimeEqual(t, want.EndedAt, got.EndedAt, "EndedAt")
 	requireTimeEqual(t, want.GapSince, got.GapSince, "GapSince")
 	requireTimeEqual(t, want.UpdatedAt, got.UpdatedAt, "UpdatedAt")
+	if want.Blocked == nil {
+		require.Nil(t, got.Blocked, "Blocked")
+	} else {
+		require.NotNil(t, got.Blocked, "Blocked")
+		require.Equal(t, want.Blocked.Sequence, got.Blocked.Sequence, "Blocked.Sequence")
+		require.Equal(t, want.Blocked.Reason, got.Blocked.Reason, "Blocked.Reason")
+		require.Equal(t, want.Blocked.Times, got.Blocked.Times, "Blocked.Times")
+		requireTimeEqual(t, want.Blocked.Since, got.Blocked.Since, "Blocked.Since")
+	}
 	if want.Parked == nil {
 		require.Nil(t, got.Parked, "Parked")
 		return
