@@ -10,12 +10,10 @@
 // ErrSessionLocked, ErrLockLost, ErrNotFound) and a recovery [Class]. The sequencer never sees an
 // SDK type.
 //
-// [Sweeper] periodically lists sessions that accept-next will not offer (Service Bus does not offer
-// a session whose only messages are deferred) and hands their ids to the runner, which accepts them
-// by id. In Service Bus mode the candidates come from the SDK's list-sessions pager (available
-// since azservicebus v1.11; [Source.ListSessionsWithState] lists the sessions that have state) and
-// [StrandedFilter] keeps those whose stored state has a due deferred message (or a parked message
-// still deferred after a crash), reading each state under a brief lock. In Postgres mode the store's stranded query fits [SessionListerFunc] as is.
+// Service Bus does not offer a session whose only messages are deferred to accept-next. The
+// worker's sweeper (package worker) finds such sessions from their stored state: in Service Bus
+// mode through sessionstate.ScanLister over [Source.ListSessionsWithState] (the SDK's
+// list-sessions pager, available since azservicebus v1.11), reading each state under a brief lock.
 //
 // # Lock tenure
 //

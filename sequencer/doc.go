@@ -34,9 +34,14 @@
 //
 // The decision compares the message with the stored State and the window, in this order:
 //
-//   - invalid (missing, not an integer, below 1, more than MaxGap ahead, after the last sequence,
-//     a second last mark): dead-lettered with reason InvalidSequence and a description naming
-//     property and value;
+//   - unsequenced (no sequence property at all) with UnsequencedPassThrough: handed to the
+//     handler at once and completed, outside the order: the state is not advanced for it, and a
+//     gap, a parked mark or an unresolved run record does not hold it up. One that keeps failing
+//     is dead-lettered (HandlerFailed) whatever the poison policy. With an AtomicStore the
+//     handler runs in a SaveWith of the unchanged state (the version check fences it);
+//   - invalid (missing under UnsequencedDeadLetter, not an integer, below 1, more than MaxGap
+//     ahead, after the last sequence, a second last mark): dead-lettered with reason
+//     InvalidSequence and a description naming property and value;
 //   - duplicate or late (below Next, or another copy is held, fetched or deferred): completed
 //     unhandled;
 //   - in order (equal to Next): handed over (see the order of steps below), then whatever is now
@@ -159,8 +164,10 @@
 // dead-lettered then. PoisonSkip: save(Next+1 and State.SkippedPoison[seq]) → dead-letter; a
 // redelivered message matching the SkippedPoison entry is dead-lettered, not completed as a
 // duplicate, and the entry goes in a save after the dead-lettering. Like a handled message, a
-// skipped active message is the anchor while a drain depends on it. PoisonBlock abandons the
-// message and saves nothing: the broker redelivers it until its max delivery count.
+// skipped active message is the anchor while a drain depends on it. PoisonBlock: save(Blocked)
+// → abandon, and the run releases the session; the broker redelivers the message until it
+// succeeds (handling it clears State.Blocked) or its max delivery count dead-letters it (the mark
+// stays, for an operator: State.Unblock, State.SkipTo). The mark is a report, not a gate.
 //
 // # End
 //
@@ -213,8 +220,13 @@
 // # Gaps
 //
 // When Next is missing while later messages wait, State.GapSince records since when. After the
-// idle timeout the session is released with its state kept, and the gap wait is reported
-// (Stats.GapWait, EventGapResolved) once Next arrives. With a GapTimeout the engine skips to the
-// lowest waiting sequence once the wait is that long (checked when the session idles or is
-// accepted, and after each receive batch; State.GapExpired lets a sweeper wake such sessions).
+// idle timeout the session is released with its state kept (a run that opened the gap logs a
+// warning and emits EventGapOpened), and the gap wait is reported (Stats.GapWait,
+// EventGapResolved) once Next arrives. With a GapTimeout, once the wait is that long (checked
+// when the session idles or is accepted, and after each receive batch; State.GapExpired lets a
+// sweeper wake such sessions) GapPolicy acts: GapWait keeps waiting, GapSkip skips to the lowest
+// waiting sequence, GapPark parks the session on the missing sequence (State.Parked with broker
+// sequence 0, Parked.OnGap): save(Parked) and release, the waiting messages deferred. The missing
+// message arriving later unparks the session and is handled; State.Unpark with skip goes on from
+// the lowest deferred sequence, without it the wait starts again.
 package sequencer

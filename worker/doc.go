@@ -27,7 +27,7 @@
 //
 // The names and labels are part of the interface; no label ever carries a session id:
 //
-//	seqbus_messages_total{outcome}          handled, held, deferred, duplicate, invalid, dead_lettered, retried
+//	seqbus_messages_total{outcome}          handled, held, deferred, duplicate, invalid, dead_lettered, retried, blocked
 //	seqbus_handler_duration_seconds         histogram of handler calls
 //	seqbus_handler_errors_total             failed, panicked or timed-out handler calls
 //	seqbus_sessions_active                  sessions this worker handles now
@@ -35,6 +35,7 @@
 //	seqbus_sessions_blocked                 blocked sessions of the entity (as of the last sweep)
 //	seqbus_gap_wait_seconds                 histogram of gap waits, observed when a gap closes
 //	seqbus_gap_oldest_seconds               age of the oldest open gap (as of the last sweep)
+//	seqbus_gaps_opened_total                sessions released idle with a sequence missing
 //	seqbus_state_saves_total                state saves
 //	seqbus_state_conflicts_total            saves refused by the version check
 //	seqbus_state_save_duration_seconds      histogram of state saves

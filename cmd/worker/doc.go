@@ -31,6 +31,11 @@
 //	SEQBUS_RETRY_BASE               wait after the first failed call (default 1s), doubling…
 //	SEQBUS_RETRY_MAX                …up to this (default 30s)
 //	SEQBUS_POISON_POLICY            park (default), skip or block
+//	SEQBUS_GAP_TIMEOUT              how long a missing sequence is waited for while later ones
+//	                                wait (default 0: forever, reported by metrics and warnings)
+//	SEQBUS_GAP_POLICY               after the gap timeout: wait (default), skip or park
+//	SEQBUS_UNSEQUENCED              a message without the sequence: deadletter (default) or
+//	                                passthrough (handled at once, outside the session's order)
 //	SEQBUS_REORDER_WINDOW           early messages held in memory per session (default 256; 0: off)
 //	SEQBUS_REORDER_WINDOW_BYTES     bound on their bodies (default 8MiB)
 //	SEQBUS_DRAIN_BATCH              deferred messages fetched per receive-deferred (default 32)

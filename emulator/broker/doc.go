@@ -29,9 +29,10 @@
 //
 //   - Delivery count: Header.DeliveryCount on a delivery is the number of earlier
 //     deliveries that ended without settlement (the SDK shows it + 1). Abandon, lock
-//     expiry and the end of a session lock with messages still locked count; Release
-//     (the AMQP released outcome) does not. At MaxDeliveryCount the message is
-//     dead-lettered with reason MaxDeliveryCountExceeded.
+//     expiry and the expiry of a session lock with messages still locked count; Release
+//     (the AMQP released outcome) and a session closed by its receiver (detach, connection
+//     closed) with messages still locked do not, as in Service Bus. At MaxDeliveryCount the
+//     message is dead-lettered with reason MaxDeliveryCountExceeded.
 //   - Message locks taken under a session lock do not expire on their own: they follow
 //     the session lock (x-opt-locked-until is the session's), and when it ends they all
 //     return to the session.

@@ -155,7 +155,7 @@ func (l *SessionLock) armLocked(d time.Duration) {
 		defer l.e.b.mu.Unlock()
 		if l.held && l.lockedUntil.Equal(until) {
 			l.e.b.log.Debug("broker: session lock expired", slog.String("entity", l.e.path), slog.String("session", l.id))
-			l.endLocked()
+			l.endLocked(true)
 		}
 	})
 }
@@ -164,9 +164,12 @@ func (l *SessionLock) heldLocked() bool {
 	return l.held && !l.e.deleted && !l.e.b.closed
 }
 
-// endLocked ends the lock: messages locked under it return with their delivery count
-// incremented, the session becomes available to others, and Lost is closed.
-func (l *SessionLock) endLocked() {
+// endLocked ends the lock: messages locked under it return to the session, with their delivery
+// count incremented when the lock expired (expired), the session becomes available to others,
+// and Lost is closed. Service Bus counts a delivery of a session's message when the session
+// lock expires, not when the receiver closes the session (see "Impact of delivery count" in the
+// Service Bus message sessions documentation).
+func (l *SessionLock) endLocked(expired bool) {
 	if !l.held {
 		return
 	}
@@ -180,7 +183,7 @@ func (l *SessionLock) endLocked() {
 	slices.SortFunc(locked, func(a, b *stored) int { return int(a.seq - b.seq) })
 	l.loseLocked()
 	for _, s := range locked {
-		e.returnLocked(s, true, nil)
+		e.returnLocked(s, expired, nil)
 	}
 	e.maybeDropSessionLocked(l.s)
 	e.signalLocked()
@@ -257,12 +260,12 @@ func (l *SessionLock) Renew() (time.Time, error) {
 	return l.lockedUntil, nil
 }
 
-// Release gives the session up. Messages still locked under it return to the session
-// with their delivery count incremented. Releasing twice is a no-op.
+// Release gives the session up. Messages still locked under it return to the session with
+// their delivery count unchanged. Releasing twice is a no-op.
 func (l *SessionLock) Release() {
 	l.e.b.mu.Lock()
 	defer l.e.b.mu.Unlock()
-	l.endLocked()
+	l.endLocked(false)
 }
 
 // State returns the session state (nil when none is set).
@@ -304,7 +307,7 @@ func (e *Entity) ExpireSessionLock(sessionID string) error {
 	if ss == nil || ss.lock == nil {
 		return fmt.Errorf("expire session lock %q on %q: %w", sessionID, e.path, ErrSessionLockLost)
 	}
-	ss.lock.endLocked()
+	ss.lock.endLocked(true)
 	return nil
 }
 

@@ -342,7 +342,14 @@ func TestSessionReleaseReturnsLockedMessages(t *testing.T) {
 	l2 := accept(t, sq, "")
 	again := receiveNow(t, sq, 5, inSession(l2))
 	require.Equal(t, []string{"a2"}, bodies(again))
-	require.Equal(t, uint32(2), deliveryCount(again[0]))
+	require.Equal(t, uint32(1), deliveryCount(again[0]), "a session closed by its receiver does not count a delivery")
+
+	// The lock expiring does count (ExpireSessionLock stands for the time running out).
+	require.NoError(t, sq.ExpireSessionLock("a"))
+	l3 := accept(t, sq, "")
+	third := receiveNow(t, sq, 5, inSession(l3))
+	require.Equal(t, []string{"a2"}, bodies(third))
+	require.Equal(t, uint32(2), deliveryCount(third[0]))
 }
 
 // TestAcceptNextFollowsEachSessionsFirstAvailableMessage: accept-next keeps
