@@ -424,8 +424,9 @@ func (r *run) step(m *msg) error {
 	if a.unparks {
 		r.log().InfoContext(r.ctx, "sequencer: the missing sequence the session was parked on arrived; unparking",
 			slog.Int64("sequence", m.seq))
+		since := r.st.GapSince
 		r.st.Unpark(false, r.now())
-		r.dirty = true
+		r.st.GapSince, r.dirty = since, true // the wait ends with this message: reported whole
 		if r.phase == parkedHere {
 			r.phase = receiving
 		}

@@ -129,9 +129,11 @@ func (s *State) NeedsWake() bool {
 }
 
 // GapExpired reports whether the engine has waited at least timeout for Next while later
-// messages wait; a sweeper may wake such sessions so that the engine's gap timeout skips ahead.
+// messages wait, and the session is not parked; a sweeper may wake such sessions so that the
+// engine's gap policy acts. A parked session waits for an operator (or, parked on a gap, for the
+// missing message), whatever its gap clock says.
 func (s *State) GapExpired(now time.Time, timeout time.Duration) bool {
-	return timeout > 0 && !s.GapSince.IsZero() && now.Sub(s.GapSince) >= timeout
+	return timeout > 0 && s.Parked == nil && !s.GapSince.IsZero() && now.Sub(s.GapSince) >= timeout
 }
 
 // TombstoneExpired reports whether s is the tombstone of an ended session older than ttl; such
@@ -264,10 +266,10 @@ func (s *State) park(seq, bs int64, reason string, now time.Time) {
 	s.Counters.DeadLettered++
 }
 
-// parkOnGap parks the session on the missing sequence Next (GapPark). The gap clock stops: the
-// parked mark reports the wait from now on, and a resume starts the clock again.
+// parkOnGap parks the session on the missing sequence Next (GapPark). GapSince stays: the wait
+// goes on, and is reported whole when the missing message arrives (an operator's resume starts
+// the clock again).
 func (s *State) parkOnGap(reason string, now time.Time) {
-	s.GapSince = time.Time{}
 	s.Parked = &Parked{Sequence: s.Next, Reason: reason, At: now}
 }
 
@@ -306,6 +308,9 @@ func (s *State) recordDeferral(seq, bs int64) {
 // passRecorded moves Next past the entry at Next of an inherited run record that turned out to be
 // handled and completed by an earlier run. Entries are never the last sequence.
 func (s *State) passRecorded() {
+	if b := s.Blocked; b != nil && b.Sequence <= s.Next {
+		s.Blocked = nil
+	}
 	delete(s.InFlight, s.Next)
 	s.Next++
 	s.Counters.Handled++
