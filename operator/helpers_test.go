@@ -1,7 +1,6 @@
 package operator_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/internal/pgtest"
+	"github.com/seqbus/seqbus/internal/testio"
 	"github.com/seqbus/seqbus/migrations"
 	"github.com/seqbus/seqbus/operator"
 	"github.com/seqbus/seqbus/sbadapter"
@@ -31,24 +31,6 @@ var stores = []string{"servicebus", "postgres"}
 
 const queue = "orders"
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // bundle is one test's emulator, store, operator and a worker engine on the same entity.
 type bundle struct {
 	srv      *emulatortest.Server
@@ -56,7 +38,7 @@ type bundle struct {
 	store    sequencer.StateStore
 	lister   sessionstate.Lister
 	op       *operator.Operator
-	progress *syncBuffer
+	progress *testio.SyncBuffer
 	// worker is a session source on a client of its own: it plays the part of a worker.
 	worker *sbadapter.Source
 	sender *azservicebus.Sender
@@ -89,7 +71,7 @@ func setup(t testing.TB, store string, opts *setupOptions) *bundle {
 	if entity == (sbadapter.Entity{}) {
 		entity = sbadapter.Entity{Queue: queue}
 	}
-	b := &bundle{srv: srv, entity: entity, progress: &syncBuffer{}, handled: map[string][]int64{}, failing: map[string]bool{}}
+	b := &bundle{srv: srv, entity: entity, progress: &testio.SyncBuffer{}, handled: map[string][]int64{}, failing: map[string]bool{}}
 
 	source, err := sbadapter.NewSource(srv.Client, sbadapter.Config{Entity: entity})
 	require.NoError(t, err)

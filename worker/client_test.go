@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
+	"github.com/seqbus/seqbus/internal/testio"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/worker"
@@ -79,7 +79,7 @@ func TestHandlerSpanContinuesThePublishersTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
-	var logs syncBuffer
+	var logs testio.SyncBuffer
 	logger := slog.New(worker.LogHandler(slog.NewJSONHandler(&logs, nil)))
 	handled := make(chan int64, 3)
 	startWorker(t, srv, worker.Config{
@@ -248,21 +248,4 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			}
 		})
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

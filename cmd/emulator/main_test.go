@@ -1,39 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/internal/testio"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of run.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -53,7 +34,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	amqpAddr, httpAddr := freeAddr(t), freeAddr(t)
 	env := map[string]string{"SEQBUS_EMULATOR_KEY": "from-env"}
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr testio.SyncBuffer
 	done := make(chan int, 1)
 	start := time.Now()
 	go func() {
@@ -114,7 +95,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var stdout, stderr syncBuffer
+			var stdout, stderr testio.SyncBuffer
 			code := run(context.Background(), tt.args, noEnv, &stdout, &stderr)
 			require.Equal(t, tt.wantCode, code)
 			require.Contains(t, stderr.String(), tt.wantErr)
@@ -159,7 +140,7 @@ func TestParseFlagsPressure(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var stderr syncBuffer
+			var stderr testio.SyncBuffer
 			cfg, _, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &stderr)
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
@@ -174,7 +155,7 @@ func TestParseFlagsPressure(t *testing.T) {
 
 func TestRunRejectsBadPressureEnvironment(t *testing.T) {
 	t.Parallel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testio.SyncBuffer
 	env := map[string]string{"SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE": "often"}
 	code := run(context.Background(), nil, func(k string) string { return env[k] }, &stdout, &stderr)
 	require.Equal(t, 2, code)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/internal/testio"
 )
 
 // TestMain lets the test binary act as the emulator binary when asked to,
@@ -28,7 +30,7 @@ func TestProcessPrintsConnectionStringAndStopsOnSIGTERM(t *testing.T) {
 	cmd.Env = append(os.Environ(), "SEQBUS_EMULATOR_RUN_MAIN=1", "SEQBUS_EMULATOR_KEY_NAME=envname", "SEQBUS_EMULATOR_KEY=envkey")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr syncBuffer
+	var stderr testio.SyncBuffer
 	cmd.Stderr = &stderr
 	start := time.Now()
 	require.NoError(t, cmd.Start())

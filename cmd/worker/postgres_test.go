@@ -18,6 +18,7 @@ import (
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/internal/pgtest"
+	"github.com/seqbus/seqbus/internal/testio"
 	"github.com/seqbus/seqbus/migrations"
 )
 
@@ -74,7 +75,7 @@ func TestPostgresMigrateAndRun(t *testing.T) {
 	t.Setenv("SEQBUS_MIGRATE_ON_START", "true")
 	t.Setenv("SEQBUS_SWEEP_INTERVAL", "50ms")
 
-	var stdout, stderr syncBuffer
+	var stdout, stderr testio.SyncBuffer
 	c := newCLI(&stdout, &stderr)
 	sigs := make(chan os.Signal, 2)
 	c.signals = func() (<-chan os.Signal, func()) { return sigs, func() {} }

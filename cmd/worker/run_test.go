@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,25 +19,9 @@ import (
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
+	"github.com/seqbus/seqbus/internal/testio"
 	"github.com/seqbus/seqbus/sequencer"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestRunHandlesInOrderAndStopsOnSignal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -66,7 +48,7 @@ func TestRunHandlesInOrderAndStopsOnSignal(t *testing.T) {
 	t.Setenv("SEQBUS_SESSION_IDLE_TIMEOUT", "500ms")
 	t.Setenv("SEQBUS_SHUTDOWN_TIMEOUT", "5s")
 
-	var stdout, stderr syncBuffer
+	var stdout, stderr testio.SyncBuffer
 	c := newCLI(&stdout, &stderr)
 	sigs := make(chan os.Signal, 2)
 	c.signals = func() (<-chan os.Signal, func()) { return sigs, func() {} }
@@ -134,7 +116,7 @@ func TestRunSecondSignalCancelsInFlightWork(t *testing.T) {
 	t.Setenv("SEQBUS_HANDLER_URL", hook.URL)
 	t.Setenv("SEQBUS_SHUTDOWN_TIMEOUT", "30s")
 
-	var stdout, stderr syncBuffer
+	var stdout, stderr testio.SyncBuffer
 	c := newCLI(&stdout, &stderr)
 	sigs := make(chan os.Signal, 2)
 	c.signals = func() (<-chan os.Signal, func()) { return sigs, func() {} }

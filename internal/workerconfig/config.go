@@ -155,11 +155,17 @@ const HandlerJournal = "journal"
 // Load reads the configuration from the environment and validates it. handlers lists the
 // handler names the binary knows (for SEQBUS_HANDLER).
 func Load(handlers []string) (*Config, error) {
-	var c Config
+	return load(func(c *Config) error { return c.Validate(handlers) })
+}
+
+// load fills a T from the SEQBUS_* environment (envconfig: a value that does not parse names its
+// variable), then validates it.
+func load[T any](validate func(*T) error) (*T, error) {
+	var c T
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	if err := c.Validate(handlers); err != nil {
+	if err := validate(&c); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -486,16 +492,7 @@ type MigrateConfig struct {
 }
 
 // LoadMigrate reads the migrate subcommand's configuration from the environment.
-func LoadMigrate() (*MigrateConfig, error) {
-	var c MigrateConfig
-	if err := envconfig.Process(Prefix, &c); err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
+func LoadMigrate() (*MigrateConfig, error) { return load((*MigrateConfig).Validate) }
 
 // Validate checks c, naming the offending variable.
 func (c *MigrateConfig) Validate() error {

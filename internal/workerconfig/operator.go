@@ -3,8 +3,6 @@ package workerconfig
 import (
 	"errors"
 	"fmt"
-
-	"github.com/kelseyhightower/envconfig"
 )
 
 // OperatorConfig is the configuration of the operator commands (`worker sessions …`, `worker
@@ -21,11 +19,8 @@ type OperatorConfig struct {
 // LoadOperator reads the operator commands' configuration from the environment and validates
 // it as Load does. handlers lists the handler names the binary knows (for SEQBUS_HANDLER).
 func LoadOperator(handlers []string) (*OperatorConfig, error) {
-	var c OperatorConfig
-	if err := envconfig.Process(Prefix, &c); err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	if err := c.Validate(handlers); err != nil {
+	c, err := load(func(c *OperatorConfig) error { return c.Validate(handlers) })
+	if err != nil {
 		return nil, err
 	}
 	var errs []error
@@ -38,5 +33,5 @@ func LoadOperator(handlers []string) (*OperatorConfig, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
 	}
-	return &c, nil
+	return c, nil
 }

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/kelseyhightower/envconfig"
 )
 
 // RelayConfig is what `worker relay` reads: the Service Bus connection and the database of the
@@ -40,16 +38,7 @@ type RelayConfig struct {
 }
 
 // LoadRelay reads the relay's configuration from the environment and validates it.
-func LoadRelay() (*RelayConfig, error) {
-	var c RelayConfig
-	if err := envconfig.Process(Prefix, &c); err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
+func LoadRelay() (*RelayConfig, error) { return load((*RelayConfig).Validate) }
 
 // Validate checks c, naming the offending variable in each error.
 func (c *RelayConfig) Validate() error {

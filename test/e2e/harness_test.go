@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"github.com/seqbus/seqbus/handler"
 	"github.com/seqbus/seqbus/internal/demo"
 	"github.com/seqbus/seqbus/internal/pgtest"
+	"github.com/seqbus/seqbus/internal/testio"
 	"github.com/seqbus/seqbus/migrations"
 )
 
@@ -37,24 +36,6 @@ const (
 	// waitLong bounds every wait for worker progress.
 	waitLong = 45 * time.Second
 )
-
-// syncBuffer is a bytes.Buffer safe for a process's output copier and the test together.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // waitFor polls cond every 20ms until it holds or timeout passes, then fails with msg.
 func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg func() string) {
@@ -195,7 +176,7 @@ func postgresEnv(t *testing.T) (*pgxpool.Pool, []string) {
 type proc struct {
 	name           string
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr testio.SyncBuffer
 	done           chan struct{}
 	waitErr        error
 }

@@ -127,6 +127,7 @@ func TestMetricsCountWhatWasPublished(t *testing.T) {
 			}{
 				{"seqbus_messages_total", map[string]string{"outcome": "dead_lettered"}, garbage},
 				{"seqbus_messages_total", map[string]string{"outcome": "retried"}, 0},
+				{"seqbus_messages_total", map[string]string{"outcome": "blocked"}, 0},
 				{"seqbus_handler_duration_seconds", nil, sessions * messages},
 				{"seqbus_handler_errors_total", nil, 0},
 				{"seqbus_sessions_active", nil, 0},
@@ -147,6 +148,7 @@ func TestMetricsCountWhatWasPublished(t *testing.T) {
 			require.GreaterOrEqual(t, metricValue(fams, "seqbus_broker_calls_total", map[string]string{"op": "dead_letter"}), float64(garbage))
 			require.GreaterOrEqual(t, metricValue(fams, "seqbus_gap_wait_seconds", nil), 0.0)
 			require.GreaterOrEqual(t, metricValue(fams, "seqbus_sweeper_wakes_total", nil), 0.0)
+			require.GreaterOrEqual(t, metricValue(fams, "seqbus_gaps_opened_total", nil), 0.0)
 			require.Positive(t, metricValue(fams, "go_goroutines", nil), "the Go collector")
 			require.Positive(t, metricValue(fams, "process_resident_memory_bytes", nil), "the process collector")
 			for name := range fams {
