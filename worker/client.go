@@ -34,19 +34,22 @@ type Client struct {
 	m   *metrics
 
 	// sessions runs the sessions, with the SDK's retries off (see sbadapter, "Lock tenure");
-	// mgmt serves probes and session listings, with a few SDK retries so that it reconnects.
-	sessions, mgmt     *azservicebus.Client
-	source, mgmtSource *sbadapter.Source
-	pool               *pgxpool.Pool
-	ownPool            bool
-	pg                 *postgres.Store
-	runner             *sequencer.Runner // OrderingSession
-	sweeper            *sweeper
-	unordered          *unordered // OrderingNone
-	unorderedRecv      *azservicebus.Receiver
-	stopSoft, stopHard context.CancelFunc // OrderingNone
-	unorderedDone      chan struct{}
-	ops                ops
+	// mgmt serves probes and session listings, with a few SDK retries so that it reconnects;
+	// scan (Service Bus session state only) locks sessions for the sweeper to read their state,
+	// on a connection of its own: the SDK negotiates a claim for every session it accepts under
+	// one lock per connection, and a sweep's accepts must not queue in front of the runner's.
+	sessions, mgmt, scan *azservicebus.Client
+	source, mgmtSource   *sbadapter.Source
+	pool                 *pgxpool.Pool
+	ownPool              bool
+	pg                   *postgres.Store
+	runner               *sequencer.Runner // OrderingSession
+	sweeper              *sweeper
+	unordered            *unordered // OrderingNone
+	unorderedRecv        *azservicebus.Receiver
+	stopSoft, stopHard   context.CancelFunc // OrderingNone
+	unorderedDone        chan struct{}
+	ops                  ops
 
 	mu       sync.Mutex
 	started  bool
@@ -119,8 +122,15 @@ func New(cfg Config) (*Client, error) {
 	default:
 		sb := sbstate.New(&sbstate.Config{MaxStateSize: cfg.StateMaxBytes})
 		store = sb
+		if c.scan, err = newSBClient(cfg, sbadapter.ClientOptions(nil)); err != nil {
+			return nil, err
+		}
+		scanSource, err := sbadapter.NewSource(c.scan, sbadapter.Config{Entity: cfg.Entity, Logger: c.log})
+		if err != nil {
+			return nil, err
+		}
 		lister = sessionstate.NewScanLister(sessionstate.ScanConfig{
-			IDs: c.mgmtSource.ListSessionsWithState, Source: c.source, Store: sb,
+			IDs: c.mgmtSource.ListSessionsWithState, Source: scanSource, Store: sb,
 			Concurrency: 8, // reading a session's state is a few round trips: overlap them
 		})
 	}
@@ -437,7 +447,7 @@ func (c *Client) stop(ctx context.Context, stopRunner func(context.Context) erro
 func (c *Client) closeConnections() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, sb := range []*azservicebus.Client{c.sessions, c.mgmt} {
+	for _, sb := range []*azservicebus.Client{c.sessions, c.mgmt, c.scan} {
 		if sb != nil {
 			_ = sb.Close(ctx)
 		}
