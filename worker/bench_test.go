@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
@@ -20,15 +22,16 @@ import (
 	"github.com/seqbus/seqbus/worker"
 )
 
-// BenchmarkInstrumentation compares, in one run, the worker with its metrics and tracing on
-// (every span recorded and exported to a discarding exporter) against the bare runner it wraps
-// (sequencer.Runner over the same adapter and store, no metrics, no tracing), on the in-process
-// emulator: 20 sessions × 50 messages per iteration, each message with a traceparent.
+// BenchmarkInstrumentation compares, in one run, the bare runner the worker wraps (off:
+// sequencer.Runner over the same adapter and store, no metrics, no tracing), the worker with its
+// metrics on and tracing off (metrics), and with both on (on: every span recorded and exported to a
+// discarding exporter), on the in-process emulator: 20 sessions × 50 messages per iteration,
+// each message with a traceparent.
 //
 //	go test -run '^$' -bench Instrumentation -benchtime 10x -count 3 ./worker/
 func BenchmarkInstrumentation(b *testing.B) {
 	const sessions, perSession = 20, 50
-	for _, mode := range []string{"off", "on"} {
+	for _, mode := range []string{"off", "metrics", "on"} {
 		b.Run(mode, func(b *testing.B) {
 			srv := emulatortest.Start(b, &emulatortest.Options{Queues: map[string]broker.EntityProperties{
 				queue: {RequiresSession: true, LockDuration: 30 * time.Second},
@@ -36,7 +39,7 @@ func BenchmarkInstrumentation(b *testing.B) {
 			var handled atomic.Int64
 			h := sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { handled.Add(1); return nil })
 			engine := sequencer.EngineConfig{IdleTimeout: 100 * time.Millisecond}
-			stop := startPipeline(b, srv, mode == "on", h, engine)
+			stop := startPipeline(b, srv, mode, h, engine)
 			defer stop()
 
 			sender, err := srv.Client.NewSender(queue, nil)
@@ -58,11 +61,15 @@ func BenchmarkInstrumentation(b *testing.B) {
 	}
 }
 
-// startPipeline starts the worker (instrumented) or the bare runner and returns its stop.
-func startPipeline(b *testing.B, srv *emulatortest.Server, instrumented bool, h sequencer.Handler, engine sequencer.EngineConfig) func() {
+// startPipeline starts the bare runner (mode off) or the worker, with tracing for mode on, and
+// returns its stop.
+func startPipeline(b *testing.B, srv *emulatortest.Server, mode string, h sequencer.Handler, engine sequencer.EngineConfig) func() {
 	b.Helper()
-	if instrumented {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	if mode != "off" {
+		var tp trace.TracerProvider = noop.NewTracerProvider()
+		if mode == "on" {
+			tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+		}
 		w, err := worker.New(worker.Config{
 			ConnectionString: srv.ConnectionString(), Entity: sbadapter.Entity{Queue: queue},
 			Handler: h, Engine: engine, TracerProvider: tp, SweepInterval: time.Hour,
@@ -73,7 +80,9 @@ func startPipeline(b *testing.B, srv *emulatortest.Server, instrumented bool, h 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_ = w.Stop(ctx)
-			_ = tp.Shutdown(ctx)
+			if sdk, ok := tp.(*sdktrace.TracerProvider); ok {
+				_ = sdk.Shutdown(ctx)
+			}
 		}
 	}
 	client, err := sbadapter.NewClientFromConnectionString(srv.ConnectionString(), nil)

@@ -59,22 +59,34 @@ func BenchmarkInstrumentationPerMessage(b *testing.B) {
 			ver = save(s, ver)
 		}
 	})
-	b.Run("metrics+tracing", func(b *testing.B) {
-		m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
-		if err != nil {
-			b.Fatal(err)
-		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
-		defer tp.Shutdown(ctx)
-		h := tracingMiddleware(tp, "orders")(m.handlerMiddleware(noop))
-		s := instrument(memory.New(), m)
-		var ver int64
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = h.Handle(ctx, msg)
-			m.Observe(sequencer.Event{Kind: sequencer.EventHeld, SessionID: "s", Sequence: 7})
-			m.Observe(sequencer.Event{Kind: sequencer.EventHandled, SessionID: "s", Sequence: 7})
-			ver = save(s, ver)
-		}
-	})
+	// The publisher's trace sampled (flags 01: the span is recorded), or not (00: the default
+	// parent-based sampler drops it, as sampling at the publisher does).
+	for _, tc := range []struct {
+		name        string
+		traceparent string
+	}{
+		{"metrics+tracing", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"metrics+tracing,unsampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
+			if err != nil {
+				b.Fatal(err)
+			}
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+			defer tp.Shutdown(ctx)
+			h := tracingMiddleware(tp, "orders")(m.handlerMiddleware(noop))
+			s := instrument(memory.New(), m)
+			tmsg := *msg
+			tmsg.Properties = map[string]any{PropertyTraceparent: tc.traceparent}
+			var ver int64
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = h.Handle(ctx, &tmsg)
+				m.Observe(sequencer.Event{Kind: sequencer.EventHeld, SessionID: "s", Sequence: 7})
+				m.Observe(sequencer.Event{Kind: sequencer.EventHandled, SessionID: "s", Sequence: 7})
+				ver = save(s, ver)
+			}
+		})
+	}
 }

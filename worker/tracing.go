@@ -54,33 +54,44 @@ func TracingFromEnv(ctx context.Context, getenv func(string) string) (trace.Trac
 }
 
 // tracingMiddleware starts one span per handler call, a child of the publisher's trace context
-// when the message carries one, with the session, sequence, delivery count and outcome.
+// when the message carries one, with the session, sequence, delivery count and outcome. The
+// attributes are set once, when the call ends (a sampler sees the span's name, kind and parent,
+// not its attributes): set at the start and again for the outcome, the SDK allocated them twice
+// and a traced message cost 5.5 KB instead of 3.3 KB (BenchmarkInstrumentationPerMessage).
 func tracingMiddleware(tp trace.TracerProvider, entity string) func(sequencer.Handler) sequencer.Handler {
 	tracer := tp.Tracer("github.com/seqbus/seqbus/worker")
 	name := "process " + entity
 	return func(next sequencer.Handler) sequencer.Handler {
 		return sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
 			ctx = publisherContext(ctx, m.Properties)
-			ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-				attribute.String("messaging.system", "servicebus"),
-				attribute.String("messaging.operation.type", "process"),
-				attribute.String("messaging.destination.name", entity),
-				attribute.String("messaging.message.id", m.MessageID),
-				attribute.Int64("messaging.servicebus.message.sequence_number", m.BrokerSequence),
-				attribute.Int64("messaging.servicebus.message.delivery_count", int64(m.DeliveryCount)),
-				attribute.String("seqbus.session_id", m.SessionID),
-				attribute.Int64("seqbus.sequence", m.Sequence),
-				attribute.Bool("seqbus.last", m.IsLast),
-			))
-			defer span.End()
+			ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindConsumer))
+			if !span.IsRecording() {
+				return next.Handle(ctx, m)
+			}
+			outcome := "failed"
+			defer func() {
+				// One SetAttributes with the outcome: the span's attributes are allocated once.
+				span.SetAttributes(
+					attribute.String("messaging.system", "servicebus"),
+					attribute.String("messaging.operation.type", "process"),
+					attribute.String("messaging.destination.name", entity),
+					attribute.String("messaging.message.id", m.MessageID),
+					attribute.Int64("messaging.servicebus.message.sequence_number", m.BrokerSequence),
+					attribute.Int64("messaging.servicebus.message.delivery_count", int64(m.DeliveryCount)),
+					attribute.String("seqbus.session_id", m.SessionID),
+					attribute.Int64("seqbus.sequence", m.Sequence),
+					attribute.Bool("seqbus.last", m.IsLast),
+					attribute.String("seqbus.outcome", outcome),
+				)
+				span.End()
+			}()
 			err := next.Handle(ctx, m)
 			if err != nil {
-				span.SetAttributes(attribute.String("seqbus.outcome", "failed"))
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
 				return err
 			}
-			span.SetAttributes(attribute.String("seqbus.outcome", "handled"))
+			outcome = "handled"
 			return nil
 		})
 	}
@@ -89,20 +100,39 @@ func tracingMiddleware(tp trace.TracerProvider, entity string) func(sequencer.Ha
 // publisherContext returns ctx with the remote span context found in the message's application
 // properties, if any.
 func publisherContext(ctx context.Context, props map[string]any) context.Context {
-	carrier := propagation.MapCarrier{}
+	var c traceCarrier
 	for _, k := range []string{PropertyDiagnosticID, PropertyTraceparent} { // the later wins
 		if v, ok := props[k].(string); ok && v != "" {
-			carrier["traceparent"] = v
+			c.traceparent = v
 		}
 	}
-	if v, ok := props[PropertyTracestate].(string); ok {
-		carrier["tracestate"] = v
-	}
-	if len(carrier) == 0 {
+	if c.traceparent == "" {
 		return ctx
 	}
-	return propagation.TraceContext{}.Extract(ctx, carrier)
+	c.tracestate, _ = props[PropertyTracestate].(string)
+	return propagation.TraceContext{}.Extract(ctx, &c)
 }
+
+// traceCarrier hands a message's trace context to the W3C propagator without building a map
+// for every message.
+type traceCarrier struct{ traceparent, tracestate string }
+
+var _ propagation.TextMapCarrier = (*traceCarrier)(nil)
+
+func (c *traceCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.traceparent
+	case "tracestate":
+		return c.tracestate
+	}
+	return ""
+}
+
+// Set is never called: the carrier is only read.
+func (c *traceCarrier) Set(string, string) {}
+
+func (c *traceCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
 
 // LogHandler wraps h so that each record logged with a context that carries an active span gets
 // trace_id and span_id attributes.
