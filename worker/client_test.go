@@ -108,8 +108,7 @@ func TestHandlerSpanContinuesThePublishersTrace(t *testing.T) {
 		}
 	}
 
-	spans := exporter.GetSpans()
-	require.Len(t, spans, 3, "one span per handler call")
+	spans := waitSpans(t, exporter, 3) // one span per handler call
 	bySeq := map[int64]tracetest.SpanStub{}
 	for _, s := range spans {
 		attrs := attrMap(s.Attributes)
@@ -167,12 +166,22 @@ func TestHandlerSpanRecordsFailure(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("not handled")
 	}
-	spans := exporter.GetSpans()
-	require.Len(t, spans, 2)
+	spans := waitSpans(t, exporter, 2)
 	failed := attrMap(spans[0].Attributes)
 	require.Equal(t, "failed", failed["seqbus.outcome"].AsString())
 	require.Len(t, spans[0].Events, 1, "the error is recorded")
 	require.Equal(t, "handled", attrMap(spans[1].Attributes)["seqbus.outcome"].AsString())
+}
+
+// waitSpans waits for n spans: a handler span ends after the handler returns, so after the
+// handler told the test it ran.
+func waitSpans(t *testing.T, exporter *tracetest.InMemoryExporter, n int) tracetest.SpanStubs {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(exporter.GetSpans()) >= n }, 10*time.Second, 5*time.Millisecond,
+		"want %d spans", n)
+	spans := exporter.GetSpans()
+	require.Len(t, spans, n)
+	return spans
 }
 
 func attrMap(kvs []attribute.KeyValue) map[string]attribute.Value {
