@@ -165,21 +165,27 @@ func TestRelay_FailedSessionPausesAndOthersGoOn(t *testing.T) {
 		wait := attempts[k].Sub(attempts[k-1])
 		require.GreaterOrEqual(t, wait, 20*time.Millisecond<<(k-1), "wait %d: %v", k, wait)
 	}
-	failing = false
 	s.mu.Unlock()
 
+	// While the sends still fail: the pause records them (a failure is written to the table a
+	// moment after the send returns, so wait for the fourth) and the rows stay.
 	var (
 		n       int
 		lastErr string
 	)
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT attempts, last_error FROM seqbus_outbox_paused WHERE session_key = 'bad'`).Scan(&n, &lastErr))
-	require.GreaterOrEqual(t, n, 4)
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT attempts, last_error FROM seqbus_outbox_paused WHERE session_key = 'bad'`).Scan(&n, &lastErr))
+		return n >= 4
+	}, 10*time.Second, 5*time.Millisecond, "attempts recorded: %d", n)
 	require.Contains(t, lastErr, "injected send failure")
 	require.Contains(t, lastErr, "send from sequence 1")
 	require.Equal(t, int64(3), pending(t, b.pool))
-	st := r.relay.Stats()
-	require.GreaterOrEqual(t, st.Failures, int64(4))
-	require.Equal(t, int64(6), st.Sent)
+	require.Eventually(t, func() bool { return r.relay.Stats().Failures >= 4 }, 10*time.Second, 5*time.Millisecond,
+		"failures counted after their commit")
+	require.Equal(t, int64(6), r.relay.Stats().Sent)
+	s.mu.Lock()
+	failing = false
+	s.mu.Unlock()
 
 	got = receiveSessions(ctx, t, b.client, "orders", map[string]int{"bad": 3})
 	for i, m := range got["bad"] {
