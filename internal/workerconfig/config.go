@@ -174,30 +174,15 @@ func load[T any](validate func(*T) error) (*T, error) {
 // Validate checks c and returns every problem at once, each naming its variable. handlers lists
 // the known handler names (nil: any non-empty name).
 func (c *Config) Validate(handlers []string) error {
-	var errs []error
-	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s_%s: %s", Prefix, name, fmt.Sprintf(format, args...)))
-	}
+	var p problems
+	bad := p.add
 	oneOf := func(name, value string, allowed []string) {
 		if !slices.Contains(allowed, value) {
 			bad(name, "%q is not one of %s", value, strings.Join(allowed, ", "))
 		}
 	}
 
-	switch {
-	case c.ConnectionString == "" && c.Namespace == "":
-		bad("CONNECTION_STRING", "set it, or SEQBUS_NAMESPACE to use Entra ID")
-	case c.ConnectionString != "" && c.Namespace != "":
-		bad("NAMESPACE", "set either SEQBUS_CONNECTION_STRING or SEQBUS_NAMESPACE, not both")
-	case c.ConnectionString != "":
-		if err := checkConnectionString(c.ConnectionString); err != nil {
-			bad("CONNECTION_STRING", "%v", err)
-		}
-	default:
-		if strings.Contains(c.Namespace, "/") || strings.ContainsAny(c.Namespace, " ;") {
-			bad("NAMESPACE", "%q is not a fully qualified namespace such as myns.servicebus.windows.net", c.Namespace)
-		}
-	}
+	p.serviceBus(c.ConnectionString, c.Namespace)
 
 	switch {
 	case c.Queue != "" && (c.Topic != "" || c.Subscription != ""):
@@ -325,10 +310,42 @@ func (c *Config) Validate(handlers []string) error {
 	if c.ShutdownTimeout <= 0 {
 		bad("SHUTDOWN_TIMEOUT", "must be positive, got %s", c.ShutdownTimeout)
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
+	return p.err()
+}
+
+// problems collects what is wrong with a configuration, each naming its variable.
+type problems []error
+
+// add records a problem with the variable SEQBUS_<name>.
+func (p *problems) add(name, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s_%s: %s", Prefix, name, fmt.Sprintf(format, args...)))
+}
+
+// serviceBus checks how the namespace is reached: a connection string or, for Entra ID, a
+// fully qualified namespace, exactly one of them.
+func (p *problems) serviceBus(connectionString, namespace string) {
+	switch {
+	case connectionString == "" && namespace == "":
+		p.add("CONNECTION_STRING", "set it, or SEQBUS_NAMESPACE to use Entra ID")
+	case connectionString != "" && namespace != "":
+		p.add("NAMESPACE", "set either SEQBUS_CONNECTION_STRING or SEQBUS_NAMESPACE, not both")
+	case connectionString != "":
+		if err := checkConnectionString(connectionString); err != nil {
+			p.add("CONNECTION_STRING", "%v", err)
+		}
+	default:
+		if strings.Contains(namespace, "/") || strings.ContainsAny(namespace, " ;") {
+			p.add("NAMESPACE", "%q is not a fully qualified namespace such as myns.servicebus.windows.net", namespace)
+		}
 	}
-	return nil
+}
+
+// err returns the problems joined, or nil when there are none.
+func (p problems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return fmt.Errorf("invalid configuration:\n%w", errors.Join(p...))
 }
 
 // SlogLevel returns LogLevel as a slog level (info when unknown).

@@ -1,8 +1,6 @@
 package workerconfig
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -42,20 +40,9 @@ func LoadRelay() (*RelayConfig, error) { return load((*RelayConfig).Validate) }
 
 // Validate checks c, naming the offending variable in each error.
 func (c *RelayConfig) Validate() error {
-	var errs []error
-	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s_%s: %s", Prefix, name, fmt.Sprintf(format, args...)))
-	}
-	switch {
-	case c.ConnectionString == "" && c.Namespace == "":
-		bad("CONNECTION_STRING", "set it, or SEQBUS_NAMESPACE to use Entra ID")
-	case c.ConnectionString != "" && c.Namespace != "":
-		bad("NAMESPACE", "set either SEQBUS_CONNECTION_STRING or SEQBUS_NAMESPACE, not both")
-	case c.ConnectionString != "":
-		if err := checkConnectionString(c.ConnectionString); err != nil {
-			bad("CONNECTION_STRING", "%v", err)
-		}
-	}
+	var p problems
+	bad := p.add
+	p.serviceBus(c.ConnectionString, c.Namespace)
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL", "required: the outbox lives in Postgres")
 	} else if err := checkDatabaseURL(c.DatabaseURL); err != nil {
@@ -98,10 +85,7 @@ func (c *RelayConfig) Validate() error {
 	if !slices.Contains(logLevels, strings.ToLower(c.LogLevel)) {
 		bad("LOG_LEVEL", "%q is not one of %s", c.LogLevel, strings.Join(logLevels, ", "))
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
-	}
-	return nil
+	return p.err()
 }
 
 // SlogLevel returns LogLevel as a slog level.
