@@ -1,6 +1,7 @@
 package clock_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -134,4 +135,21 @@ func TestRealNewTimer(t *testing.T) {
 	af := clock.Real().AfterFunc(time.Hour, func() {})
 	require.Nil(t, af.C(), "AfterFunc timers have no channel")
 	require.True(t, af.Stop())
+}
+
+func TestSleep(t *testing.T) {
+	t.Parallel()
+	c := clock.NewFake(epoch)
+	done := make(chan error, 1)
+	go func() { done <- clock.Sleep(context.Background(), c, time.Minute) }()
+	c.WaitForTimers(1)
+	c.Advance(time.Minute)
+	require.NoError(t, <-done)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- clock.Sleep(ctx, c, time.Minute) }()
+	c.WaitForTimers(1)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.NoError(t, clock.Sleep(context.Background(), c, 0))
 }
