@@ -28,7 +28,16 @@
 // holds the session the operation waits for it, up to its Wait bound, and says so on
 // Config.Progress; after that it fails with [ErrSessionBusy] and changes nothing. A change is
 // refused while the state still records work a worker finishes by itself ([ErrUnsettled]: a
-// parked message that a crash left undead-lettered; a run cut short).
+// parked message that a crash left undead-lettered; a run cut short): it is tried again, like a
+// held session, until the Wait bound.
+//
+// A bulk resume (ResumeParams.AllParked) waits the same way for every candidate, side by side,
+// under one deadline: the sessions listed as parked and, with Service Bus session state, every
+// session a worker holds, whose state is unknown until it is released. A parked session is held
+// for a moment whenever the broker offers it, for example when its replayed copy arrives right
+// after `dlq replay`; skipping it would leave it parked for good. A candidate found not parked
+// once locked is passed over (ResumeResult.PassedOver); one still held at the deadline is a
+// failure (ResumeResult.Failed), and the CLI exits 1.
 //
 // A resumed or skipped session needs no new traffic: when its next message is deferred at the
 // broker, the state says so (State.NeedsWake), the workers' sweeper finds it within one sweep

@@ -11,6 +11,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/backoff"
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/publisher"
 	"github.com/seqbus/seqbus/sbadapter"
@@ -42,8 +44,9 @@ type Config struct {
 	Progress io.Writer
 	// Logger records every change the operator makes (default: discard).
 	Logger *slog.Logger
-	// Now is the clock of the state changes (default time.Now).
-	Now func() time.Time
+	// Clock tells the time of the state changes and paces the waits for a session a worker holds
+	// (default clock.Real()).
+	Clock clock.Clock
 	// AfterReplaySend, when set, runs after each batch of replayed copies was sent and before their
 	// dead-lettered originals are completed, with the number of copies sent so far. Tests use it
 	// to crash a replay half way.
@@ -81,8 +84,8 @@ func New(cfg Config) (*Operator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
 	}
 	return &Operator{cfg: cfg, log: cfg.Logger}, nil
 }
@@ -123,18 +126,24 @@ func (o *Operator) progress(format string, args ...any) {
 	_, _ = fmt.Fprintf(o.cfg.Progress, format+"\n", args...)
 }
 
-// lockRetry is how often a held session is tried again while waiting for it.
-const lockRetry = 500 * time.Millisecond
+// lockRetry paces the attempts to lock a session a worker holds: soon at first (a worker releases
+// a parked or idle session within SEQBUS_SESSION_IDLE_TIMEOUT), then about once a second; the
+// jitter keeps a bulk command's concurrent waits from reaching the broker in step.
+var lockRetry = backoff.Policy{Base: 100 * time.Millisecond, Max: time.Second, Jitter: 0.5}
 
 // acceptTimeout bounds one attempt to lock a session.
 const acceptTimeout = 15 * time.Second
 
-// lock locks the session, trying again while another receiver (a worker) holds it until wait
-// has passed. It tells the operator once that it waits.
-func (o *Operator) lock(ctx context.Context, id string, wait time.Duration) (sequencer.Session, error) {
-	deadline := time.Now().Add(wait)
+// waitUntil is the deadline of a wait of d from now.
+func (o *Operator) waitUntil(d time.Duration) time.Time { return o.cfg.Clock.Now().Add(d) }
+
+// lock locks the session, trying again while another receiver (a worker) holds it until
+// deadline has passed (a deadline already past tries once). It tells the operator once that it
+// waits.
+func (o *Operator) lock(ctx context.Context, id string, deadline time.Time) (sequencer.Session, error) {
+	start := o.cfg.Clock.Now()
 	told := false
-	for {
+	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, acceptTimeout)
 		sess, err := o.cfg.Sessions.Accept(actx, id)
 		cancel()
@@ -144,21 +153,18 @@ func (o *Operator) lock(ctx context.Context, id string, wait time.Duration) (seq
 		if !errors.Is(err, sequencer.ErrSessionLocked) {
 			return nil, fmt.Errorf("lock session %q: %w", id, err)
 		}
-		left := time.Until(deadline)
+		now := o.cfg.Clock.Now()
+		left := deadline.Sub(now)
 		if left <= 0 {
 			return nil, fmt.Errorf("session %q: %w (still after waiting %s); nothing changed: the worker releases it when it idles, stops or parks; try again or wait longer (--wait)",
-				id, ErrSessionBusy, wait)
+				id, ErrSessionBusy, now.Sub(start).Round(time.Second))
 		}
 		if !told {
 			o.progress("session %s: a worker holds it; waiting up to %s for its release", id, left.Round(time.Second))
 			told = true
 		}
-		t := time.NewTimer(min(lockRetry, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("lock session %q: %w", id, ctx.Err())
-		case <-t.C:
+		if err := clock.Sleep(ctx, o.cfg.Clock, min(lockRetry.Delay(attempt), left)); err != nil {
+			return nil, fmt.Errorf("lock session %q: %w", id, err)
 		}
 	}
 }
@@ -174,10 +180,33 @@ func release(ctx context.Context, sess sequencer.Session) {
 const conflictAttempts = 3
 
 // change locks the session, loads its state, lets fn change it and saves it with the version
-// check, loading again on a conflict. fn returns an error to change nothing. The session is
-// released before change returns; the version saved is returned.
-func (o *Operator) change(ctx context.Context, id string, wait time.Duration, fn func(st *sequencer.State, version int64) error) (int64, error) {
-	sess, err := o.lock(ctx, id, wait)
+// check, loading again on a conflict. fn returns an error to change nothing. While fn finds the
+// state unsettled (ErrUnsettled: work a worker finishes on its own, such as dead-lettering a
+// parked message after a crash), the session is released and tried again until deadline, as
+// while a worker holds it. The session is released before change returns; the version saved is
+// returned.
+func (o *Operator) change(ctx context.Context, id string, deadline time.Time, fn func(st *sequencer.State, version int64) error) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := o.changeOnce(ctx, id, deadline, fn)
+		if !errors.Is(err, ErrUnsettled) {
+			return v, err
+		}
+		left := deadline.Sub(o.cfg.Clock.Now())
+		if left <= 0 {
+			return 0, err
+		}
+		if attempt == 1 {
+			o.progress("session %s: its state is not settled yet (a worker finishes it on its own); waiting up to %s", id, left.Round(time.Second))
+		}
+		if err := clock.Sleep(ctx, o.cfg.Clock, min(lockRetry.Delay(attempt), left)); err != nil {
+			return 0, fmt.Errorf("change session %q: %w", id, err)
+		}
+	}
+}
+
+// changeOnce is one lock-load-change-save of change.
+func (o *Operator) changeOnce(ctx context.Context, id string, deadline time.Time, fn func(st *sequencer.State, version int64) error) (int64, error) {
+	sess, err := o.lock(ctx, id, deadline)
 	if err != nil {
 		return 0, err
 	}

@@ -236,7 +236,7 @@ func (rp *replay) scan(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := rp.o.cfg.Clock.Now()
 	if rp.waitUntil.IsZero() {
 		rp.waitUntil = now.Add(rp.wait)
 	}
@@ -244,7 +244,7 @@ func (rp *replay) scan(ctx context.Context) error {
 		// Still queued, yet nothing came: another receiver holds them.
 		rp.told = true
 		rp.o.progress("%d dead letters to replay are locked by another receiver (a replay that crashed holds them until their locks expire); waiting up to %s",
-			len(held), time.Until(rp.waitUntil).Round(time.Second))
+			len(held), rp.waitUntil.Sub(now).Round(time.Second))
 	}
 	if len(held) == 0 || now.After(rp.waitUntil) {
 		rp.heldElsewhere = held
@@ -363,7 +363,7 @@ func (rp *replay) keep(msgs []*azservicebus.ReceivedMessage) {
 
 // keepLock renews m's lock when little of it is left.
 func (rp *replay) keepLock(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-	if m.LockedUntil != nil && time.Until(*m.LockedUntil) > renewBelow {
+	if m.LockedUntil != nil && m.LockedUntil.Sub(rp.o.cfg.Clock.Now()) > renewBelow {
 		return nil
 	}
 	return rp.recv.RenewMessageLock(ctx, m, nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -252,7 +253,7 @@ func (o *Operator) Show(ctx context.Context, p ShowParams) (*ShowResult, error) 
 		p.MaxMessages = 100
 	}
 	res := &ShowResult{Session: SessionInfo{SessionID: p.SessionID}}
-	sess, err := o.lock(ctx, p.SessionID, p.Wait)
+	sess, err := o.lock(ctx, p.SessionID, o.waitUntil(p.Wait))
 	switch {
 	case errors.Is(err, ErrSessionBusy):
 		res.MessagesUnavailable = "a worker holds the session"
@@ -313,7 +314,8 @@ func (o *Operator) describe(res *ShowResult, st *sequencer.State, ver int64) {
 type ResumeParams struct {
 	SessionID string
 	AllParked bool
-	// Wait bounds the wait for a worker to release a session (0 tries once).
+	// Wait bounds the wait for a worker to release a session (0 tries once). With AllParked it is
+	// one deadline shared by every session, waited for concurrently.
 	Wait time.Duration
 }
 
@@ -338,23 +340,38 @@ type Failure struct {
 	Error     string `json:"error"`
 }
 
-// ResumeResult lists the sessions resumed and, with AllParked, those that failed.
+// ResumeResult lists the sessions resumed and, with AllParked, those that failed and those
+// passed over.
 type ResumeResult struct {
 	Resumed []Resumed `json:"resumed"`
 	Failed  []Failure `json:"failed,omitempty"`
+	// PassedOver are sessions listed as candidates (parked, or held by a worker so that their
+	// state was unknown) that turned out to need no resume once locked: not parked or blocked,
+	// ended, or without state. Nothing was changed on them.
+	PassedOver []Failure `json:"passed_over,omitempty"`
 }
+
+// resumeConcurrency bounds the sessions a bulk resume locks and changes at once.
+const resumeConcurrency = 16
 
 // Resume clears the parked mark of a session (or of every parked session) while holding its
 // lock: the session continues from where it stopped, with the parked sequence, once its message
 // is back at the broker (dlq replay). A single session that cannot be resumed is an error; with
 // AllParked each failure is listed in the result and the others go on.
+//
+// With AllParked, a session a worker holds is a candidate too, since its state cannot be read
+// until the worker releases it (Service Bus session state is read under the lock): a parked
+// session is held for a moment whenever the broker offers it, for example when its replayed copy
+// arrives. Every candidate is waited for as a single resume waits, concurrently, up to one shared
+// deadline (Wait from now); a candidate found not parked is passed over, and one still held at
+// the deadline is a failure.
 func (o *Operator) Resume(ctx context.Context, p ResumeParams) (*ResumeResult, error) {
 	res := &ResumeResult{Resumed: []Resumed{}}
 	if !p.AllParked {
 		if err := checkSessionID(p.SessionID); err != nil {
 			return nil, err
 		}
-		r, err := o.resumeOne(ctx, p.SessionID, p.Wait)
+		r, err := o.resumeOne(ctx, p.SessionID, o.waitUntil(p.Wait), false)
 		if err != nil {
 			return nil, err
 		}
@@ -364,31 +381,52 @@ func (o *Operator) Resume(ctx context.Context, p ResumeParams) (*ResumeResult, e
 	if p.SessionID != "" {
 		return nil, fmt.Errorf("%w: give a session id or all parked sessions, not both", ErrInvalidInput)
 	}
-	parked, err := o.List(ctx, ListParams{Parked: true})
+	deadline := o.waitUntil(p.Wait)
+	candidates, err := o.List(ctx, ListParams{Parked: true})
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range parked.Sessions {
-		if s.Busy {
-			// Its state is unknown until the worker releases it: parked sessions are released at
-			// once, so a busy one is rarely parked; leave it to the next run of the command.
-			o.progress("session %s: a worker holds it; its state is unknown, skipped (run the command again later)", s.SessionID)
-			continue
-		}
-		r, err := o.resumeOne(ctx, s.SessionID, p.Wait)
-		if err != nil {
+	type result struct {
+		r   *Resumed
+		err error
+	}
+	results := make([]result, len(candidates.Sessions))
+	sem := make(chan struct{}, resumeConcurrency)
+	var wg sync.WaitGroup
+	for i, s := range candidates.Sessions {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r, err := o.resumeOne(ctx, s.SessionID, deadline, true)
+			results[i] = result{r, err}
+		})
+	}
+	wg.Wait()
+	for i, s := range candidates.Sessions {
+		r, err := results[i].r, results[i].err
+		switch {
+		case err == nil:
+			res.Resumed = append(res.Resumed, *r)
+		case errors.Is(err, ErrNotParked), errors.Is(err, ErrSessionEnded), errors.Is(err, ErrUnknownSession):
+			// Parked when listed (or of unknown state), no longer: a worker unparked it (the
+			// missing message of a gap arrived) or it was never parked.
+			res.PassedOver = append(res.PassedOver, Failure{SessionID: s.SessionID, Error: err.Error()})
+		default:
 			res.Failed = append(res.Failed, Failure{SessionID: s.SessionID, Error: err.Error()})
-			continue
 		}
-		res.Resumed = append(res.Resumed, *r)
 	}
 	return res, nil
 }
 
-func (o *Operator) resumeOne(ctx context.Context, id string, wait time.Duration) (*Resumed, error) {
+// resumeOne resumes one session; parkedOnly passes over a session that is blocked but not parked
+// (a bulk resume of parked sessions leaves the poison policy block to its own course).
+func (o *Operator) resumeOne(ctx context.Context, id string, deadline time.Time, parkedOnly bool) (*Resumed, error) {
 	var r *Resumed
-	_, err := o.change(ctx, id, wait, func(st *sequencer.State, _ int64) error {
-		p, b, err := resumeState(id, st, o.cfg.Now())
+	_, err := o.change(ctx, id, deadline, func(st *sequencer.State, _ int64) error {
+		if parkedOnly && st.Parked == nil && st.EndedAt.IsZero() {
+			return fmt.Errorf("session %q: %w (next expected sequence %d)", id, ErrNotParked, st.Next)
+		}
+		p, b, err := resumeState(id, st, o.cfg.Clock.Now())
 		if err != nil {
 			return err
 		}
@@ -449,8 +487,8 @@ func (o *Operator) Skip(ctx context.Context, p SkipParams) (*SkipResult, error) 
 		return nil, fmt.Errorf("%w: --to must be a positive sequence, got %d", ErrInvalidInput, p.To)
 	}
 	var res *SkipResult
-	_, err := o.change(ctx, p.SessionID, p.Wait, func(st *sequencer.State, _ int64) error {
-		plan, err := skipState(p.SessionID, st, p.To, o.cfg.Now())
+	_, err := o.change(ctx, p.SessionID, o.waitUntil(p.Wait), func(st *sequencer.State, _ int64) error {
+		plan, err := skipState(p.SessionID, st, p.To, o.cfg.Clock.Now())
 		if err != nil {
 			return err
 		}

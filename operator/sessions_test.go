@@ -223,3 +223,67 @@ func TestBadInputChangesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeAllParkedWaitsForHeldSessions: a bulk resume treats a session a worker holds as a
+// single resume does (issue 20): it waits for it, resumes it when it is parked and passes over
+// one that is not; the waits share one deadline and run side by side, and a session still held
+// at the deadline is a failure, with the others resumed all the same.
+func TestResumeAllParkedWaitsForHeldSessions(t *testing.T) {
+	t.Parallel()
+	for _, store := range stores {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, store, nil)
+			ctx := testCtx(t)
+			for _, id := range []string{"a", "b", "c", "d"} {
+				b.park(t, id, 3, 2)
+			}
+			b.publish(t, "x", 5, 1, 3) // waits on a gap at 2: state, not parked
+			require.Equal(t, sequencer.OutcomeIdle, b.run(t, "x"))
+
+			// A worker holds a, b and x for a while (the broker offered them, say, for a replayed
+			// copy) and d for longer than the wait.
+			hold := func(id string, d time.Duration) {
+				held, err := b.worker.Accept(ctx, id)
+				require.NoError(t, err)
+				time.AfterFunc(d, func() { _ = held.Close(context.Background()) })
+			}
+			hold("a", 700*time.Millisecond)
+			hold("b", 900*time.Millisecond)
+			hold("x", 800*time.Millisecond)
+			hold("d", time.Minute)
+
+			const wait = 3 * time.Second
+			start := time.Now()
+			res, err := b.op.Resume(ctx, operator.ResumeParams{AllParked: true, Wait: wait})
+			took := time.Since(start)
+			require.NoError(t, err)
+			var resumed []string
+			for _, r := range res.Resumed {
+				resumed = append(resumed, r.SessionID)
+				require.Equal(t, int64(2), r.Next)
+			}
+			require.Equal(t, []string{"a", "b", "c"}, resumed)
+			require.Len(t, res.Failed, 1)
+			require.Equal(t, "d", res.Failed[0].SessionID)
+			require.Contains(t, res.Failed[0].Error, "a worker holds the session")
+			if store == "servicebus" {
+				// x was listed as busy (its state unknown), then found not parked once locked.
+				require.Len(t, res.PassedOver, 1)
+				require.Equal(t, "x", res.PassedOver[0].SessionID)
+				require.Contains(t, res.PassedOver[0].Error, "not parked")
+			} else {
+				require.Empty(t, res.PassedOver, "postgres lists without the lock: x is never a candidate")
+			}
+			// One shared deadline, waited for side by side: not one wait after another.
+			require.Less(t, took, wait+2*time.Second)
+			for _, id := range []string{"a", "b", "c"} {
+				st, _ := b.state(t, id)
+				require.Nil(t, st.Parked, id)
+			}
+			st, _ := b.state(t, "x")
+			require.Equal(t, int64(2), st.Next, "a passed-over session is left as it was")
+			require.NotNil(t, st.GapSince)
+		})
+	}
+}

@@ -232,7 +232,7 @@ type sessionsResumeOpts struct {
 func (o *sessionsResumeOpts) bind(fs *flag.FlagSet) {
 	o.bindOutput(fs)
 	fs.BoolVar(&o.AllParked, "all-parked", false, "resume every parked session")
-	fs.DurationVar(&o.Wait, "wait", defaultWait, "how long to wait for a worker to release a session (0: try once)")
+	fs.DurationVar(&o.Wait, "wait", defaultWait, "how long to wait for a worker to release a session, one deadline for all with --all-parked (0: try once)")
 }
 
 func (o *sessionsResumeOpts) setArgs(args []string) error {
@@ -278,11 +278,15 @@ func (c *sessionsResume) Run(ctx context.Context, o *sessionsResumeOpts) error {
 				_, _ = fmt.Fprintf(w, "  it continues when sequence %d arrives: replay its dead letter if not done yet (worker dlq replay --session %s)\n", r.Next, r.SessionID)
 			}
 		}
+		for _, f := range res.PassedOver {
+			_, _ = fmt.Fprintf(w, "passed over %s: %s\n", f.SessionID, f.Error)
+		}
 		for _, f := range res.Failed {
 			_, _ = fmt.Fprintf(w, "not resumed %s: %s\n", f.SessionID, f.Error)
 		}
 		if o.AllParked {
-			_, _ = fmt.Fprintf(w, "%d parked sessions resumed, %d failed\n", len(res.Resumed), len(res.Failed))
+			_, _ = fmt.Fprintf(w, "%d parked sessions resumed, %d failed, %d passed over (not parked once locked)\n",
+				len(res.Resumed), len(res.Failed), len(res.PassedOver))
 		}
 		return nil
 	}); err != nil {

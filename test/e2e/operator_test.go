@@ -132,101 +132,137 @@ func sessionIDsOf(ss []operator.SessionInfo) []string {
 // sessions; the fix is deployed; `worker dlq replay --all`; `worker sessions resume
 // --all-parked`; every session completes in order, nothing lost, nothing handled twice. The
 // queue has duplicate detection on, which would drop a copy that kept its original MessageId.
+//
+// The two commands run back to back, as a user runs them, with the workers' default idle
+// timeout: a parked session that receives its copy is held by a worker for that long, and the
+// resume waits for it (issue 20: it used to skip such a session and leave it parked for good).
+// The workers run throughout ("running"), are stopped for both commands and started after them
+// ("stopped"), or are stopped for the replay and started again right before the resume
+// ("restarted").
 func TestCanonicalRecovery(t *testing.T) {
 	t.Parallel()
 	const sessions, messages = 5, 8
 	for _, store := range stores {
-		t.Run(store, func(t *testing.T) {
-			t.Parallel()
-			f := newFixtureWith(t, broker.EntityProperties{RequiresDuplicateDetection: true})
-			ids := sessionIDs(sessions)
-			// The bug: sessions 0, 1 and 3 fail at one sequence each.
-			poisoned := map[string]int64{ids[0]: 3, ids[1]: 1, ids[3]: messages}
-			var bug []string
-			for id, seq := range poisoned {
-				bug = append(bug, fmt.Sprintf("%s/%d", id, seq))
-			}
-			h := newBuggyHandler(bug...)
-			hs := httptest.NewServer(h)
-			t.Cleanup(hs.Close)
-			env := f.baseEnv(append(storeEnv(t, store),
-				"SEQBUS_HANDLER=http", "SEQBUS_HANDLER_URL="+hs.URL,
-				"SEQBUS_MAX_HANDLER_ATTEMPTS=2", "SEQBUS_RETRY_BASE=10ms", "SEQBUS_RETRY_MAX=20ms")...)
-
-			f.publish(t, demo.Plan(sessions, messages, 0, 7))
-			a := startWorker(t, "worker-a", env)
-			b := startWorker(t, "worker-b", env)
-
-			// The bug parks the three sessions; the others complete.
-			var parked operator.ListResult
-			waitFor(t, waitLong, func() bool {
-				parked = cliJSON[operator.ListResult](t, env, "sessions", "list", "--parked")
-				for _, s := range parked.Sessions {
-					if s.Busy {
-						return false // a worker holds it (Service Bus reads state under the lock): ask again
-					}
-				}
-				return len(parked.Sessions) == len(poisoned) && h.complete([]string{ids[2], ids[4]}, messages)
-			}, func() string { return fmt.Sprintf("parked: %v; handled: %s", sessionIDsOf(parked.Sessions), h) })
-			for _, s := range parked.Sessions {
-				require.NotNil(t, s.Parked, s.SessionID)
-				require.Equal(t, poisoned[s.SessionID], s.Parked.Sequence, s.SessionID)
-				require.Equal(t, poisoned[s.SessionID], s.Next, s.SessionID)
-				require.Contains(t, s.Parked.Reason, "status 500", s.SessionID)
-				require.Equal(t, int(messages-poisoned[s.SessionID]), s.Deferred, "%s: the later messages wait deferred", s.SessionID)
-			}
-			table := runCLI(t, env, "sessions", "list", "--parked")
-			require.Equal(t, 0, table.code, table.stderr)
-			require.Contains(t, table.stdout, "SESSION")
-			require.Contains(t, table.stdout, fmt.Sprintf("parked at %d: ", poisoned[ids[0]]))
-			require.Contains(t, table.stdout, "3 sessions")
-
-			dlq := cliJSON[operator.DLQListResult](t, env, "dlq", "list")
-			require.Len(t, dlq.Messages, len(poisoned))
-			for _, m := range dlq.Messages {
-				require.Equal(t, poisoned[m.SessionID], m.Sequence, m.SessionID)
-				require.Equal(t, "HandlerFailed", m.Reason)
-				require.Contains(t, m.Description, "status 500")
-			}
-
-			// The fix is deployed; the dead letters go back in order, then the sessions resume.
-			h.fix()
-			replay := runCLI(t, env, "dlq", "replay", "--all")
-			require.Equal(t, 0, replay.code, replay.stderr)
-			require.Contains(t, replay.stdout, "3 copies of 3 sessions sent to "+queueName)
-			require.Empty(t, cliJSON[operator.DLQListResult](t, env, "dlq", "list").Messages)
-			// The copies reach the parked sessions, which defer them: resuming wakes them.
-			waitFor(t, waitLong, func() bool {
-				for _, s := range cliJSON[operator.ListResult](t, env, "sessions", "list", "--parked").Sessions {
-					if s.Busy || s.LowestDeferred != s.Next {
-						return false
-					}
-				}
-				return true
-			}, func() string { return "the copies were not deferred by the parked sessions" })
-			resumed := cliJSON[operator.ResumeResult](t, env, "sessions", "resume", "--all-parked")
-			require.Len(t, resumed.Resumed, len(poisoned))
-			require.Empty(t, resumed.Failed)
-			for _, r := range resumed.Resumed {
-				require.True(t, r.Wakes, "%s: the sweeper wakes it, no new traffic needed", r.SessionID)
-			}
-			start := time.Now()
-			waitFor(t, waitLong, func() bool { return h.complete(ids, messages) }, func() string { return h.String() })
-			// The sweeper finds them within its interval (1s); a wake interrupts a worker's idle
-			// accept-next wait, so a free worker serves it at once.
-			took := time.Since(start)
-			t.Logf("the resumed sessions completed %s after the resume", took.Round(10*time.Millisecond))
-			require.Less(t, took, 5*time.Second, "woken by the sweeper, without new traffic")
-			f.requireDrained(t)
-			a.stop(t)
-			b.stop(t)
-
-			for _, id := range ids {
-				require.Equal(t, oneToN(1, messages), h.sequences(id), "session %s: every sequence once, in order", id)
-			}
-			require.Empty(t, cliJSON[operator.ListResult](t, env, "sessions", "list", "--parked").Sessions)
-		})
+		for _, mode := range []string{"running", "stopped", "restarted"} {
+			t.Run(store+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				canonicalRecovery(t, store, mode, sessions, messages)
+			})
+		}
 	}
+}
+
+func canonicalRecovery(t *testing.T, store, mode string, sessions, messages int) {
+	f := newFixtureWith(t, broker.EntityProperties{RequiresDuplicateDetection: true})
+	ids := sessionIDs(sessions)
+	// The bug: sessions 0, 1 and 3 fail at one sequence each.
+	poisoned := map[string]int64{ids[0]: 3, ids[1]: 1, ids[3]: int64(messages)}
+	var bug []string
+	for id, seq := range poisoned {
+		bug = append(bug, fmt.Sprintf("%s/%d", id, seq))
+	}
+	h := newBuggyHandler(bug...)
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	env := f.baseEnv(append(storeEnv(t, store),
+		"SEQBUS_HANDLER=http", "SEQBUS_HANDLER_URL="+hs.URL,
+		"SEQBUS_MAX_HANDLER_ATTEMPTS=2", "SEQBUS_RETRY_BASE=10ms", "SEQBUS_RETRY_MAX=20ms",
+		"SEQBUS_SESSION_IDLE_TIMEOUT=5s")...) // the default: how long a worker holds a session it has nothing for
+
+	f.publish(t, demo.Plan(sessions, messages, 0, 7))
+	workers := []*proc{startWorker(t, "worker-a", env), startWorker(t, "worker-b", env)}
+	stopWorkers := func() {
+		for _, w := range workers {
+			w.stop(t)
+		}
+		workers = nil
+	}
+	startWorkers := func(round string) {
+		workers = []*proc{startWorker(t, "worker-a-"+round, env), startWorker(t, "worker-b-"+round, env)}
+	}
+
+	// The bug parks the three sessions; the others complete. The test waits for that to have
+	// happened before it starts the recovery.
+	var parked operator.ListResult
+	waitFor(t, waitLong, func() bool {
+		parked = cliJSON[operator.ListResult](t, env, "sessions", "list", "--parked")
+		for _, s := range parked.Sessions {
+			if s.Busy {
+				return false // a worker still holds it (Service Bus reads state under the lock)
+			}
+		}
+		return len(parked.Sessions) == len(poisoned) && h.complete([]string{ids[2], ids[4]}, messages)
+	}, func() string { return fmt.Sprintf("parked: %v; handled: %s", sessionIDsOf(parked.Sessions), h) })
+	// Step 1: see what is stuck.
+	for _, s := range parked.Sessions {
+		require.NotNil(t, s.Parked, s.SessionID)
+		require.Equal(t, poisoned[s.SessionID], s.Parked.Sequence, s.SessionID)
+		require.Equal(t, poisoned[s.SessionID], s.Next, s.SessionID)
+		require.Contains(t, s.Parked.Reason, "status 500", s.SessionID)
+		require.Equal(t, messages-int(poisoned[s.SessionID]), s.Deferred, "%s: the later messages wait deferred", s.SessionID)
+	}
+	table := runCLI(t, env, "sessions", "list", "--parked")
+	require.Equal(t, 0, table.code, table.stderr)
+	require.Contains(t, table.stdout, "SESSION")
+	require.Contains(t, table.stdout, fmt.Sprintf("parked at %d: ", poisoned[ids[0]]))
+	require.Contains(t, table.stdout, "3 sessions")
+	dlq := cliJSON[operator.DLQListResult](t, env, "dlq", "list", "--reason", "HandlerFailed")
+	require.Len(t, dlq.Messages, len(poisoned))
+	for _, m := range dlq.Messages {
+		require.Equal(t, poisoned[m.SessionID], m.Sequence, m.SessionID)
+		require.Equal(t, "HandlerFailed", m.Reason)
+		require.Contains(t, m.Description, "status 500")
+	}
+
+	// Step 2: the fix is deployed.
+	h.fix()
+	if mode != "running" {
+		stopWorkers()
+	}
+	// Steps 3 and 4, back to back: the dead letters go back in order, then the sessions resume.
+	replay := runCLI(t, env, "dlq", "replay", "--all")
+	require.Equal(t, 0, replay.code, replay.stderr)
+	require.Contains(t, replay.stdout, "3 copies of 3 sessions sent to "+queueName)
+	if mode == "restarted" {
+		startWorkers("2")
+	}
+	resume := runCLI(t, env, "sessions", "resume", "--all-parked", "--json")
+	require.Equal(t, 0, resume.code, "resume: %s", resume.stderr)
+	var resumed operator.ResumeResult
+	require.NoError(t, json.Unmarshal([]byte(resume.stdout), &resumed), resume.stdout)
+	var got []string
+	for _, r := range resumed.Resumed {
+		got = append(got, r.SessionID)
+		require.Equal(t, poisoned[r.SessionID], r.Next, r.SessionID)
+	}
+	require.ElementsMatch(t, []string{ids[0], ids[1], ids[3]}, got, "every parked session resumed: %s", resume.stderr)
+	require.Empty(t, resumed.Failed)
+	t.Logf("resume: %d resumed (%d wake by the sweeper), %d passed over", len(resumed.Resumed), countWakes(resumed), len(resumed.PassedOver))
+	if mode == "stopped" {
+		startWorkers("2")
+	}
+
+	// Step 5: every session completes in order; nothing is parked, nothing is dead-lettered.
+	start := time.Now()
+	waitFor(t, waitLong, func() bool { return h.complete(ids, messages) }, func() string { return h.String() })
+	t.Logf("the resumed sessions completed %s after the resume", time.Since(start).Round(10*time.Millisecond))
+	f.requireDrained(t)
+	require.Empty(t, cliJSON[operator.ListResult](t, env, "sessions", "list", "--parked").Sessions)
+	require.Empty(t, cliJSON[operator.DLQListResult](t, env, "dlq", "list").Messages)
+	stopWorkers()
+	for _, id := range ids {
+		require.Equal(t, oneToN(1, int64(messages)), h.sequences(id), "session %s: every sequence once, in order", id)
+	}
+}
+
+func countWakes(r operator.ResumeResult) int {
+	n := 0
+	for _, s := range r.Resumed {
+		if s.Wakes {
+			n++
+		}
+	}
+	return n
 }
 
 // deadLetterAll receives every message of the queue's sessions ids and dead-letters it, as a
