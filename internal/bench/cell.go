@@ -328,7 +328,7 @@ func (h *cellHandler) Handle(ctx context.Context, m *sequencer.Message) error {
 	if ns, ok := m.Properties[publishedAtProperty].(int64); ok {
 		lat = time.Since(time.Unix(0, ns))
 	}
-	last, _ := m.Properties[contract.LastProperty].(bool)
+	last := m.IsLast // read by the engine (contract.Parse)
 	h.mu.Lock()
 	if lat >= 0 {
 		h.latencies = append(h.latencies, lat)
