@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -178,7 +179,7 @@ func softStop(ctx context.Context, s service, clk clock.Clock, timeout time.Dura
 	err := s.Stop(ctx)
 	if !t.Stop() {
 		<-expired
-		return errors.Join(err, fmt.Errorf("%w (%s)", ErrSoftStopTimeout, timeout))
+		return errors.Join(err, fmt.Errorf("%w (%s=%s)", ErrSoftStopTimeout, envVar(reflect.TypeFor[Service](), "SoftStopTimeout"), timeout))
 	}
 	return err
 }
