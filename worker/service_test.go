@@ -57,7 +57,9 @@ func TestSoftStopEscalates(t *testing.T) {
 			require.NoError(t, b.Start(context.Background()))
 			<-inHand
 			stopped := make(chan error, 1)
-			go func() { stopped <- softStop(context.Background(), b, clk, 30*time.Second, slog.New(slog.DiscardHandler)) }()
+			go func() {
+				stopped <- softStop(context.Background(), b, clk, 30*time.Second, slog.New(slog.DiscardHandler))
+			}()
 			require.True(t, clk.WaitForTimers(1), "the soft stop timer is set")
 			if tt.cancel {
 				require.NoError(t, b.StopAndCancel(context.Background()))
