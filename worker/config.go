@@ -385,14 +385,7 @@ func (c *Config) Validate() error {
 	}
 	p.positive("HandlerTimeout", int64(c.HandlerTimeout), c.HandlerTimeout)
 
-	switch {
-	case strings.TrimSpace(c.SequenceProperty) == "":
-		p.add("SequenceProperty", "must not be empty")
-	case strings.TrimSpace(c.LastProperty) == "":
-		p.add("LastProperty", "must not be empty")
-	case c.SequenceProperty == c.LastProperty:
-		p.add("LastProperty", "must differ from %s (%q)", p.v("SequenceProperty"), c.SequenceProperty)
-	}
+	checkContract(&p, c.SequenceProperty, c.LastProperty)
 	p.positive("SessionIdleTimeout", int64(c.SessionIdleTimeout), c.SessionIdleTimeout)
 	oneOf(&p, "PoisonPolicy", c.PoisonPolicy, sequencer.PoisonPark, sequencer.PoisonSkip, sequencer.PoisonBlock)
 	p.positive("MaxHandlerAttempts", int64(c.MaxHandlerAttempts), c.MaxHandlerAttempts)
@@ -445,6 +438,18 @@ func checkServiceBus[T any](p *problems[T], sb ServiceBus) {
 		if strings.Contains(sb.Namespace, "/") || strings.ContainsAny(sb.Namespace, " ;") {
 			p.add("Namespace", "%q is not a fully qualified namespace such as myns.servicebus.windows.net", sb.Namespace)
 		}
+	}
+}
+
+// checkContract checks the property names of the message contract: both set, and different.
+func checkContract[T any](p *problems[T], sequenceProperty, lastProperty string) {
+	switch {
+	case strings.TrimSpace(sequenceProperty) == "":
+		p.add("SequenceProperty", "must not be empty")
+	case strings.TrimSpace(lastProperty) == "":
+		p.add("LastProperty", "must not be empty")
+	case sequenceProperty == lastProperty:
+		p.add("LastProperty", "must differ from %s (%q)", p.v("SequenceProperty"), sequenceProperty)
 	}
 }
 

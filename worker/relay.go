@@ -78,14 +78,7 @@ func (c *RelayConfig) Validate() error {
 	var p problems[RelayConfig]
 	checkServiceBus(&p, c.ServiceBus)
 	checkDatabase(&p, c.Database, "required: the outbox lives in Postgres")
-	switch {
-	case strings.TrimSpace(c.SequenceProperty) == "":
-		p.add("SequenceProperty", "must not be empty")
-	case strings.TrimSpace(c.LastProperty) == "":
-		p.add("LastProperty", "must not be empty")
-	case c.SequenceProperty == c.LastProperty:
-		p.add("LastProperty", "must differ from %s (%q)", p.v("SequenceProperty"), c.SequenceProperty)
-	}
+	checkContract(&p, c.SequenceProperty, c.LastProperty)
 	for _, e := range c.Entities {
 		if strings.TrimSpace(e) == "" {
 			p.add("Entities", "has an empty entity name")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/migrations"
 )
 
@@ -44,14 +43,7 @@ func TestMigrateRefusesBadArguments(t *testing.T) {
 // migrate up and down go as far as --target-version and --max-steps say; --dry-run prints the
 // SQL and changes nothing; a refused argument changes nothing either.
 func TestMigrateFlags(t *testing.T) {
-	_, schema := pgtest.NewPoolWithSchema(t, nil)
-	dsn := pgtest.DSN()
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	clearEnv(t)
-	t.Setenv("SEQBUS_DATABASE_URL", dsn+sep+"search_path="+schema)
+	databaseOfItsOwn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	all, err := migrations.Load(migrations.FS())
