@@ -33,11 +33,11 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	logger := c.logger(s.level())
-	logger.InfoContext(ctx, "worker: relay starting", slog.Any("config", cfg))
 	cfg.Logger = logger
 	r, err := worker.NewRelay(cfg)
 	if err != nil {
 		return err
 	}
+	logger.InfoContext(ctx, "worker: relay starting", slog.Any("config", cfg))
 	return c.serve(ctx, r, sigs, logger, cfg.SoftStopTimeout.String(), r.Done())
 }

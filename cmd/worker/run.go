@@ -82,6 +82,11 @@ func (c *cli) loadWorker() (worker.Config, settings, error) {
 		return cfg, s, err
 	}
 	if s.Handler == "journal" {
+		// The journal is the worker's Config.Journal, which needs the postgres store: say so in
+		// terms of the variable that chose it.
+		if cfg.StateStore != worker.StateStorePostgres {
+			return cfg, s, errors.New("invalid configuration:\nSEQBUS_HANDLER: journal requires SEQBUS_STATE_STORE=postgres (it writes in the state store's transaction)")
+		}
 		cfg.Journal = true
 		return cfg, s, nil
 	}
@@ -106,7 +111,6 @@ func (c *cli) runWorker(ctx context.Context) error {
 		return err
 	}
 	logger := c.logger(s.level())
-	logger.InfoContext(ctx, "worker: starting", slog.Any("config", cfg), slog.Any("settings", s))
 
 	tp, shutdownTracing, err := worker.TracingFromEnv(ctx, os.Getenv)
 	if err != nil {
@@ -120,8 +124,9 @@ func (c *cli) runWorker(ctx context.Context) error {
 	}
 	w, err := worker.New(cfg)
 	if err != nil {
-		return err
+		return err // before any log line: a bad setting prints a plain message
 	}
+	logger.InfoContext(ctx, "worker: starting", slog.Any("config", cfg), slog.Any("settings", s))
 	return c.serve(ctx, w, sigs, logger, cfg.SoftStopTimeout.String())
 }
 
