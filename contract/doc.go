@@ -11,6 +11,12 @@
 // SEQBUS_LAST_PROPERTY), the publisher and the outbox relay; each of those can be configured
 // to other names.
 //
+// [Parse] is the one reader of the contract, for the engine, the operator commands and the
+// tools alike. A sequence is an integer of any Go integer type or a base-10 string, at least 1.
+// The last mark is true when the property is the bool true or the string "true" in any case;
+// it is false when the property is absent, nil, the bool false, "false" in any case or the
+// empty string; any other value makes the message invalid (as an invalid sequence does).
+//
 // # Durations
 //
 // Service Bus is a .NET service: its management API reads and writes a TimeSpan as an XML

@@ -25,9 +25,14 @@
 //     created with, so they find their tables however they are called.
 //   - 004_session_gap: seqbus_session_state.gap_since, the state's GapSince, indexed for the
 //     sessions waiting on a missing sequence.
+//   - 005_session_blocked: seqbus_session_state.blocked, the state's Blocked mark (the poison
+//     policy block holds the session on a failing message), indexed for the blocked sessions.
 //
-// Down rolls back one migration unless told otherwise; Status lists every known migration and
-// whether it is applied.
+// Up applies every pending migration, or up to UpOptions.TargetVersion, at most MaxSteps; Down
+// rolls back one migration unless told otherwise (DownOptions.TargetVersion, -1 for everything,
+// MaxSteps); DryRun reports what would run and changes nothing. Status lists every known
+// migration and whether it is applied. `worker migrate up|down|status` offers the same as
+// --target-version, --max-steps and --dry-run (which prints the SQL).
 //
 // migrations imports pgx and the standard library only; it must never import other seqbus
 // packages (the stores depend on the schema, not the other way round).

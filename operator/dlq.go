@@ -7,15 +7,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/publisher"
 )
 
@@ -157,35 +156,11 @@ func (o *Operator) peekDLQ(ctx context.Context, fn func(m *azservicebus.Received
 	}
 }
 
-// sequenceOf reads the application sequence as the engine does: an integer of any type or a
-// base-10 string, at least 1 (0 otherwise).
-func sequenceOf(props map[string]any, name string) int64 {
-	var n int64
-	switch v := props[name].(type) {
-	case nil:
-	case string:
-		n, _ = strconv.ParseInt(v, 10, 64)
-	default:
-		rv := reflect.ValueOf(v)
-		switch {
-		case rv.CanInt():
-			n = rv.Int()
-		case rv.CanUint() && rv.Uint() <= 1<<63-1:
-			n = int64(rv.Uint())
-		}
-	}
-	return max(n, 0)
-}
-
-// isLast reads the last mark as the engine does: true, or the string "true" in any case.
-func isLast(props map[string]any, name string) bool {
-	switch v := props[name].(type) {
-	case bool:
-		return v
-	case string:
-		return strings.EqualFold(v, "true")
-	}
-	return false
+// position reads a message's application sequence and last mark with the engine's parser
+// (contract.Parse): sequence 0 and not last when the message breaks the contract.
+func (o *Operator) position(m *azservicebus.ReceivedMessage) (sequence int64, last bool) {
+	sequence, last, _ = contract.Parse(m.ApplicationProperties, o.cfg.SequenceProperty, o.cfg.LastProperty)
+	return sequence, last
 }
 
 var messageStates = map[azservicebus.MessageState]string{
@@ -195,12 +170,12 @@ var messageStates = map[azservicebus.MessageState]string{
 }
 
 func (o *Operator) brokerMessage(m *azservicebus.ReceivedMessage) BrokerMessage {
+	seq, last := o.position(m)
 	b := BrokerMessage{
 		SessionID: deref(m.SessionID), MessageID: m.MessageID, DeliveryCount: m.DeliveryCount,
-		Sequence: sequenceOf(m.ApplicationProperties, o.cfg.SequenceProperty),
-		Last:     isLast(m.ApplicationProperties, o.cfg.LastProperty),
-		State:    cmp.Or(messageStates[m.State], "unknown"),
-		Reason:   deref(m.DeadLetterReason), Description: deref(m.DeadLetterErrorDescription),
+		Sequence: seq, Last: last,
+		State:  cmp.Or(messageStates[m.State], "unknown"),
+		Reason: deref(m.DeadLetterReason), Description: deref(m.DeadLetterErrorDescription),
 	}
 	if m.SequenceNumber != nil {
 		b.BrokerSequence = *m.SequenceNumber
@@ -320,8 +295,8 @@ func (o *Operator) DLQReplay(ctx context.Context, p DLQReplayParams) (*DLQReplay
 			res.Skipped = append(res.Skipped, Failure{SessionID: sid, Error: err.Error()})
 			return true
 		}
-		bySession[sid] = append(bySession[sid], &planned{brokerSeq: *m.SequenceNumber, session: sid,
-			sequence: sequenceOf(m.ApplicationProperties, o.cfg.SequenceProperty)})
+		seq, _ := o.position(m)
+		bySession[sid] = append(bySession[sid], &planned{brokerSeq: *m.SequenceNumber, session: sid, sequence: seq})
 		return true
 	})
 	if err != nil {

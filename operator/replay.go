@@ -336,7 +336,8 @@ func (rp *replay) replaySession(ctx context.Context, id string) error {
 		rp.sent += n
 		rs.Sent += n
 		for _, m := range sent {
-			rs.Sequences = append(rs.Sequences, sequenceOf(m.ApplicationProperties, rp.o.cfg.SequenceProperty))
+			seq, _ := rp.o.position(m)
+			rs.Sequences = append(rs.Sequences, seq)
 		}
 		if hook := rp.o.cfg.AfterReplaySend; hook != nil {
 			hook(rp.sent)

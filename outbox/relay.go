@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/seqbus/seqbus/backoff"
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/publisher"
 )
@@ -89,6 +91,8 @@ type RelayConfig struct {
 	EndedRetention time.Duration
 	// PurgeInterval is how often the relay purges (default 1 minute).
 	PurgeInterval time.Duration
+	// Clock times the relay's waits (default: the wall clock).
+	Clock clock.Clock
 }
 
 func (c RelayConfig) withDefaults() RelayConfig {
@@ -104,6 +108,9 @@ func (c RelayConfig) withDefaults() RelayConfig {
 	c.PurgeInterval = cmp.Or(c.PurgeInterval, DefaultPurgeInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 	if c.NewSender == nil && c.Client != nil {
 		c.NewSender = ClientSenders(c.Client)
@@ -271,14 +278,14 @@ func (r *Relay) dispatch(ctx context.Context, wake <-chan struct{}) {
 	inflight := map[sessionKey]bool{}
 	skip := map[sessionKey]time.Time{} // sessions to leave alone until then
 	results := make(chan result)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	timer := r.cfg.Clock.NewTimer(0)
+	defer func() { timer.Stop() }()
 	scan, scanFailures := true, 0
 	for {
 		if scan && len(inflight) < r.cfg.Concurrency && ctx.Err() == nil {
 			scan = false
 			next := r.cfg.PollInterval
-			now := time.Now()
+			now := r.cfg.Clock.Now()
 			for k, until := range skip {
 				if !now.Before(until) {
 					delete(skip, k)
@@ -309,7 +316,8 @@ func (r *Relay) dispatch(ctx context.Context, wake <-chan struct{}) {
 					go func() { results <- r.turn(ctx, k) }()
 				}
 			}
-			timer.Reset(next)
+			timer.Stop()
+			timer = r.cfg.Clock.NewTimer(next)
 		}
 		select {
 		case <-ctx.Done():
@@ -319,15 +327,15 @@ func (r *Relay) dispatch(ctx context.Context, wake <-chan struct{}) {
 			return
 		case <-wake:
 			scan = true
-		case <-timer.C:
+		case <-timer.C():
 			scan = true
 		case res := <-results:
 			delete(inflight, res.key)
 			switch res.outcome {
 			case outcomeBusy:
-				skip[res.key] = time.Now().Add(min(time.Second, r.cfg.PollInterval))
+				skip[res.key] = r.cfg.Clock.Now().Add(min(time.Second, r.cfg.PollInterval))
 			case outcomeError:
-				skip[res.key] = time.Now().Add(r.cfg.MinBackoff)
+				skip[res.key] = r.cfg.Clock.Now().Add(r.cfg.MinBackoff)
 			}
 			scan = true
 		}
@@ -572,14 +580,7 @@ func (r *Relay) pause(ctx context.Context, tx pgx.Tx, k sessionKey, p pendingRow
 // backoff is the wait after the given number of consecutive failures: MinBackoff
 // doubling up to MaxBackoff, of which a random half is taken off (equal jitter).
 func (r *Relay) backoff(attempts int) time.Duration {
-	d := r.cfg.MaxBackoff
-	if attempts < 32 {
-		d = min(r.cfg.MinBackoff<<(attempts-1), r.cfg.MaxBackoff)
-		if d <= 0 { // overflow
-			d = r.cfg.MaxBackoff
-		}
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Policy{Base: r.cfg.MinBackoff, Max: r.cfg.MaxBackoff, Jitter: 0.5}.Delay(attempts)
 }
 
 // sender returns the entity's Sender, opening it on first use.
@@ -629,10 +630,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 		wait := r.backoff(failures)
 		r.log.WarnContext(ctx, "outbox relay: listening for notifications failed; polling meanwhile",
 			slog.Int("attempts", failures), slog.Duration("retry_in", wait), slog.Any("error", err))
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
+		_ = clock.Sleep(ctx, r.cfg.Clock, wait)
 	}
 }
 
@@ -663,14 +661,7 @@ func (r *Relay) listenOnce(ctx context.Context, listening, signal func()) error 
 
 // purgeLoop purges every PurgeInterval.
 func (r *Relay) purgeLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.PurgeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for clock.Sleep(ctx, r.cfg.Clock, r.cfg.PurgeInterval) == nil {
 		res, err := Purge(ctx, r.cfg.Pool, PurgeParams{Retention: r.cfg.EndedRetention})
 		switch {
 		case err != nil && ctx.Err() == nil:

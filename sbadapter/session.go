@@ -10,6 +10,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/backoff"
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -43,7 +45,8 @@ type Session struct {
 	// settleTimeout bounds one settlement attempt (Config.SettleTimeout).
 	settleTimeout time.Duration
 	// busy is how calls refused with server-busy are retried (Config.BusyRetry).
-	busy sequencer.RetryPolicy
+	busy         backoff.Policy
+	busyAttempts int
 
 	// lockDuration is the entity's lock duration as seen at accept (LockedUntil minus the time
 	// the accept returned), used to compute the expiry after a renewal.
@@ -75,7 +78,7 @@ func newSession(r sessionReceiver, logger *slog.Logger) *Session {
 	return &Session{
 		r: r, id: r.SessionID(), logger: logger, settled: map[[16]byte]struct{}{},
 		lockedUntil: until, lockDuration: time.Until(until), settleTimeout: DefaultSettleTimeout,
-		busy: DefaultBusyRetry,
+		busy: DefaultBusyRetry, busyAttempts: DefaultBusyAttempts,
 	}
 }
 
@@ -360,15 +363,11 @@ func (s *Session) call(ctx context.Context, fn func(context.Context) error) erro
 			return err
 		}
 		err := fn(ctx)
-		if err == nil || !isServerBusy(err) || attempt >= s.busy.Attempts {
+		if err == nil || !isServerBusy(err) || attempt >= s.busyAttempts {
 			return err
 		}
-		t := time.NewTimer(s.busy.Backoff(attempt))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if clock.Sleep(ctx, clock.Real(), s.busy.Delay(attempt)) != nil {
 			return err
-		case <-t.C:
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/backoff"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -310,7 +311,7 @@ func TestSessionRetriesServerBusy(t *testing.T) {
 			t.Parallel()
 			f := newFakeReceiver("s1")
 			s := newSession(f, discard())
-			s.busy = sequencer.RetryPolicy{Attempts: 3, Base: time.Millisecond, Cap: time.Millisecond}
+			s.busy, s.busyAttempts = backoff.Policy{Base: time.Millisecond, Max: time.Millisecond}, 3
 			f.failNext = tt.failures
 			err := s.SetState(context.Background(), []byte("x"))
 			if tt.wantErr {

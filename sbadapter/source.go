@@ -9,15 +9,16 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/backoff"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
 // Entity names a session-enabled queue, or a topic subscription. Exactly one of Queue and
 // Topic+Subscription is set.
 type Entity struct {
-	Queue        string
-	Topic        string
-	Subscription string
+	Queue        string `envconfig:"QUEUE"`
+	Topic        string `envconfig:"TOPIC"`
+	Subscription string `envconfig:"SUBSCRIPTION"`
 }
 
 // Validate reports whether e names exactly one entity.
@@ -54,16 +55,22 @@ type Config struct {
 	// message (default DefaultSettleTimeout). A settlement still unanswered then reports
 	// sequencer.ErrLockLost: see Session.Complete.
 	SettleTimeout time.Duration
-	// BusyRetry is how a session call the broker refuses as busy (throttled) is retried: the
-	// SDK's own retries are off (see ClientOptions), and server-busy is the one refusal that is
-	// safe to retry on the same link. Default DefaultBusyRetry.
-	BusyRetry sequencer.RetryPolicy
+	// BusyRetry spaces the retries of a session call the broker refuses as busy (throttled),
+	// up to BusyAttempts calls in all: the SDK's own retries are off (see ClientOptions), and
+	// server-busy is the one refusal that is safe to retry on the same link. Defaults
+	// DefaultBusyRetry and DefaultBusyAttempts.
+	BusyRetry    backoff.Policy
+	BusyAttempts int
 	// Logger receives debug events (default: discard).
 	Logger *slog.Logger
 }
 
-// DefaultBusyRetry retries a busy session call up to 6 times, waiting 250ms, 500ms, … up to 8s.
-var DefaultBusyRetry = sequencer.RetryPolicy{Attempts: 6, Base: 250 * time.Millisecond, Cap: 8 * time.Second}
+// DefaultBusyRetry and DefaultBusyAttempts retry a busy session call up to 6 times in all,
+// waiting 250ms, 500ms, … up to 8s.
+var DefaultBusyRetry = backoff.Policy{Base: 250 * time.Millisecond, Max: 8 * time.Second}
+
+// DefaultBusyAttempts is the default Config.BusyAttempts.
+const DefaultBusyAttempts = 6
 
 // DefaultSettleTimeout is the default Config.SettleTimeout: far above a settlement's normal
 // round trip, far below the SDK's own retries of a settlement on a dead link (about 45s).
@@ -108,10 +115,12 @@ func newSource(a accepter, cfg Config) *Source {
 	if cfg.SettleTimeout <= 0 {
 		cfg.SettleTimeout = DefaultSettleTimeout
 	}
-	if cfg.BusyRetry == (sequencer.RetryPolicy{}) {
+	if cfg.BusyRetry == (backoff.Policy{}) {
 		cfg.BusyRetry = DefaultBusyRetry
 	}
-	cfg.BusyRetry.Attempts = max(cfg.BusyRetry.Attempts, 1)
+	if cfg.BusyAttempts <= 0 {
+		cfg.BusyAttempts = DefaultBusyAttempts
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -153,7 +162,7 @@ func (s *Source) Accept(ctx context.Context, sessionID string) (sequencer.Sessio
 func (s *Source) newSession(r sessionReceiver) *Session {
 	sess := newSession(r, s.logger)
 	sess.settleTimeout = s.cfg.SettleTimeout
-	sess.busy = s.cfg.BusyRetry
+	sess.busy, sess.busyAttempts = s.cfg.BusyRetry, s.cfg.BusyAttempts
 	return sess
 }
 

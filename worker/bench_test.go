@@ -70,10 +70,11 @@ func startPipeline(b *testing.B, srv *emulatortest.Server, mode string, h sequen
 		if mode == "on" {
 			tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 		}
-		w, err := worker.New(worker.Config{
-			ConnectionString: srv.ConnectionString(), Entity: sbadapter.Entity{Queue: queue},
-			Handler: h, Engine: engine, TracerProvider: tp, SweepInterval: time.Hour,
-		})
+		cfg := worker.DefaultConfig() // the engine's defaults, as the bare runner's
+		cfg.ConnectionString, cfg.Entity, cfg.HTTPAddr = srv.ConnectionString(), sbadapter.Entity{Queue: queue}, worker.HTTPOff
+		cfg.Handler, cfg.TracerProvider, cfg.SweepInterval = h, tp, time.Hour
+		cfg.SessionIdleTimeout = engine.IdleTimeout
+		w, err := worker.New(cfg)
 		require.NoError(b, err)
 		require.NoError(b, w.Start(context.Background()))
 		return func() {

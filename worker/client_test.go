@@ -50,13 +50,14 @@ func send(t *testing.T, srv *emulatortest.Server, session string, seq int64, las
 	require.NoError(t, sender.SendMessage(ctx, &azservicebus.Message{SessionID: &session, Body: []byte("x"), ApplicationProperties: p}, nil))
 }
 
-func startWorker(t *testing.T, srv *emulatortest.Server, cfg worker.Config) *worker.Client {
+func startWorker(t *testing.T, srv *emulatortest.Server, configure func(cfg *worker.Config)) *worker.Client {
 	t.Helper()
+	cfg := worker.DefaultConfig()
 	cfg.ConnectionString = srv.ConnectionString()
 	cfg.Entity = sbadapter.Entity{Queue: queue}
-	if cfg.Engine.IdleTimeout == 0 {
-		cfg.Engine.IdleTimeout = 200 * time.Millisecond
-	}
+	cfg.SessionIdleTimeout = 200 * time.Millisecond
+	cfg.HTTPAddr = worker.HTTPOff
+	configure(&cfg)
 	w, err := worker.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
@@ -82,13 +83,13 @@ func TestHandlerSpanContinuesThePublishersTrace(t *testing.T) {
 	var logs testio.SyncBuffer
 	logger := slog.New(worker.LogHandler(slog.NewJSONHandler(&logs, nil)))
 	handled := make(chan int64, 3)
-	startWorker(t, srv, worker.Config{
-		TracerProvider: tp,
-		Handler: sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+	startWorker(t, srv, func(cfg *worker.Config) {
+		cfg.TracerProvider = tp
+		cfg.Handler = sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
 			logger.InfoContext(ctx, "handling", slog.Int64("sequence", m.Sequence))
 			handled <- m.Sequence
 			return nil
-		}),
+		})
 	})
 
 	const (
@@ -147,10 +148,10 @@ func TestHandlerSpanRecordsFailure(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	var calls sync.Map
 	done := make(chan struct{})
-	startWorker(t, srv, worker.Config{
-		TracerProvider: tp,
-		Engine:         sequencer.EngineConfig{Retry: sequencer.RetryPolicy{Attempts: 3}},
-		Handler: sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error {
+	startWorker(t, srv, func(cfg *worker.Config) {
+		cfg.TracerProvider = tp
+		cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = 3, 0, 0
+		cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error {
 			n, _ := calls.LoadOrStore("n", new(int))
 			*n.(*int)++
 			if *n.(*int) == 1 {
@@ -158,7 +159,7 @@ func TestHandlerSpanRecordsFailure(t *testing.T) {
 			}
 			close(done)
 			return nil
-		}),
+		})
 	})
 	send(t, srv, "s", 1, true, nil)
 	select {
@@ -197,10 +198,10 @@ func attrMap(kvs []attribute.KeyValue) map[string]attribute.Value {
 func TestHTTPEndpoints(t *testing.T) {
 	t.Parallel()
 	srv := startEmulator(t)
-	w := startWorker(t, srv, worker.Config{
-		HTTPAddr:      "127.0.0.1:0",
-		ReadyInterval: 100 * time.Millisecond,
-		Handler:       sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil }),
+	w := startWorker(t, srv, func(cfg *worker.Config) {
+		cfg.HTTPAddr = "127.0.0.1:0"
+		cfg.ReadyInterval = 100 * time.Millisecond
+		cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
 	})
 	base := "http://" + w.HTTPAddr()
 	get := func(path string) (int, string) {
@@ -223,27 +224,30 @@ func TestHTTPEndpoints(t *testing.T) {
 	}
 }
 
-// A Config with problems is refused, each problem naming its field.
+// A Config with problems is refused, each problem naming its field (and its variable).
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	h := sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	valid := func(mutate func(c *worker.Config)) worker.Config {
+		c := worker.DefaultConfig()
+		c.ConnectionString, c.Entity, c.Handler = "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b", sbadapter.Entity{Queue: "q"}, h
+		mutate(&c)
+		return c
+	}
 	tests := []struct {
 		name string
 		cfg  worker.Config
 		want []string
 	}{
 		{"empty", worker.Config{}, []string{"Config.ConnectionString", "Config.Entity", "Config.Handler"}},
-		{"postgres without database", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
-			Entity: sbadapter.Entity{Queue: "q"}, Handler: h, StateStore: worker.StateStorePostgres}, []string{"Config.DatabaseURL"}},
-		{"journal with service bus", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
-			Entity: sbadapter.Entity{Queue: "q"}, Journal: true}, []string{"Config.Transactional"}},
-		{"bad engine policy", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
-			Entity: sbadapter.Entity{Queue: "q"}, Handler: h, Engine: sequencer.EngineConfig{Poison: "ignore"}}, []string{"Config.Engine", `Poison "ignore"`}},
-		{"bad gap policy", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
-			Entity: sbadapter.Entity{Queue: "q"}, Handler: h, Engine: sequencer.EngineConfig{GapPolicy: "drop"}}, []string{"Config.Engine", `GapPolicy "drop"`}},
-		{"journal with pass-through", worker.Config{ConnectionString: "Endpoint=sb://x/;SharedAccessKeyName=a;SharedAccessKey=b",
-			Entity: sbadapter.Entity{Queue: "q"}, Journal: true, StateStore: worker.StateStorePostgres, DatabaseURL: "postgres://localhost/x",
-			Engine: sequencer.EngineConfig{Unsequenced: sequencer.UnsequencedPassThrough}}, []string{"Config.Journal", "sequence"}},
+		{"postgres without database", valid(func(c *worker.Config) { c.StateStore = worker.StateStorePostgres }), []string{"Config.DatabaseURL"}},
+		{"journal with service bus", valid(func(c *worker.Config) { c.Handler, c.Journal = nil, true }), []string{"Config.Transactional"}},
+		{"bad engine policy", valid(func(c *worker.Config) { c.PoisonPolicy = "ignore" }), []string{"Config.PoisonPolicy", `SEQBUS_POISON_POLICY: "ignore"`}},
+		{"bad gap policy", valid(func(c *worker.Config) { c.GapPolicy = "drop" }), []string{"Config.GapPolicy", `SEQBUS_GAP_POLICY: "drop"`}},
+		{"journal with pass-through", valid(func(c *worker.Config) {
+			c.Handler, c.Journal, c.StateStore, c.DatabaseURL = nil, true, worker.StateStorePostgres, "postgres://localhost/x"
+			c.Unsequenced = sequencer.UnsequencedPassThrough
+		}), []string{"Config.Journal", "sequence"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

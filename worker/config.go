@@ -1,21 +1,32 @@
 package worker
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/seqbus/seqbus/clock"
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/handler"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 )
+
+// EnvPrefix prefixes every environment variable: a field tagged envconfig:"QUEUE" is set by
+// SEQBUS_QUEUE.
+const EnvPrefix = "SEQBUS"
 
 // StateStore names where the worker keeps each session's state.
 type StateStore string
@@ -28,177 +39,563 @@ const (
 	StateStorePostgres StateStore = "postgres"
 )
 
-// Defaults of Config.
-const (
-	DefaultMaxConcurrentSessions = 8
-	DefaultSweepInterval         = 30 * time.Second
-	DefaultHandlerTimeout        = 30 * time.Second
-	DefaultReadyInterval         = 5 * time.Second
-)
+// HTTPOff as HTTPAddr serves no HTTP at all.
+const HTTPOff = "off"
 
-// Config configures a Client. Zero fields take the defaults named on each field; New reports the
-// first problems of a Config, each naming its field.
-type Config struct {
-	// ConnectionString is a Service Bus connection string. Exactly one of ConnectionString and
-	// Namespace is set.
-	ConnectionString string
+// ServiceBus says how a seqbus process reaches Service Bus: exactly one of a connection string
+// and a namespace (with Entra ID).
+type ServiceBus struct {
+	// ConnectionString is a Service Bus connection string (SharedAccessKey or
+	// SharedAccessSignature).
+	ConnectionString string `envconfig:"CONNECTION_STRING" redact:"connection_string"`
 	// Namespace is a fully qualified namespace (myns.servicebus.windows.net) reached with
 	// Credential (default: azidentity.DefaultAzureCredential).
-	Namespace  string
-	Credential azcore.TokenCredential
-	// Entity is the session-enabled queue or topic subscription (an entity without sessions with
-	// OrderingNone).
-	Entity sbadapter.Entity
-	// Ordering is OrderingSession (default: restore each session's order) or OrderingNone
-	// (handle the messages of an entity without sessions as they come, no state).
-	Ordering Ordering
-
-	// StateStore is where session states live (default StateStoreServiceBus).
-	StateStore StateStore
-	// DatabaseURL (or Pool) is the Postgres database of StateStorePostgres. A Pool given here is
-	// the caller's: the Client never closes it.
-	DatabaseURL string
-	Pool        *pgxpool.Pool
-	// MigrateOnStart applies the Postgres migrations at Start; otherwise Start refuses a schema
-	// that lacks one (run `worker migrate up`).
-	MigrateOnStart bool
-	// StateMaxBytes bounds the Service Bus session state: the entity's maximum message size
-	// (default 256 KiB, the Standard tier; Premium allows up to 100 MiB).
-	StateMaxBytes int
-
-	// Handler handles each message, in order within its session. Required unless Journal.
-	Handler sequencer.Handler
-	// Journal uses the journal handler (StateStorePostgres only): each message is inserted into
-	// seqbus_journal in the transaction that advances its session's state (exactly-once effects).
-	Journal bool
-	// Transactional runs Handler and the state save in one Postgres transaction, reachable from
-	// the handler's ctx with postgres.TxFromContext (StateStorePostgres only; Journal implies it).
-	Transactional bool
-	// HandlerTimeout bounds one handler call (default DefaultHandlerTimeout).
-	HandlerTimeout time.Duration
-	// Middleware wraps the handler (Handler or the journal), the first outermost, inside the
-	// worker's own tracing, metrics, panic recovery and timeout.
-	Middleware []handler.Middleware
-
-	// Engine is the sequencing policy: retry, poison and gap policies, reorder window, drain
-	// batch, tombstone TTL, lock renewal. Zero fields take the engine's defaults.
-	Engine sequencer.EngineConfig
-	// MaxConcurrentSessions bounds the sessions handled at once (default 8).
-	MaxConcurrentSessions int
-	// SweepInterval is how often the sweeper looks for sessions that need a run the broker will
-	// not start (stranded on deferred messages, past their gap timeout), refreshes the session
-	// gauges and, with Postgres, purges expired tombstones (default DefaultSweepInterval).
-	SweepInterval time.Duration
-
-	// HTTPAddr is where /metrics, /healthz and /readyz are served ("" serves nothing; ":0" a free
-	// port, see Client.HTTPAddr).
-	HTTPAddr string
-	// ReadyInterval is how often readiness is checked: the broker connection and, with
-	// Postgres, the database (default DefaultReadyInterval). /readyz turns 503 within two
-	// intervals of losing either.
-	ReadyInterval time.Duration
-	// Registry receives the worker's metrics, the Go and the process collectors (default: a
-	// registry of the Client's own).
-	Registry *prometheus.Registry
-	// TracerProvider traces each handler call (default: tracing off). TracingFromEnv builds one
-	// from the standard OTEL_* variables.
-	TracerProvider trace.TracerProvider
-	// Logger receives the worker's logs (default: discard).
-	Logger *slog.Logger
+	Namespace  string                 `envconfig:"NAMESPACE"`
+	Credential azcore.TokenCredential `ignored:"true"`
 }
 
-// withDefaults returns a copy of c with its defaults filled in.
-func (c Config) withDefaults() Config {
-	c.StateStore = cmp.Or(c.StateStore, StateStoreServiceBus)
-	c.Ordering = cmp.Or(c.Ordering, OrderingSession)
-	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, DefaultHandlerTimeout)
-	c.MaxConcurrentSessions = cmp.Or(c.MaxConcurrentSessions, DefaultMaxConcurrentSessions)
-	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
-	c.ReadyInterval = cmp.Or(c.ReadyInterval, DefaultReadyInterval)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+// Database is the Postgres database of a seqbus process: the session states with
+// StateStorePostgres, the outbox for the relay.
+type Database struct {
+	// DatabaseURL (or Pool) is the database: postgres://user:password@host/db or a
+	// keyword/value string. A Pool given here is the caller's: it is never closed.
+	DatabaseURL string        `envconfig:"DATABASE_URL" redact:"url"`
+	Pool        *pgxpool.Pool `ignored:"true"`
+	// MigrateOnStart applies the migrations at Start; otherwise Start refuses a schema that
+	// lacks one (run `worker migrate up`).
+	MigrateOnStart bool `envconfig:"MIGRATE_ON_START"`
+}
+
+// Service is what every seqbus service process has around its work: its HTTP endpoints, its
+// readiness checks, how long a stop may drain, and the logger, registry and clock it is given.
+type Service struct {
+	// HTTPAddr is where /metrics, /healthz and /readyz are served (HTTPOff: nowhere; ":0" a
+	// free port, see Client.HTTPAddr).
+	HTTPAddr string `envconfig:"HTTP_ADDR"`
+	// ReadyInterval is how often readiness is checked: the broker and, where there is one, the
+	// database. /readyz turns 503 within two intervals of losing either.
+	ReadyInterval time.Duration `envconfig:"READY_CHECK_INTERVAL"`
+	// SoftStopTimeout is how long Stop lets the work in hand finish before it cancels it (a
+	// hard stop, as StopAndCancel), in which case Stop reports ErrSoftStopTimeout.
+	SoftStopTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT"`
+	// Registry receives the metrics and the Go and process collectors (default: a registry of
+	// the service's own).
+	Registry *prometheus.Registry `ignored:"true"`
+	// Logger receives the logs (default: discard).
+	Logger *slog.Logger `ignored:"true"`
+	// Clock times the background loops (default: the wall clock).
+	Clock clock.Clock `ignored:"true"`
+}
+
+// Config configures a Client. Each field with an envconfig tag is also the environment variable
+// EnvPrefix_<tag>, which FromEnv reads (cmd/worker runs on it).
+//
+// # Zero values
+//
+// A setting left unset takes its default: DefaultConfig holds them, and an unset variable
+// leaves its field as DefaultConfig has it. A value that is set means what it says, in Go and
+// in the environment alike: 0 is zero, which for ReorderWindow, TombstoneTTL, GapTimeout and
+// LockRenewInterval is their "off" (no window, no tombstone, no gap timeout, renew at half the
+// lock), and which New refuses, naming the field and its variable, where it means nothing (a
+// zero MaxConcurrentSessions). So start from DefaultConfig and change what differs.
+type Config struct {
+	ServiceBus
+	// Entity is the session-enabled queue or topic subscription (an entity without sessions
+	// with OrderingNone).
+	sbadapter.Entity
+	// Ordering is OrderingSession (restore each session's order) or OrderingNone (handle the
+	// messages of an entity without sessions as they come, no state).
+	Ordering Ordering `envconfig:"ORDERING"`
+
+	// StateStore is where session states live. Database is used with StateStorePostgres only.
+	StateStore StateStore `envconfig:"STATE_STORE"`
+	Database
+	// StateMaxBytes bounds the Service Bus session state: the entity's maximum message size
+	// (256 KiB on the Standard tier; Premium allows up to 100 MiB).
+	StateMaxBytes ByteSize `envconfig:"STATE_MAX_BYTES"`
+
+	// Handler handles each message, in order within its session. Required unless Journal.
+	Handler sequencer.Handler `ignored:"true"`
+	// Journal uses the journal handler (StateStorePostgres only): each message is inserted into
+	// seqbus_journal in the transaction that advances its session's state (exactly-once effects).
+	Journal bool `ignored:"true"`
+	// Transactional runs Handler and the state save in one Postgres transaction, reachable from
+	// the handler's ctx with postgres.TxFromContext (StateStorePostgres only; Journal implies it).
+	Transactional bool `ignored:"true"`
+	// HandlerTimeout bounds one handler call.
+	HandlerTimeout time.Duration `envconfig:"HANDLER_TIMEOUT"`
+	// Middleware wraps the handler (Handler or the journal), the first outermost, inside the
+	// worker's own tracing, metrics, panic recovery and timeout.
+	Middleware []handler.Middleware `ignored:"true"`
+
+	// The sequencing policy (sequencer.EngineConfig).
+
+	// SequenceProperty and LastProperty name the application properties of the message
+	// contract (see package contract); they must differ.
+	SequenceProperty string `envconfig:"SEQUENCE_PROPERTY"`
+	LastProperty     string `envconfig:"LAST_PROPERTY"`
+	// SessionIdleTimeout is how long a receive waits before a session counts as idle and is
+	// released.
+	SessionIdleTimeout time.Duration `envconfig:"SESSION_IDLE_TIMEOUT"`
+	// PoisonPolicy is what happens to a message the handler still fails after
+	// MaxHandlerAttempts calls: park, skip or block (see sequencer.PoisonPolicy).
+	PoisonPolicy       sequencer.PoisonPolicy `envconfig:"POISON_POLICY"`
+	MaxHandlerAttempts int                    `envconfig:"MAX_HANDLER_ATTEMPTS"`
+	// RetryBase and RetryMax space the handler calls: attempt n waits min(RetryBase·2^(n-1),
+	// RetryMax) (RetryBase 0: no wait).
+	RetryBase time.Duration `envconfig:"RETRY_BASE"`
+	RetryMax  time.Duration `envconfig:"RETRY_MAX"`
+	// SaveEachMessage saves the state after every handler call instead of once per run of
+	// in-order messages in hand (see sequencer.EngineConfig.SaveEachMessage).
+	SaveEachMessage bool `envconfig:"SAVE_EACH_MESSAGE"`
+	// ReorderWindow bounds the early messages held in memory per session (0: no window, every
+	// early message is deferred at the broker); ReorderWindowBytes bounds their bodies.
+	ReorderWindow      int      `envconfig:"REORDER_WINDOW"`
+	ReorderWindowBytes ByteSize `envconfig:"REORDER_WINDOW_BYTES"`
+	// DrainBatch caps the deferred messages fetched per receive-deferred call; Prefetch is how
+	// many messages one receive asks for.
+	DrainBatch int `envconfig:"DRAIN_BATCH"`
+	Prefetch   int `envconfig:"PREFETCH"`
+	// TombstoneTTL is how long an ended session's state is kept so that late copies are
+	// dropped (0: deleted at once).
+	TombstoneTTL time.Duration `envconfig:"TOMBSTONE_TTL"`
+	// LockRenewInterval is how often session locks are renewed (0: at half the remaining lock
+	// time).
+	LockRenewInterval time.Duration `envconfig:"LOCK_RENEW_INTERVAL"`
+	// GapTimeout is how long a missing sequence is waited for, while later ones wait, before
+	// GapPolicy acts (0: forever; the wait is reported by the gauges and warnings).
+	GapTimeout time.Duration       `envconfig:"GAP_TIMEOUT"`
+	GapPolicy  sequencer.GapPolicy `envconfig:"GAP_POLICY"`
+	// Unsequenced is what happens to a message without the sequence property.
+	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED"`
+
+	// MaxConcurrentSessions bounds the sessions (with OrderingNone: the messages) handled at once.
+	MaxConcurrentSessions int `envconfig:"MAX_CONCURRENT_SESSIONS"`
+	// SweepInterval is how often the sweeper looks for sessions that need a run the broker will
+	// not start (stranded on deferred messages, past their gap timeout), refreshes the session
+	// gauges and, with Postgres, purges expired tombstones.
+	SweepInterval time.Duration `envconfig:"SWEEP_INTERVAL"`
+
+	Service
+	// TracerProvider traces each handler call (default: tracing off). TracingFromEnv builds one
+	// from the standard OTEL_* variables.
+	TracerProvider trace.TracerProvider `ignored:"true"`
+}
+
+// DefaultConfig returns the defaults of every setting: what an empty environment gives.
+func DefaultConfig() Config {
+	engine := sequencer.EngineConfig{}.WithDefaults()
+	return Config{
+		Ordering:              OrderingSession,
+		StateStore:            StateStoreServiceBus,
+		StateMaxBytes:         256 << 10,
+		HandlerTimeout:        30 * time.Second,
+		SequenceProperty:      contract.SequenceProperty,
+		LastProperty:          contract.LastProperty,
+		SessionIdleTimeout:    5 * time.Second, // the library's 30s holds a quiet session's lock too long for a service
+		PoisonPolicy:          engine.Poison,
+		MaxHandlerAttempts:    engine.Retry.Attempts,
+		RetryBase:             engine.Retry.Base,
+		RetryMax:              engine.Retry.Cap,
+		ReorderWindow:         engine.WindowMessages,
+		ReorderWindowBytes:    ByteSize(engine.WindowBytes),
+		DrainBatch:            engine.DeferredBatch,
+		Prefetch:              engine.ReceiveBatch,
+		TombstoneTTL:          engine.TombstoneTTL,
+		GapPolicy:             engine.GapPolicy,
+		Unsequenced:           engine.Unsequenced,
+		MaxConcurrentSessions: 8,
+		SweepInterval:         30 * time.Second,
+		Service:               defaultService(),
 	}
+}
+
+func defaultService() Service {
+	return Service{HTTPAddr: ":9464", ReadyInterval: 5 * time.Second, SoftStopTimeout: 30 * time.Second}
+}
+
+// FromEnv sets the fields of cfg (a *Config, *RelayConfig or any struct with envconfig tags)
+// whose EnvPrefix_ variables are set, and leaves the others as they are. A value that does not
+// parse is an error naming its variable.
+func FromEnv(cfg any) error {
+	if err := envconfig.Process(EnvPrefix, cfg); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return nil
+}
+
+// engine returns the sequencing policy for the engine, whose zero values mean its defaults:
+// the settings' 0 for "off" becomes the engine's word for it.
+func (c Config) engine() sequencer.EngineConfig {
+	e := sequencer.EngineConfig{
+		SequenceProperty:  c.SequenceProperty,
+		LastProperty:      c.LastProperty,
+		WindowMessages:    c.ReorderWindow,
+		WindowBytes:       int(c.ReorderWindowBytes),
+		ReceiveBatch:      c.Prefetch,
+		DeferredBatch:     c.DrainBatch,
+		Retry:             sequencer.RetryPolicy{Attempts: c.MaxHandlerAttempts, Base: c.RetryBase, Cap: c.RetryMax},
+		Poison:            c.PoisonPolicy,
+		IdleTimeout:       c.SessionIdleTimeout,
+		GapTimeout:        c.GapTimeout,
+		GapPolicy:         c.GapPolicy,
+		Unsequenced:       c.Unsequenced,
+		TombstoneTTL:      c.TombstoneTTL,
+		SaveEachMessage:   c.SaveEachMessage,
+		LockRenewInterval: c.LockRenewInterval,
+	}
+	if c.ReorderWindow == 0 {
+		e.WindowMessages = sequencer.NoWindow
+	}
+	if c.TombstoneTTL == 0 {
+		e.TombstoneTTL = sequencer.NoTombstone
+	}
+	return e
+}
+
+// ConfigError is a problem with one setting, found by New (the value) or Start (what it leads
+// to: a database that does not answer, an entity that does not exist, a key that is refused).
+// Field is the Config field; Var the environment variable that sets it ("" for a field only Go
+// sets), read from the field's envconfig tag.
+type ConfigError struct {
+	Field string
+	Var   string
+	Err   error
+}
+
+func (e *ConfigError) Error() string {
+	if e.Var == "" {
+		return fmt.Sprintf("worker: Config.%s: %v", e.Field, e.Err)
+	}
+	return fmt.Sprintf("%s: %v (Config.%s)", e.Var, e.Err, e.Field)
+}
+
+// Unwrap returns the problem.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// configError is a problem with field of Config (or of a struct it embeds).
+func configError(field string, err error) error {
+	return &ConfigError{Field: field, Var: envVar(reflect.TypeFor[Config](), field), Err: err}
+}
+
+// envVar returns the variable of the field at path in t (a name, promoted fields included, or
+// a selector such as Entity.Queue), from its envconfig tag; "" when it has none.
+func envVar(t reflect.Type, path string) string {
+	var f reflect.StructField
+	for name := range strings.SplitSeq(path, ".") {
+		var ok bool
+		if t.Kind() != reflect.Struct {
+			return ""
+		}
+		if f, ok = t.FieldByName(name); !ok {
+			return ""
+		}
+		t = f.Type
+	}
+	tag := f.Tag.Get("envconfig")
+	if tag == "" || f.Tag.Get("ignored") == "true" {
+		return ""
+	}
+	return EnvPrefix + "_" + tag
+}
+
+// problems collects what is wrong with a configuration of type T, each a *ConfigError.
+type problems[T any] []error
+
+func (p *problems[T]) add(field, format string, args ...any) {
+	*p = append(*p, &ConfigError{Field: field, Var: envVar(reflect.TypeFor[T](), field), Err: fmt.Errorf(format, args...)})
+}
+
+// v names the setting of field: its variable, or Config.Field when it has none.
+func (p *problems[T]) v(field string) string {
+	if name := envVar(reflect.TypeFor[T](), field); name != "" {
+		return name
+	}
+	return "Config." + field
+}
+
+func (p *problems[T]) positive(field string, n int64, show any) {
+	if n <= 0 {
+		p.add(field, "must be positive, got %v", show)
+	}
+}
+
+func (p *problems[T]) err() error {
+	if len(*p) == 0 {
+		return nil
+	}
+	return fmt.Errorf("invalid configuration:\n%w", errors.Join(*p...))
+}
+
+func oneOf[T any, V ~string](p *problems[T], field string, value V, allowed ...V) {
+	if !slices.Contains(allowed, value) {
+		strs := make([]string, len(allowed))
+		for i, a := range allowed {
+			strs[i] = string(a)
+		}
+		p.add(field, "%q is not one of %s", value, strings.Join(strs, ", "))
+	}
+}
+
+// Validate checks c and reports every problem at once, each a *ConfigError naming its field and
+// variable. New calls it.
+func (c *Config) Validate() error {
+	var p problems[Config]
+	checkServiceBus(&p, c.ServiceBus)
+	switch e := c.Entity; {
+	case e.Queue != "" && (e.Topic != "" || e.Subscription != ""):
+		p.add("Entity.Queue", "set either %s or %s with %s, not both", p.v("Queue"), p.v("Topic"), p.v("Subscription"))
+	case e.Queue != "":
+	case e.Topic != "" && e.Subscription == "":
+		p.add("Entity.Subscription", "required with %s", p.v("Topic"))
+	case e.Topic == "" && e.Subscription != "":
+		p.add("Entity.Topic", "required with %s", p.v("Subscription"))
+	case e.Topic == "":
+		p.add("Entity.Queue", "set it, or %s with %s", p.v("Topic"), p.v("Subscription"))
+	}
+
+	oneOf(&p, "Ordering", c.Ordering, OrderingSession, OrderingNone)
+	transactional := c.Transactional || c.Journal
+	if c.Ordering == OrderingNone && (c.StateStore != StateStoreServiceBus || transactional) {
+		p.add("Ordering", "none keeps no state: it needs neither %s=postgres nor the journal handler (Config.Journal, Transactional)", p.v("StateStore"))
+	}
+	oneOf(&p, "StateStore", c.StateStore, StateStoreServiceBus, StateStorePostgres)
+	switch c.StateStore {
+	case StateStorePostgres:
+		checkDatabase(&p, c.Database, "required when "+p.v("StateStore")+"=postgres")
+	case StateStoreServiceBus:
+		if c.DatabaseURL != "" || c.Pool != nil || c.MigrateOnStart {
+			p.add("StateStore", "%s, Config.Pool and %s need %s=postgres", p.v("DatabaseURL"), p.v("MigrateOnStart"), p.v("StateStore"))
+		}
+		if transactional {
+			p.add("Transactional", "needs %s=postgres (the handler runs in the state's database transaction)", p.v("StateStore"))
+		}
+	}
+	if c.StateMaxBytes < 1024 {
+		p.add("StateMaxBytes", "must be at least 1KiB (the entity's maximum message size), got %d bytes", c.StateMaxBytes)
+	}
+	switch {
+	case c.Journal && c.Handler != nil:
+		p.add("Handler", "set either Handler or Journal, not both")
+	case !c.Journal && c.Handler == nil:
+		p.add("Handler", "required (or Journal)")
+	}
+	if c.Journal && c.Unsequenced == sequencer.UnsequencedPassThrough {
+		p.add("Journal", "the journal records each message by its sequence: it does not go with %s=passthrough", p.v("Unsequenced"))
+	}
+	p.positive("HandlerTimeout", int64(c.HandlerTimeout), c.HandlerTimeout)
+
+	checkContract(&p, c.SequenceProperty, c.LastProperty)
+	p.positive("SessionIdleTimeout", int64(c.SessionIdleTimeout), c.SessionIdleTimeout)
+	oneOf(&p, "PoisonPolicy", c.PoisonPolicy, sequencer.PoisonPark, sequencer.PoisonSkip, sequencer.PoisonBlock)
+	p.positive("MaxHandlerAttempts", int64(c.MaxHandlerAttempts), c.MaxHandlerAttempts)
+	if c.RetryBase < 0 {
+		p.add("RetryBase", "must not be negative, got %s", c.RetryBase)
+	}
+	if c.RetryMax < c.RetryBase {
+		p.add("RetryMax", "must be at least %s (%s), got %s", p.v("RetryBase"), c.RetryBase, c.RetryMax)
+	}
+	if c.ReorderWindow < 0 {
+		p.add("ReorderWindow", "must not be negative (0 turns the window off), got %d", c.ReorderWindow)
+	}
+	p.positive("ReorderWindowBytes", int64(c.ReorderWindowBytes), int64(c.ReorderWindowBytes))
+	p.positive("DrainBatch", int64(c.DrainBatch), c.DrainBatch)
+	p.positive("Prefetch", int64(c.Prefetch), c.Prefetch)
+	if c.TombstoneTTL < 0 {
+		p.add("TombstoneTTL", "must not be negative (0 deletes an ended session's state at once), got %s", c.TombstoneTTL)
+	}
+	if c.LockRenewInterval < 0 {
+		p.add("LockRenewInterval", "must not be negative (0 renews at half the remaining lock time), got %s", c.LockRenewInterval)
+	}
+	if c.GapTimeout < 0 {
+		p.add("GapTimeout", "must not be negative (0 waits for a missing sequence forever), got %s", c.GapTimeout)
+	}
+	oneOf(&p, "GapPolicy", c.GapPolicy, sequencer.GapWait, sequencer.GapSkip, sequencer.GapPark)
+	if c.GapTimeout == 0 && (c.GapPolicy == sequencer.GapSkip || c.GapPolicy == sequencer.GapPark) {
+		p.add("GapPolicy", "%s acts after %s, which is 0 (wait forever): set %s", c.GapPolicy, p.v("GapTimeout"), p.v("GapTimeout"))
+	}
+	oneOf(&p, "Unsequenced", c.Unsequenced, sequencer.UnsequencedDeadLetter, sequencer.UnsequencedPassThrough)
+
+	p.positive("MaxConcurrentSessions", int64(c.MaxConcurrentSessions), c.MaxConcurrentSessions)
+	p.positive("SweepInterval", int64(c.SweepInterval), c.SweepInterval)
+	checkService(&p, c.Service)
+	return p.err()
+}
+
+// checkServiceBus checks how Service Bus is reached: a connection string or, for Entra ID, a
+// fully qualified namespace, exactly one of them.
+func checkServiceBus[T any](p *problems[T], sb ServiceBus) {
+	switch {
+	case sb.ConnectionString == "" && sb.Namespace == "":
+		p.add("ConnectionString", "set it, or %s to use Entra ID", p.v("Namespace"))
+	case sb.ConnectionString != "" && sb.Namespace != "":
+		p.add("Namespace", "set either %s or %s, not both", p.v("ConnectionString"), p.v("Namespace"))
+	case sb.ConnectionString != "":
+		if err := checkConnectionString(sb.ConnectionString); err != nil {
+			p.add("ConnectionString", "%v", err)
+		}
+	default:
+		if strings.Contains(sb.Namespace, "/") || strings.ContainsAny(sb.Namespace, " ;") {
+			p.add("Namespace", "%q is not a fully qualified namespace such as myns.servicebus.windows.net", sb.Namespace)
+		}
+	}
+}
+
+// checkContract checks the property names of the message contract: both set, and different.
+func checkContract[T any](p *problems[T], sequenceProperty, lastProperty string) {
+	switch {
+	case strings.TrimSpace(sequenceProperty) == "":
+		p.add("SequenceProperty", "must not be empty")
+	case strings.TrimSpace(lastProperty) == "":
+		p.add("LastProperty", "must not be empty")
+	case sequenceProperty == lastProperty:
+		p.add("LastProperty", "must differ from %s (%q)", p.v("SequenceProperty"), sequenceProperty)
+	}
+}
+
+// checkDatabase checks that the database is given once, as a URL or a pool; missing says why
+// it is needed.
+func checkDatabase[T any](p *problems[T], db Database, missing string) {
+	switch {
+	case db.DatabaseURL == "" && db.Pool == nil:
+		p.add("DatabaseURL", "%s", missing)
+	case db.DatabaseURL != "" && db.Pool != nil:
+		p.add("DatabaseURL", "set either %s or Config.Pool, not both", p.v("DatabaseURL"))
+	case db.DatabaseURL != "":
+		if err := checkDatabaseURL(db.DatabaseURL); err != nil {
+			p.add("DatabaseURL", "%v", err)
+		}
+	}
+}
+
+// Validate checks that the database is given, as a URL or a pool, each problem a *ConfigError
+// naming its variable (what `worker migrate` needs).
+func (db Database) Validate() error {
+	var p problems[Database]
+	checkDatabase(&p, db, "required")
+	return p.err()
+}
+
+// checkService checks the settings every service has.
+func checkService[T any](p *problems[T], s Service) {
+	if s.HTTPAddr == "" {
+		p.add("HTTPAddr", `must not be empty (an address such as :9464, or %q)`, HTTPOff)
+	} else if s.HTTPAddr != HTTPOff {
+		if _, _, err := net.SplitHostPort(s.HTTPAddr); err != nil {
+			p.add("HTTPAddr", "%q is not host:port, :port or %s", s.HTTPAddr, HTTPOff)
+		}
+	}
+	p.positive("ReadyInterval", int64(s.ReadyInterval), s.ReadyInterval)
+	p.positive("SoftStopTimeout", int64(s.SoftStopTimeout), s.SoftStopTimeout)
+}
+
+// withDefaults fills what has a default but no setting: the logger, the clock, the journal's
+// transaction.
+func (c Config) withDefaults() Config {
+	c.Service = c.Service.withDefaults()
 	if c.Journal {
 		c.Transactional = true
 	}
 	return c
 }
 
-// ConfigError is a problem with one field of Config, found by New (the value) or Start (what
-// it leads to: a database that does not answer, an entity that does not exist, a key that is
-// refused). Field is the Config field's name, which a program that fills Config from its own
-// settings (cmd/worker: SEQBUS_* variables) maps back to the setting.
-type ConfigError struct {
-	Field string
-	Err   error
+func (s Service) withDefaults() Service {
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+	if s.Clock == nil {
+		s.Clock = clock.Real()
+	}
+	if s.Registry == nil {
+		s.Registry = prometheus.NewRegistry()
+	}
+	return s
 }
 
-func (e *ConfigError) Error() string { return fmt.Sprintf("worker: Config.%s: %v", e.Field, e.Err) }
+// httpAddr is the address to serve ("" for none).
+func (s Service) httpAddr() string {
+	if s.HTTPAddr == HTTPOff {
+		return ""
+	}
+	return s.HTTPAddr
+}
 
-// Unwrap returns the problem.
-func (e *ConfigError) Unwrap() error { return e.Err }
+// LogValue renders c for logs, its secrets redacted.
+func (c Config) LogValue() slog.Value { return SettingsLogValue(c) }
 
-func configError(field string, err error) error { return &ConfigError{Field: field, Err: err} }
+// String renders c with its secrets redacted, so printing a Config never leaks them.
+func (c Config) String() string { return c.LogValue().String() }
 
-// validate reports every problem of c (after withDefaults), each a *ConfigError.
-func (c Config) validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, configError(field, fmt.Errorf(format, args...)))
+// SettingsLogValue renders a struct of settings for a log: each field with an envconfig tag
+// under its tag in lower case, durations as "10s", the values of fields tagged
+// redact:"connection_string" or redact:"url" with their secrets hidden.
+func SettingsLogValue(settings any) slog.Value {
+	v := reflect.ValueOf(settings)
+	for v.Kind() == reflect.Pointer {
+		v = v.Elem()
 	}
-	switch {
-	case c.ConnectionString == "" && c.Namespace == "":
-		bad("ConnectionString", "set it or Namespace")
-	case c.ConnectionString != "" && c.Namespace != "":
-		bad("Namespace", "set either ConnectionString or Namespace, not both")
-	}
-	if err := c.Entity.Validate(); err != nil {
-		bad("Entity", "%v", err)
-	}
-	switch c.Ordering {
-	case OrderingSession:
-	case OrderingNone:
-		if c.StateStore != StateStoreServiceBus || c.Transactional {
-			bad("Ordering", "OrderingNone keeps no state: leave StateStore, Journal and Transactional unset")
+	var attrs []slog.Attr
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		tag := f.Tag.Get("envconfig")
+		if tag == "" || f.Tag.Get("ignored") == "true" || !f.IsExported() {
+			continue
 		}
-	default:
-		bad("Ordering", "%q is neither %q nor %q", c.Ordering, OrderingSession, OrderingNone)
-	}
-	switch c.StateStore {
-	case StateStoreServiceBus:
-		if c.DatabaseURL != "" || c.Pool != nil || c.MigrateOnStart {
-			bad("StateStore", "DatabaseURL, Pool and MigrateOnStart need StateStorePostgres")
+		fv := v.FieldByIndex(f.Index)
+		key := strings.ToLower(tag)
+		switch x := fv.Interface().(type) {
+		case time.Duration:
+			attrs = append(attrs, slog.String(key, x.String()))
+		case string:
+			switch f.Tag.Get("redact") {
+			case "connection_string":
+				x = RedactConnectionString(x)
+			case "url":
+				x = RedactDatabaseURL(x)
+			}
+			attrs = append(attrs, slog.String(key, x))
+		default:
+			attrs = append(attrs, slog.Any(key, fv.Interface()))
 		}
-		if c.Transactional {
-			bad("Transactional", "needs StateStorePostgres (the handler runs in the state's database transaction)")
+	}
+	return slog.GroupValue(attrs...)
+}
+
+func checkConnectionString(s string) error {
+	var endpoint, key bool
+	for part := range strings.SplitSeq(s, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			continue
 		}
-	case StateStorePostgres:
-		if (c.DatabaseURL == "") == (c.Pool == nil) {
-			bad("DatabaseURL", "set exactly one of DatabaseURL and Pool with StateStorePostgres")
+		switch strings.ToLower(k) {
+		case "endpoint":
+			u, err := url.Parse(v)
+			if err != nil || u.Host == "" {
+				return fmt.Errorf("Endpoint %q is not a URL such as sb://myns.servicebus.windows.net/", v)
+			}
+			endpoint = true
+		case "sharedaccesskey", "sharedaccesssignature":
+			key = v != ""
 		}
-	default:
-		bad("StateStore", "%q is neither %q nor %q", c.StateStore, StateStoreServiceBus, StateStorePostgres)
 	}
-	switch {
-	case c.Journal && c.Handler != nil:
-		bad("Handler", "set either Handler or Journal, not both")
-	case !c.Journal && c.Handler == nil:
-		bad("Handler", "required (or Journal)")
+	if !endpoint {
+		return errors.New("no Endpoint=sb://... in the connection string")
 	}
-	if c.StateMaxBytes < 0 {
-		bad("StateMaxBytes", "must not be negative, got %d", c.StateMaxBytes)
+	if !key {
+		return errors.New("no SharedAccessKey or SharedAccessSignature in the connection string")
 	}
-	if c.HandlerTimeout < 0 || c.SweepInterval < 0 || c.ReadyInterval < 0 {
-		bad("HandlerTimeout", "HandlerTimeout, SweepInterval and ReadyInterval must not be negative")
+	return nil
+}
+
+func checkDatabaseURL(s string) error {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		if _, err := url.Parse(s); err != nil {
+			return fmt.Errorf("not a valid URL (%s)", RedactDatabaseURL(s))
+		}
+		return nil
 	}
-	if c.MaxConcurrentSessions < 0 {
-		bad("MaxConcurrentSessions", "must be positive, got %d", c.MaxConcurrentSessions)
+	if strings.Contains(s, "=") {
+		return nil // keyword/value form, checked by pgx when connecting
 	}
-	if err := c.Engine.WithDefaults().Validate(); err != nil {
-		bad("Engine", "%v", err)
-	}
-	if c.Journal && c.Engine.Unsequenced == sequencer.UnsequencedPassThrough {
-		bad("Journal", "the journal records each message by its sequence: it does not go with Engine.Unsequenced passthrough")
-	}
-	return errors.Join(errs...)
+	return errors.New("expected postgres://user:password@host/db or host=... dbname=...")
 }

@@ -3,17 +3,37 @@
 // the demo run alike (river's Client is the model); [Client.Start] connects and starts,
 // [Client.Stop] drains and [Client.StopAndCancel] cancels.
 //
+// # Configuration
+//
+// [Config] is the one description of the worker's settings: each field with an envconfig tag is
+// also the variable SEQBUS_<tag> that cmd/worker reads ([FromEnv]); [DefaultConfig] holds the
+// defaults (what an empty environment gives); [Config.Validate], which New calls, reports every
+// problem at once, each a [*ConfigError] naming the field and its variable. Zero means zero:
+// start from DefaultConfig and change what differs. [RelayConfig] follows the same rules;
+// [ServiceBus], [Database] and [Service] are the settings they share.
+//
+// # Services
+//
+// Every long-running part has one lifecycle (Start; Stop lets the work in hand finish, canceling
+// it when the context ends; StopAndCancel; Stopped) and gets the logger and the clock of its
+// Service settings: the runner, the unordered consumer, the sweeper, the tombstone purge, the
+// readiness checks and the relay. Client and Relay stop them in order; Service.SoftStopTimeout
+// turns a graceful stop into a hard one, and Stop then reports [ErrSoftStopTimeout]. [Connect]
+// builds the Service Bus clients, the database pool, the state store and the session lister
+// with one set of knobs, for the worker, the relay and the operator commands alike.
+//
 // # What runs
 //
 //   - The runner (sequencer.Runner) accepts up to Config.MaxConcurrentSessions sessions at once
-//     and restores each one's order with the engine's policy (Config.Engine).
+//     and restores each one's order with the engine's policy (the sequencing fields of Config).
 //   - The handler chain: tracing (one span per call), metrics, panic recovery and a timeout
 //     around Config.Handler (or the journal handler with Postgres).
 //   - The sweeper, every Config.SweepInterval, lists the sessions whose state says they are
 //     parked, waiting on a gap or stranded (sessionstate.Lister: a query with Postgres, a scan
 //     of the session states with Service Bus), wakes those the broker will not offer (stranded on
 //     deferred messages; past their gap timeout), refreshes the session gauges, warns about gaps
-//     open for 1 min, 10 min and 1 h, and with Postgres purges expired tombstones.
+//     open for 1 min, 10 min and 1 h. With Postgres a purge deletes expired tombstones at the
+//     same interval.
 //   - Readiness checks every Config.ReadyInterval: the broker (a management call) and, with
 //     Postgres, the database.
 //

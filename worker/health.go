@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/seqbus/seqbus/clock"
 )
 
 // ops is what a seqbus process serves to its operators: /metrics, /healthz and /readyz, with a
@@ -34,7 +36,7 @@ type ops struct {
 	ln  net.Listener
 }
 
-// listen starts serving on addr ("" serves nothing). The error names the field HTTPAddr.
+// listen starts serving on addr ("" serves nothing). The error names HTTPAddr.
 func (o *ops) listen(addr string) error {
 	if addr == "" {
 		return nil
@@ -81,34 +83,33 @@ func (o *ops) get() (ok bool, reasons []string, checked time.Time) {
 	return o.ok, o.reasons, o.checked
 }
 
-// readyLoop checks readiness every interval until ctx ends; each check gets one interval.
-func (o *ops) readyLoop(ctx context.Context) {
-	t := time.NewTicker(o.interval)
-	defer t.Stop()
-	for {
-		cctx, cancel := context.WithTimeout(ctx, o.interval)
-		reasons := o.check(cctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
+// service checks readiness every interval on clk until it is stopped; each check gets one
+// interval.
+func (o *ops) service(clk clock.Clock) *base {
+	return newBase("worker: readiness", o.log, func(soft, _ context.Context) error {
+		every(soft, clk, o.interval, func(ctx context.Context) { o.checkOnce(ctx, clk) })
+		return nil
+	})
+}
+
+func (o *ops) checkOnce(ctx context.Context, clk clock.Clock) {
+	cctx, cancel := context.WithTimeout(ctx, o.interval)
+	reasons := o.check(cctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	wasOK := o.set(reasons, clk.Now())
+	switch {
+	case len(reasons) == 0:
+		o.readyGauge.Set(1)
+		if !wasOK {
+			o.log.InfoContext(ctx, "worker: ready")
 		}
-		wasOK := o.set(reasons, time.Now())
-		switch {
-		case len(reasons) == 0:
-			o.readyGauge.Set(1)
-			if !wasOK {
-				o.log.InfoContext(ctx, "worker: ready")
-			}
-		default:
-			o.readyGauge.Set(0)
-			if wasOK {
-				o.log.WarnContext(ctx, "worker: not ready", slog.Any("reasons", reasons))
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	default:
+		o.readyGauge.Set(0)
+		if wasOK {
+			o.log.WarnContext(ctx, "worker: not ready", slog.Any("reasons", reasons))
 		}
 	}
 }

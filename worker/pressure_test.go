@@ -15,7 +15,6 @@ import (
 	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/internal/demo"
 	"github.com/seqbus/seqbus/sbadapter"
-	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/worker"
 )
 
@@ -50,14 +49,10 @@ func TestClientCompletesWorkUnderThrottle(t *testing.T) {
 	}
 
 	checker := demo.NewChecker(ids, messages)
-	w, err := worker.New(worker.Config{
-		ConnectionString:      srv.ConnectionString(),
-		Entity:                sbadapter.Entity{Queue: queue},
-		Handler:               checker,
-		Engine:                sequencer.EngineConfig{IdleTimeout: time.Second},
-		MaxConcurrentSessions: 4,
-		SweepInterval:         time.Second,
-	})
+	cfg := worker.DefaultConfig()
+	cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = srv.ConnectionString(), sbadapter.Entity{Queue: queue}, checker, worker.HTTPOff
+	cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, 4, time.Second
+	w, err := worker.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

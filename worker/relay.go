@@ -5,112 +5,157 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/outbox"
 )
 
 // RelayConfig configures a Relay, the transactional outbox's relay run as a service (`worker
 // relay`): the messages applications enqueue in Postgres (package outbox) go to Service Bus in
-// each session's order.
+// each session's order. Its settings follow Config's rules: DefaultRelayConfig holds the
+// defaults, FromEnv reads the variables of the envconfig tags, 0 is zero (RelayEndedRetention 0
+// keeps ended sessions forever).
 type RelayConfig struct {
-	// ConnectionString, or Namespace with Credential, reach Service Bus (as in Config).
-	ConnectionString string
-	Namespace        string
-	Credential       azcore.TokenCredential
-	// DatabaseURL (or Pool, the caller's) is the database holding the outbox.
-	DatabaseURL string
-	Pool        *pgxpool.Pool
-	// MigrateOnStart applies the migrations at Start; otherwise Start refuses a schema that
-	// lacks one.
-	MigrateOnStart bool
-	// Outbox tunes the relay: entities, batch size, concurrency, backoff, the property names
-	// the worker reads, retention of ended sessions. Its Pool, Client and Logger are the
-	// Relay's own.
-	Outbox outbox.RelayConfig
-	// HTTPAddr serves /metrics, /healthz and /readyz ("" serves nothing).
-	HTTPAddr string
-	// ReadyInterval is how often the database is checked (default DefaultReadyInterval).
-	ReadyInterval time.Duration
-	// Registry receives the relay's metrics (default: a registry of its own).
-	Registry *prometheus.Registry
-	// Logger receives the relay's logs (default: discard).
-	Logger *slog.Logger
+	ServiceBus
+	// Database holds the outbox (required).
+	Database
+	// SequenceProperty and LastProperty name the application properties the worker reads.
+	SequenceProperty string `envconfig:"SEQUENCE_PROPERTY"`
+	LastProperty     string `envconfig:"LAST_PROPERTY"`
+
+	// Entities restricts the relay to these queues and topics (comma-separated in the
+	// environment; default: every entity in the outbox).
+	Entities []string `envconfig:"RELAY_ENTITIES"`
+	// BatchSize is the most messages of one session claimed and sent at once; Concurrency how
+	// many sessions are sent at once; PollInterval how often the relay looks for work when no
+	// notification comes.
+	BatchSize    int           `envconfig:"RELAY_BATCH_SIZE"`
+	Concurrency  int           `envconfig:"RELAY_CONCURRENCY"`
+	PollInterval time.Duration `envconfig:"RELAY_POLL_INTERVAL"`
+	// MinBackoff and MaxBackoff bound the pause of a session after a failed send (doubling,
+	// equal jitter).
+	MinBackoff time.Duration `envconfig:"RELAY_MIN_BACKOFF"`
+	MaxBackoff time.Duration `envconfig:"RELAY_MAX_BACKOFF"`
+	// SendTimeout bounds one session's send.
+	SendTimeout time.Duration `envconfig:"RELAY_SEND_TIMEOUT"`
+	// EndedRetention is how long an ended session is remembered (0: forever); PurgeInterval how
+	// often the relay forgets those past it.
+	EndedRetention time.Duration `envconfig:"RELAY_ENDED_RETENTION"`
+	PurgeInterval  time.Duration `envconfig:"RELAY_PURGE_INTERVAL"`
+
+	Service
 }
+
+// DefaultRelayConfig returns the defaults of every relay setting: what an empty environment
+// gives.
+func DefaultRelayConfig() RelayConfig {
+	return RelayConfig{
+		SequenceProperty: contract.SequenceProperty,
+		LastProperty:     contract.LastProperty,
+		BatchSize:        outbox.DefaultBatchSize,
+		Concurrency:      outbox.DefaultConcurrency,
+		PollInterval:     outbox.DefaultPollInterval,
+		MinBackoff:       outbox.DefaultMinBackoff,
+		MaxBackoff:       outbox.DefaultMaxBackoff,
+		SendTimeout:      outbox.DefaultSendTimeout,
+		EndedRetention:   outbox.DefaultEndedRetention,
+		PurgeInterval:    outbox.DefaultPurgeInterval,
+		Service:          defaultService(),
+	}
+}
+
+// Validate checks c and reports every problem at once, each a *ConfigError naming its field
+// and variable. NewRelay calls it.
+func (c *RelayConfig) Validate() error {
+	var p problems[RelayConfig]
+	checkServiceBus(&p, c.ServiceBus)
+	checkDatabase(&p, c.Database, "required: the outbox lives in Postgres")
+	checkContract(&p, c.SequenceProperty, c.LastProperty)
+	for _, e := range c.Entities {
+		if strings.TrimSpace(e) == "" {
+			p.add("Entities", "has an empty entity name")
+		}
+	}
+	p.positive("BatchSize", int64(c.BatchSize), c.BatchSize)
+	p.positive("Concurrency", int64(c.Concurrency), c.Concurrency)
+	p.positive("PollInterval", int64(c.PollInterval), c.PollInterval)
+	p.positive("MinBackoff", int64(c.MinBackoff), c.MinBackoff)
+	if c.MaxBackoff < c.MinBackoff {
+		p.add("MaxBackoff", "must be at least %s (%s), got %s", p.v("MinBackoff"), c.MinBackoff, c.MaxBackoff)
+	}
+	p.positive("SendTimeout", int64(c.SendTimeout), c.SendTimeout)
+	if c.EndedRetention < 0 {
+		p.add("EndedRetention", "must not be negative (0 keeps ended sessions forever), got %s", c.EndedRetention)
+	}
+	p.positive("PurgeInterval", int64(c.PurgeInterval), c.PurgeInterval)
+	checkService(&p, c.Service)
+	return p.err()
+}
+
+// LogValue renders c for logs, its secrets redacted.
+func (c RelayConfig) LogValue() slog.Value { return SettingsLogValue(c) }
+
+// String renders c with its secrets redacted.
+func (c RelayConfig) String() string { return c.LogValue().String() }
 
 // Relay runs an outbox relay with its metrics and health endpoints.
 type Relay struct {
-	cfg     RelayConfig
-	log     *slog.Logger
-	client  *azservicebus.Client
-	pool    *pgxpool.Pool
-	ownPool bool
-	relay   *outbox.Relay
-	ops     ops
+	cfg    RelayConfig
+	log    *slog.Logger
+	client *azservicebus.Client
+	pool   *pgxpool.Pool
+	own    bool
+	relay  *outbox.Relay
+	host   *base
+	ready  service
+	ops    ops
 
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	bg      sync.WaitGroup
-	runErr  error
-	runDone chan struct{}
-	done    chan struct{}
+	mu       sync.Mutex
+	started  bool
+	stopping bool
+	done     chan struct{}
 }
 
 // NewRelay checks cfg and builds a Relay; it connects to nothing yet.
 func NewRelay(cfg RelayConfig) (*Relay, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.ReadyInterval == 0 {
-		cfg.ReadyInterval = DefaultReadyInterval
-	}
-	var errs []error
-	switch {
-	case cfg.ConnectionString == "" && cfg.Namespace == "":
-		errs = append(errs, configError("ConnectionString", errors.New("set it or Namespace")))
-	case cfg.ConnectionString != "" && cfg.Namespace != "":
-		errs = append(errs, configError("Namespace", errors.New("set either ConnectionString or Namespace, not both")))
-	}
-	if (cfg.DatabaseURL == "") == (cfg.Pool == nil) {
-		errs = append(errs, configError("DatabaseURL", errors.New("set exactly one of DatabaseURL and Pool")))
-	}
-	if cfg.ReadyInterval < 0 {
-		errs = append(errs, configError("ReadyInterval", errors.New("must not be negative")))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-
-	r := &Relay{cfg: cfg, log: cfg.Logger, pool: cfg.Pool, ownPool: cfg.Pool == nil, done: make(chan struct{}), runDone: make(chan struct{})}
+	cfg.Service = cfg.Service.withDefaults()
+	r := &Relay{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
 	var err error
-	if r.client, err = newSBClient(Config{ConnectionString: cfg.ConnectionString, Namespace: cfg.Namespace, Credential: cfg.Credential}, nil); err != nil {
+	if r.client, err = newServiceBusClient(cfg.ServiceBus, &azservicebus.ClientOptions{RetryOptions: managementRetries}); err != nil {
 		return nil, err
 	}
-	if r.ownPool {
-		if r.pool, err = pgxpool.New(context.Background(), cfg.DatabaseURL); err != nil {
-			r.close()
-			return nil, configError("DatabaseURL", err)
-		}
+	if r.pool, r.own, err = openPool(context.Background(), cfg.Database); err != nil {
+		r.close()
+		return nil, err
 	}
-	ocfg := cfg.Outbox
-	ocfg.Pool, ocfg.Client, ocfg.Logger = r.pool, r.client, r.log
+	ocfg := outbox.RelayConfig{
+		Pool: r.pool, Client: r.client, Logger: r.log, Clock: cfg.Clock,
+		Entities: cfg.Entities, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
+		PollInterval: cfg.PollInterval, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
+		SendTimeout: cfg.SendTimeout, SequenceProperty: cfg.SequenceProperty, LastProperty: cfg.LastProperty,
+		EndedRetention: cfg.EndedRetention, PurgeInterval: cfg.PurgeInterval,
+	}
+	if cfg.EndedRetention == 0 {
+		ocfg.EndedRetention = outbox.NoPurge
+	}
 	if r.relay, err = outbox.NewRelay(&ocfg); err != nil {
 		r.close()
-		return nil, configError("Outbox", err)
+		return nil, fmt.Errorf("worker: relay: %w", err)
 	}
+	r.host = newBase("worker: relay", r.log, func(soft, _ context.Context) error { return r.relay.Run(soft) })
 
 	reg := cfg.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	ready := prometheus.NewGauge(prometheus.GaugeOpts{Name: "seqbus_ready", Help: "1 when the last readiness check reached the database, 0 otherwise."})
 	stat := func(f func(outbox.RelayStats) int64) func() float64 {
 		return func() float64 { return float64(f(r.relay.Stats())) }
@@ -150,8 +195,8 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	return r, nil
 }
 
-// Start checks the database (migrating it with MigrateOnStart), starts the HTTP server and the
-// relay, and returns.
+// Start checks the database (migrating it with MigrateOnStart), starts the HTTP server, the
+// readiness checks and the relay, and returns.
 func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -159,62 +204,62 @@ func (r *Relay) Start(ctx context.Context) error {
 		return errors.New("worker: relay already started")
 	}
 	r.started = true
+	ready := r.ops.service(r.cfg.Clock)
 	fail := func(err error) error {
+		r.stopping = true
+		_ = stopAll(ctx, true, ready, r.host)
 		r.ops.shutdown(ctx)
 		r.close()
 		close(r.done)
 		return err
 	}
-	if err := r.ops.listen(r.cfg.HTTPAddr); err != nil {
+	if err := r.ops.listen(r.cfg.httpAddr()); err != nil {
 		return fail(err)
 	}
-	if err := prepareDatabase(ctx, r.pool, r.cfg.MigrateOnStart, r.log); err != nil {
+	if err := prepareDatabase(ctx, r.pool, r.cfg.Database, r.log); err != nil {
 		return fail(err)
 	}
-	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel = cancel
-	r.bg.Go(func() { r.ops.readyLoop(bg) })
-	r.bg.Go(func() {
-		defer close(r.runDone)
-		if err := r.relay.Run(bg); err != nil {
-			r.log.ErrorContext(bg, "worker: relay stopped", slog.Any("error", err))
-			r.mu.Lock()
-			r.runErr = err
-			r.mu.Unlock()
+	for _, s := range []service{ready, r.host} {
+		if err := s.Start(ctx); err != nil {
+			return fail(err)
 		}
-	})
+	}
+	r.ready = ready
 	r.log.InfoContext(ctx, "worker: relay running", slog.String("http_addr", r.ops.addr()))
 	return nil
 }
 
-// Stop stops the relay: the sends in flight finish (or ctx ends), then the connections close.
-// It returns the relay's own failure, if it stopped on one.
-func (r *Relay) Stop(ctx context.Context) error {
+// Stop stops the relay: the sends in flight finish within SoftStopTimeout (or ctx), then the
+// connections close. It returns the relay's own failure, if it stopped on one.
+func (r *Relay) Stop(ctx context.Context) error { return r.stop(ctx, false) }
+
+// StopAndCancel cancels the sends in flight, then stops like Stop.
+func (r *Relay) StopAndCancel(ctx context.Context) error { return r.stop(ctx, true) }
+
+func (r *Relay) stop(ctx context.Context, cancel bool) error {
 	r.mu.Lock()
-	if !r.started || r.cancel == nil {
+	if !r.started || r.stopping {
 		r.mu.Unlock()
+		if r.started {
+			_ = r.host.StopAndCancel(ctx) // a second call escalates
+			<-r.done
+		}
 		return nil
 	}
-	cancel := r.cancel
-	r.cancel = nil
+	r.stopping = true
 	r.mu.Unlock()
-	cancel()
-	waited := make(chan struct{})
-	go func() { r.bg.Wait(); close(waited) }()
-	var err error
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		err = fmt.Errorf("worker: relay stop: %w", ctx.Err())
+	errs := []error{stopAll(ctx, true, r.ready)}
+	if cancel {
+		errs = append(errs, r.host.StopAndCancel(ctx))
+	} else {
+		errs = append(errs, softStop(ctx, r.host, r.cfg.Clock, r.cfg.SoftStopTimeout, r.log))
 	}
 	r.ops.shutdown(ctx)
 	r.close()
 	st := r.relay.Stats()
 	r.log.InfoContext(ctx, "worker: relay stopped", slog.Int64("sent", st.Sent), slog.Int64("failures", st.Failures))
 	close(r.done)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return errors.Join(err, r.runErr)
+	return errors.Join(append(errs, r.host.Err())...)
 }
 
 func (r *Relay) close() {
@@ -223,14 +268,14 @@ func (r *Relay) close() {
 	if r.client != nil {
 		_ = r.client.Close(ctx)
 	}
-	if r.ownPool && r.pool != nil {
+	if r.own && r.pool != nil {
 		r.pool.Close()
 	}
 }
 
 // Done is closed when the relay stopped relaying: after Stop, or on its own after a failure it
 // cannot retry (the outbox tables are missing), which Stop then returns.
-func (r *Relay) Done() <-chan struct{} { return r.runDone }
+func (r *Relay) Done() <-chan struct{} { return r.host.Stopped() }
 
 // Stopped is closed once the Relay has stopped.
 func (r *Relay) Stopped() <-chan struct{} { return r.done }

@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sessionstate"
+	"github.com/seqbus/seqbus/sessionstate/postgres"
 )
 
 // gapWarnings are the ages of an open gap at which the sweeper warns (again).
@@ -25,11 +27,9 @@ type sweeper struct {
 	// whose gap is that old due a run.
 	gapTimeout time.Duration
 	gapActs    bool
-	// before runs at the start of each sweep (the Postgres tombstone purge).
-	before func(ctx context.Context)
-	now    func() time.Time
-	m      *metrics
-	log    *slog.Logger
+	clock      clock.Clock
+	m          *metrics
+	log        *slog.Logger
 
 	// warned holds, per session with an open gap, how many gapWarnings were logged, and since
 	// when the gap is open (a new gap starts over).
@@ -50,27 +50,39 @@ func gapPolicyActs(e sequencer.EngineConfig) bool {
 // pageSize bounds one List call of a sweep.
 const pageSize = 500
 
-func (s *sweeper) run(ctx context.Context) {
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
-			s.log.WarnContext(ctx, "worker: sweep failed; trying again at the next interval", slog.Any("error", err))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// service sweeps every interval until it is stopped.
+func (s *sweeper) service() *base {
+	return newBase("worker: sweeper", s.log, func(soft, _ context.Context) error {
+		every(soft, s.clock, s.interval, func(ctx context.Context) {
+			if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "worker: sweep failed; trying again at the next interval", slog.Any("error", err))
+			}
+		})
+		return nil
+	})
+}
+
+// purgeService deletes, every interval, the tombstones of pg older than ttl. The engine deletes
+// an expired tombstone only when its session runs again; without this purge the table would
+// grow with every session ever ended.
+func purgeService(pg *postgres.Store, ttl, interval time.Duration, clk clock.Clock, log *slog.Logger) *base {
+	return newBase("worker: tombstone purge", log, func(soft, _ context.Context) error {
+		every(soft, clk, interval, func(ctx context.Context) {
+			n, err := pg.PurgeTombstones(ctx, pg.Entity(), clk.Now().Add(-ttl))
+			switch {
+			case err != nil && ctx.Err() == nil:
+				log.WarnContext(ctx, "worker: purging expired tombstones", slog.Any("error", err))
+			case n > 0:
+				log.InfoContext(ctx, "worker: purged expired tombstones", slog.Int64("num_deleted", n))
+			}
+		})
+		return nil
+	})
 }
 
 // sweep looks at every session that is parked, waiting on a gap or stranded, once.
 func (s *sweeper) sweep(ctx context.Context) error {
-	if s.before != nil {
-		s.before(ctx)
-	}
-	now := s.now()
+	now := s.clock.Now()
 	var (
 		parked, blocked, wakes int
 		oldest                 time.Duration

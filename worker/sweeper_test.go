@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sessionstate/memory"
 	"github.com/seqbus/seqbus/sessionstate/storetest"
@@ -19,6 +20,7 @@ import (
 
 type sweepBundle struct {
 	store *memory.Store
+	clk   *clock.Fake
 	s     *sweeper
 	woken []string
 	logs  *bytes.Buffer
@@ -30,10 +32,11 @@ func newSweepBundle(t *testing.T, gapTimeout time.Duration, policy sequencer.Gap
 	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
 	require.NoError(t, err)
 	b := &sweepBundle{store: memory.New(), logs: &bytes.Buffer{}, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	b.clk = clock.NewFake(b.now)
 	b.s = &sweeper{
 		lister: b.store, wake: func(id string) { b.woken = append(b.woken, id) },
 		gapTimeout: gapTimeout, gapActs: gapPolicyActs(sequencer.EngineConfig{GapTimeout: gapTimeout, GapPolicy: policy}),
-		now: func() time.Time { return b.now }, m: m,
+		clock: b.clk, m: m,
 		log:    slog.New(slog.NewTextHandler(b.logs, nil)),
 		warned: map[string]gapWarned{},
 	}
@@ -49,6 +52,7 @@ func (b *sweepBundle) save(t *testing.T, id string, st *sequencer.State) {
 func (b *sweepBundle) sweep(t *testing.T) {
 	t.Helper()
 	b.woken = nil
+	b.clk.Set(b.now)
 	require.NoError(t, b.s.sweep(context.Background()))
 }
 

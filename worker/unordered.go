@@ -3,15 +3,15 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/backoff"
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 )
@@ -33,14 +33,16 @@ const (
 // with the engine's retry policy, complete; what keeps failing goes by the poison policy
 // (dead-lettered with park or skip, abandoned with block).
 type unordered struct {
-	recv    *azservicebus.Receiver
-	h       sequencer.Handler
-	slots   int
-	retry   sequencer.RetryPolicy
-	poison  sequencer.PoisonPolicy
-	obs     sequencer.Observer
-	log     *slog.Logger
-	renewal time.Duration
+	recv     *azservicebus.Receiver
+	h        sequencer.Handler // with the worker's panic recovery (handler.WithRecover)
+	slots    int
+	attempts int
+	retry    backoff.Policy
+	poison   sequencer.PoisonPolicy
+	obs      sequencer.Observer
+	log      *slog.Logger
+	clock    clock.Clock
+	renewal  time.Duration
 
 	active  atomic.Int64
 	handled atomic.Uint64
@@ -60,18 +62,27 @@ const (
 
 var opNames = [numOps]string{"receive", "complete", "abandon", "dead_letter", "renew_lock"}
 
+// receiveBackoff spaces the receives after failed ones.
+var receiveBackoff = backoff.Policy{Base: time.Second, Max: 30 * time.Second, Jitter: 0.5}
+
 // run receives and handles until stop ends (a graceful stop: the messages in hand are finished)
-// or hard ends (handlers are canceled, nothing more is settled).
-func (u *unordered) run(stop, hard context.Context) {
+// or hard ends (handlers are canceled, nothing more is settled), then closes the receiver.
+func (u *unordered) run(stop, hard context.Context) error {
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 10*time.Second)
+		defer cancel()
+		_ = u.recv.Close(cctx)
+	}()
 	sem := make(chan struct{}, u.slots)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	failures := 0
 	for stop.Err() == nil {
 		select { // wait for a free slot
 		case sem <- struct{}{}:
 			<-sem
 		case <-stop.Done():
-			return
+			return nil
 		}
 		free := u.slots - len(sem)
 		rctx, cancel := context.WithCancel(hard)
@@ -81,10 +92,12 @@ func (u *unordered) run(stop, hard context.Context) {
 		stopWatch()
 		cancel()
 		if err != nil && stop.Err() == nil && hard.Err() == nil {
+			failures++
 			u.log.WarnContext(stop, "worker: receiving", slog.Any("error", err), slog.String("class", sbadapter.Classify(err).String()))
-			pause(stop, time.Second)
+			_ = clock.Sleep(stop, u.clock, receiveBackoff.Delay(failures))
 			continue
 		}
+		failures = 0
 		for _, rm := range msgs {
 			sem <- struct{}{}
 			u.active.Add(1)
@@ -94,6 +107,7 @@ func (u *unordered) run(stop, hard context.Context) {
 			})
 		}
 	}
+	return nil
 }
 
 // handle runs one message to its settlement.
@@ -106,13 +120,13 @@ func (u *unordered) handle(ctx context.Context, rm *azservicebus.ReceivedMessage
 
 	var herr error
 	for attempt := 1; ; attempt++ {
-		herr = u.call(ctx, m)
-		if herr == nil || ctx.Err() != nil || attempt >= u.retry.Attempts {
+		herr = u.h.Handle(ctx, m)
+		if herr == nil || ctx.Err() != nil || attempt >= u.attempts {
 			break
 		}
 		u.retried.Add(1)
 		u.observe(sequencer.Event{Kind: sequencer.EventRetry, SessionID: m.SessionID, Err: herr})
-		if !pause(ctx, u.retry.Backoff(attempt)) {
+		if clock.Sleep(ctx, u.clock, u.retry.Delay(attempt)) != nil {
 			break
 		}
 	}
@@ -148,19 +162,9 @@ func (u *unordered) handle(ctx context.Context, rm *azservicebus.ReceivedMessage
 	}
 }
 
-func (u *unordered) call(ctx context.Context, m *sequencer.Message) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			u.log.ErrorContext(ctx, "worker: handler panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
-			err = fmt.Errorf("handler panic: %v", p)
-		}
-	}()
-	return u.h.Handle(ctx, m)
-}
-
 // renewLoop keeps the message lock while the handler and its retries run.
 func (u *unordered) renewLoop(ctx context.Context, rm *azservicebus.ReceivedMessage) {
-	for pause(ctx, u.renewal) {
+	for clock.Sleep(ctx, u.clock, u.renewal) == nil {
 		u.calls[opRenew].Add(1)
 		if err := u.recv.RenewMessageLock(ctx, rm, nil); err != nil && ctx.Err() == nil {
 			u.log.WarnContext(ctx, "worker: renewing a message lock", slog.String("message_id", rm.MessageID), slog.Any("error", err))
@@ -190,19 +194,4 @@ func (u *unordered) stats() sequencer.Stats {
 		s.BrokerCalls[n] = u.calls[i].Load()
 	}
 	return s
-}
-
-// pause waits d or until ctx ends; it reports whether d passed.
-func pause(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

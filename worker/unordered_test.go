@@ -64,11 +64,11 @@ func TestOrderingNoneHandlesConcurrentlyWithoutState(t *testing.T) {
 		}
 		return nil
 	})
-	w, err := worker.New(worker.Config{
-		ConnectionString: srv.ConnectionString(), Entity: sbadapter.Entity{Queue: "events"},
-		Ordering: worker.OrderingNone, Handler: h, MaxConcurrentSessions: slots,
-		Engine: sequencer.EngineConfig{Retry: sequencer.RetryPolicy{Attempts: 3, Base: 10 * time.Millisecond}},
-	})
+	cfg := worker.DefaultConfig()
+	cfg.ConnectionString, cfg.Entity, cfg.HTTPAddr = srv.ConnectionString(), sbadapter.Entity{Queue: "events"}, worker.HTTPOff
+	cfg.Ordering, cfg.Handler, cfg.MaxConcurrentSessions = worker.OrderingNone, h, slots
+	cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = 3, 10*time.Millisecond, 10*time.Millisecond
+	w, err := worker.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	select {

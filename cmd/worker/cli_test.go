@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/worker"
 )
 
 func newTestCLI() (*cli, *bytes.Buffer, *bytes.Buffer) {
@@ -96,4 +99,52 @@ func TestMigrateNeedsDatabaseURL(t *testing.T) {
 	c, _, errOut := newTestCLI()
 	require.Equal(t, 1, c.run(context.Background(), []string{"migrate", "status"}))
 	require.Contains(t, errOut.String(), "SEQBUS_DATABASE_URL: required")
+}
+
+// fakeRunnable stops with stopErr.
+type fakeRunnable struct {
+	stopErr  error
+	canceled chan struct{}
+}
+
+func (f *fakeRunnable) Start(context.Context) error { return nil }
+func (f *fakeRunnable) Stop(context.Context) error {
+	if f.canceled != nil {
+		<-f.canceled
+	}
+	return f.stopErr
+}
+
+func (f *fakeRunnable) StopAndCancel(context.Context) error {
+	if f.canceled != nil {
+		close(f.canceled)
+	}
+	return nil
+}
+
+// serve returns the stop's error, so a graceful stop that failed (the soft stop timeout passed
+// and the work in hand was canceled) makes the process exit non-zero.
+func TestServeReturnsTheStopsFailure(t *testing.T) {
+	t.Parallel()
+	c, _, errOut := newTestCLI()
+	logger := c.logger(nil)
+	for _, tt := range []struct {
+		name    string
+		stopErr error
+	}{
+		{"graceful stop done", nil},
+		{"graceful stop timed out", worker.ErrSoftStopTimeout},
+	} {
+		sigs := make(chan os.Signal, 1)
+		sigs <- syscall.SIGTERM
+		err := c.serve(context.Background(), &fakeRunnable{stopErr: tt.stopErr}, sigs, logger, "10s")
+		require.ErrorIs(t, err, tt.stopErr, tt.name)
+	}
+	require.Contains(t, errOut.String(), `"shutdown_timeout":"10s"`, "the timeout logs as a duration")
+
+	// A second signal cancels the work in hand; the stop that follows is no failure.
+	sigs := make(chan os.Signal, 2)
+	sigs <- syscall.SIGTERM
+	sigs <- syscall.SIGINT
+	require.NoError(t, c.serve(context.Background(), &fakeRunnable{canceled: make(chan struct{})}, sigs, logger, "10s"))
 }

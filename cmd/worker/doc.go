@@ -3,13 +3,16 @@
 //
 //	worker [run]                    run the worker (configured by SEQBUS_* variables)
 //	worker relay                    publish the Postgres outbox to Service Bus in session order
-//	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL)
+//	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL): migrations
+//	                                001 to 005; up and down take [--target-version N]
+//	                                [--max-steps N] [--dry-run] (prints the SQL, changes nothing)
 //	worker sessions list|show|resume|skip   operator commands on the entity's sessions
 //	worker dlq list|replay          operator commands on the entity's dead-letter queue
 //
 // Logs are JSON on stderr; the log handler writes handled messages to stdout. The first SIGINT or
 // SIGTERM stops gracefully (each session finishes its message in hand) within
-// SEQBUS_SHUTDOWN_TIMEOUT; a second signal cancels the work in hand.
+// SEQBUS_SHUTDOWN_TIMEOUT: the process exits 0 once everything stopped, 1 when the timeout passed
+// and the work still in hand was canceled. A second signal cancels the work in hand (exit 0).
 //
 // # Configuration
 //
@@ -80,7 +83,11 @@
 // abruptly (code 137, no cleanup) after the handler ran for the n-th message, before the state
 // advance commits.
 //
-// An invalid setting stops the worker at start with a message naming the variable.
+// Every variable is the envconfig tag of a field of worker.Config (worker.RelayConfig for the
+// relay), except the handler, the log level and the test hooks, which are the binary's own. A
+// variable left unset takes the default above; one that is set means what it says: 0 is zero,
+// the "off" of the settings that say so above, and refused where it means nothing. An invalid
+// setting stops the worker at start with a message naming the variable.
 //
 // # Operator commands
 //
@@ -88,7 +95,7 @@
 // store, the connection and the message contract are what they use) and print a table, or JSON
 // with --json; -h after a command lists its flags:
 //
-//	sessions list [--parked] [--gap] [--stranded] [--ended] [--limit N]
+//	sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N]
 //	sessions show ID [--wait D] [--max-messages N]
 //	sessions resume ID | --all-parked [--wait D]
 //	sessions skip ID [--to N] [--wait D]
@@ -100,8 +107,7 @@
 // stderr. replay sends each session's dead letters back in sequence order and completes each one
 // only after its copy was sent (a subscription's need --target). The operator package
 // documents the details. Exit codes: 2 for a command line a command cannot run (a bad flag, a
-// malformed session id, --blocked, which the state cannot answer yet), 1 for an operation that
-// was refused or failed. Changes are logged as JSON lines on stderr.
+// malformed session id), 1 for an operation that was refused or failed. Changes are logged as JSON lines on stderr.
 //
 // Test hook (ignored unless set): SEQBUS_TEST_REPLAY_CRASH_AFTER=n makes `dlq replay` exit
 // abruptly (code 137) once it has sent n copies, before it completes their dead letters.

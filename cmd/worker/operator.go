@@ -11,18 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/seqbus/seqbus/handler"
-	"github.com/seqbus/seqbus/internal/workerconfig"
 	"github.com/seqbus/seqbus/operator"
 	"github.com/seqbus/seqbus/publisher"
-	"github.com/seqbus/seqbus/sbadapter"
-	"github.com/seqbus/seqbus/sessionstate"
-	"github.com/seqbus/seqbus/sessionstate/postgres"
-	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
+	"github.com/seqbus/seqbus/worker"
 )
 
 // The operator commands (`worker sessions …`, `worker dlq …`) parse their flags into an options
@@ -165,12 +156,20 @@ func runCommand[O options](ctx context.Context, c *cli, name string, args []stri
 	if err != nil {
 		return &commandUsageError{name: name, err: err}
 	}
-	cfg, err := workerconfig.LoadOperator(handler.Names())
+	cfg, st, err := c.loadWorker()
 	if err != nil {
 		return err
 	}
-	logger := c.logger(cfg.SlogLevel())
-	op, closeAll, err := c.newOperator(ctx, cfg, logger)
+	var hook operatorSettings
+	if err := worker.FromEnv(&hook); err != nil {
+		return err
+	}
+	if err := hook.validate(cfg); err != nil {
+		return err
+	}
+	logger := c.logger(st.level())
+	cfg.Logger = logger
+	op, closeAll, err := c.newOperator(ctx, cfg, hook, logger)
 	if err != nil {
 		return err
 	}
@@ -198,100 +197,52 @@ var commandUsage = map[string]string{
 	"dlq replay":      "dlq replay --session ID | --all [--reason R] [--target ENTITY] [--dry-run] [--wait D] [--json]",
 }
 
-// mgmtRetries are the SDK retries of the client for what holds no session lock (the
-// dead-letter queue, the replay sender, session listings).
-var mgmtRetries = azservicebus.RetryOptions{MaxRetries: 3, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
+// operatorSettings are what the operator commands add to the worker's settings: a test hook.
+type operatorSettings struct {
+	// TestReplayCrashAfter is a test hook, ignored unless set (0): `worker dlq replay` exits
+	// abruptly (exit code 137, no cleanup) once it has sent n copies, before it completes their
+	// dead letters.
+	TestReplayCrashAfter int `envconfig:"TEST_REPLAY_CRASH_AFTER"`
+}
 
-// scanConcurrency is how many sessions `sessions list` reads at once with Service Bus session
-// state, where reading one is a lock, a read and a release.
-const scanConcurrency = 16
-
-// newOperator builds the operator from the settings, as the worker builds its own pieces: the
-// sessions on a client with the SDK's retries off (sbadapter, "Lock tenure"), everything else on
-// a client with a few retries, and the same state store. closeAll closes what it opened.
-func (c *cli) newOperator(ctx context.Context, cfg *workerconfig.OperatorConfig, logger *slog.Logger) (op *operator.Operator, closeAll func(), err error) {
-	var closers []func()
-	closeAll = func() {
-		for _, f := range closers {
-			f()
-		}
+// validate checks the hook, and that the worker's settings name sessions to operate on.
+func (s operatorSettings) validate(cfg worker.Config) error {
+	var errs []error
+	if cfg.Ordering != worker.OrderingSession {
+		errs = append(errs, fmt.Errorf("SEQBUS_ORDERING: the operator commands work on sessions and their state; %q has neither", cfg.Ordering))
 	}
-	defer func() {
-		if err != nil {
-			closeAll()
-		}
-	}()
-	closeClient := func(sb *azservicebus.Client) func() {
-		return func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_ = sb.Close(cctx)
-		}
+	if s.TestReplayCrashAfter < 0 {
+		errs = append(errs, fmt.Errorf("SEQBUS_TEST_REPLAY_CRASH_AFTER: must not be negative, got %d", s.TestReplayCrashAfter))
 	}
-
-	var sessions, mgmt *azservicebus.Client
-	mgmtOpts := &azservicebus.ClientOptions{RetryOptions: mgmtRetries}
-	if cfg.ConnectionString != "" {
-		if sessions, err = sbadapter.NewClientFromConnectionString(cfg.ConnectionString, nil); err == nil {
-			mgmt, err = azservicebus.NewClientFromConnectionString(cfg.ConnectionString, mgmtOpts)
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("SEQBUS_CONNECTION_STRING: %s", workerconfig.RedactConnectionString(err.Error()))
-		}
-	} else {
-		cred, err := azidentity.NewDefaultAzureCredential(nil)
-		if err != nil {
-			return nil, nil, fmt.Errorf("SEQBUS_NAMESPACE: Entra ID credential: %w", err)
-		}
-		if sessions, err = sbadapter.NewClient(cfg.Namespace, cred, nil); err == nil {
-			mgmt, err = azservicebus.NewClient(cfg.Namespace, cred, mgmtOpts)
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("SEQBUS_NAMESPACE: %w", err)
-		}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
 	}
-	closers = append(closers, closeClient(sessions), closeClient(mgmt))
+	return nil
+}
 
-	entity := sbadapter.Entity{Queue: cfg.Queue, Topic: cfg.Topic, Subscription: cfg.Subscription}
-	source, err := sbadapter.NewSource(sessions, sbadapter.Config{Entity: entity, Logger: logger})
+// newOperator builds the operator on the worker's own connections (worker.Connect): the
+// sessions on a client with the SDK's retries off, everything else on the management client,
+// and the same state store and lister. closeAll closes what it opened.
+func (c *cli) newOperator(ctx context.Context, cfg worker.Config, hook operatorSettings, logger *slog.Logger) (*operator.Operator, func(), error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	conn, err := worker.Connect(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
+	closeAll := func() { conn.Close(ctx) }
+	if err := conn.Ping(ctx); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
 	ocfg := operator.Config{
-		Entity: entity, Client: mgmt, Sessions: source,
+		Entity: cfg.Entity, Client: conn.Management, Sessions: conn.Source,
 		SequenceProperty: cfg.SequenceProperty, LastProperty: cfg.LastProperty,
+		Store: conn.Store, Lister: conn.Lister,
 		Progress: c.stderr, Logger: logger,
 	}
-	switch cfg.StateStore {
-	case workerconfig.StateStorePostgres:
-		pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("SEQBUS_DATABASE_URL: %s: %w", workerconfig.RedactDatabaseURL(cfg.DatabaseURL), err)
-		}
-		closers = append(closers, pool.Close)
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = pool.Ping(pctx)
-		cancel()
-		if err != nil {
-			return nil, nil, fmt.Errorf("SEQBUS_DATABASE_URL: %s: cannot reach the database: %w", workerconfig.RedactDatabaseURL(cfg.DatabaseURL), err)
-		}
-		pg, err := postgres.New(pool, &postgres.Config{Entity: entity.String()})
-		if err != nil {
-			return nil, nil, err
-		}
-		ocfg.Store, ocfg.Lister = pg, pg
-	default:
-		mgmtSource, err := sbadapter.NewSource(mgmt, sbadapter.Config{Entity: entity, Logger: logger})
-		if err != nil {
-			return nil, nil, err
-		}
-		sb := sbstate.New(&sbstate.Config{MaxStateSize: int(cfg.StateMaxBytes)})
-		ocfg.Store = sb
-		ocfg.Lister = sessionstate.NewScanLister(sessionstate.ScanConfig{
-			IDs: mgmtSource.ListSessionsWithState, Source: source, Store: sb, Concurrency: scanConcurrency,
-		})
-	}
-	if n := cfg.TestReplayCrashAfter; n > 0 {
+	if n := hook.TestReplayCrashAfter; n > 0 {
 		logger.WarnContext(ctx, "worker: test hook armed: dlq replay exits abruptly after sending copies", slog.Int("after_copies", n))
 		ocfg.AfterReplaySend = func(sent int) {
 			if sent >= n {
@@ -299,8 +250,9 @@ func (c *cli) newOperator(ctx context.Context, cfg *workerconfig.OperatorConfig,
 			}
 		}
 	}
-	op, err = operator.New(ocfg)
+	op, err := operator.New(ocfg)
 	if err != nil {
+		closeAll()
 		return nil, nil, err
 	}
 	return op, closeAll, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/emulator"
@@ -22,9 +23,10 @@ import (
 	"github.com/seqbus/seqbus/migrations"
 )
 
-// TestPostgresMigrateAndRun drives `worker migrate` and a worker with the Postgres store on a
-// schema of its own.
-func TestPostgresMigrateAndRun(t *testing.T) {
+// databaseOfItsOwn clears the SEQBUS_ variables and points SEQBUS_DATABASE_URL at a schema of
+// the test's own, whose pool it returns.
+func databaseOfItsOwn(t *testing.T) *pgxpool.Pool {
+	t.Helper()
 	pool, schema := pgtest.NewPoolWithSchema(t, nil)
 	dsn := pgtest.DSN()
 	sep := "?"
@@ -33,6 +35,13 @@ func TestPostgresMigrateAndRun(t *testing.T) {
 	}
 	clearEnv(t)
 	t.Setenv("SEQBUS_DATABASE_URL", dsn+sep+"search_path="+schema)
+	return pool
+}
+
+// TestPostgresMigrateAndRun drives `worker migrate` and a worker with the Postgres store on a
+// schema of its own.
+func TestPostgresMigrateAndRun(t *testing.T) {
+	pool := databaseOfItsOwn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

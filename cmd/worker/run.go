@@ -4,139 +4,130 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/seqbus/seqbus/handler"
-	"github.com/seqbus/seqbus/internal/workerconfig"
-	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/worker"
 )
 
+// settings are what the binary adds to worker.Config, read from the same environment: which
+// handler runs, the log level, and a test hook. Their defaults are in defaultSettings.
+type settings struct {
+	Handler    string `envconfig:"HANDLER"`
+	HandlerURL string `envconfig:"HANDLER_URL" redact:"url"`
+	LogLevel   string `envconfig:"LOG_LEVEL"`
+	// TestCrashBeforeCommit is a test hook, ignored unless set (0): the worker exits abruptly
+	// (exit code 137, no cleanup) after the handler ran for the n-th message, before the state
+	// advance commits. The end-to-end tests use it to crash inside the journal transaction.
+	TestCrashBeforeCommit int `envconfig:"TEST_CRASH_BEFORE_COMMIT"`
+}
+
+func defaultSettings() settings { return settings{Handler: handler.DefaultName, LogLevel: "info"} }
+
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// level returns LogLevel as a slog level (validate refuses an unknown one).
+func (s settings) level() slog.Level { return logLevels[strings.ToLower(s.LogLevel)] }
+
+// LogValue renders s for logs, the handler URL's password redacted.
+func (s settings) LogValue() slog.Value { return worker.SettingsLogValue(s) }
+
+// validate reports every problem of s, each naming its variable.
+func (s settings) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !handler.Known(s.Handler) {
+		bad("SEQBUS_HANDLER: %q is not one of %s", s.Handler, strings.Join(handler.Names(), ", "))
+	}
+	if s.Handler == "http" {
+		if s.HandlerURL == "" {
+			bad("SEQBUS_HANDLER_URL: required when SEQBUS_HANDLER=http")
+		} else if u, err := url.Parse(s.HandlerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("SEQBUS_HANDLER_URL: %q is not an http(s) URL", worker.RedactDatabaseURL(s.HandlerURL))
+		}
+	}
+	if _, ok := logLevels[strings.ToLower(s.LogLevel)]; !ok {
+		levels := slices.Sorted(func(yield func(string) bool) {
+			for l := range logLevels {
+				if !yield(l) {
+					return
+				}
+			}
+		})
+		bad("SEQBUS_LOG_LEVEL: %q is not one of %s", s.LogLevel, strings.Join(levels, ", "))
+	}
+	if s.TestCrashBeforeCommit < 0 {
+		bad("SEQBUS_TEST_CRASH_BEFORE_COMMIT: must not be negative, got %d", s.TestCrashBeforeCommit)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// loadWorker reads worker.Config and the binary's settings from the environment and sets the
+// handler they name: what `worker run` and the operator commands share.
+func (c *cli) loadWorker() (worker.Config, settings, error) {
+	cfg, s := worker.DefaultConfig(), defaultSettings()
+	if err := errors.Join(worker.FromEnv(&cfg), worker.FromEnv(&s)); err != nil {
+		return cfg, s, err
+	}
+	if err := s.validate(); err != nil {
+		return cfg, s, err
+	}
+	if s.Handler == "journal" {
+		// The journal is the worker's Config.Journal, which needs the postgres store: say so in
+		// terms of the variable that chose it.
+		if cfg.StateStore != worker.StateStorePostgres {
+			return cfg, s, errors.New("invalid configuration:\nSEQBUS_HANDLER: journal requires SEQBUS_STATE_STORE=postgres (it writes in the state store's transaction)")
+		}
+		cfg.Journal = true
+		return cfg, s, nil
+	}
+	h, err := handler.New(s.Handler, handler.Options{Out: c.stdout, URL: s.HandlerURL, Timeout: cfg.HandlerTimeout})
+	if err != nil {
+		return cfg, s, fmt.Errorf("SEQBUS_HANDLER: %w", err)
+	}
+	cfg.Handler = h
+	return cfg, s, nil
+}
+
 // runWorker loads the configuration, builds the worker and runs it until a signal arrives. The
-// first SIGINT/SIGTERM drains within SEQBUS_SHUTDOWN_TIMEOUT; a second one (or the timeout)
-// cancels the work in hand.
+// first SIGINT/SIGTERM drains within SEQBUS_SHUTDOWN_TIMEOUT; a second one cancels the work in
+// hand. A stop that had to cancel the work because the timeout passed exits non-zero.
 func (c *cli) runWorker(ctx context.Context) error {
 	// Take the signals first: a SIGTERM that arrives while the worker starts must stop it
 	// gracefully, not kill the process with Go's default action.
 	sigs, stopSignals := c.signals()
 	defer stopSignals()
-	cfg, err := workerconfig.Load(handler.Names())
+	cfg, s, err := c.loadWorker()
 	if err != nil {
 		return err
 	}
-	logger := c.logger(cfg.SlogLevel())
-	logger.InfoContext(ctx, "worker: starting", slog.Any("config", *cfg))
+	logger := c.logger(s.level())
 
 	tp, shutdownTracing, err := worker.TracingFromEnv(ctx, os.Getenv)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = shutdownTracing(context.WithoutCancel(ctx)) }()
-
-	wcfg, err := workerConfig(cfg, c.stdout, logger)
+	cfg.Logger, cfg.TracerProvider = logger, tp
+	if s.TestCrashBeforeCommit > 0 {
+		logger.WarnContext(ctx, "worker: test hook armed: exiting abruptly before a commit", slog.Int("after_message", s.TestCrashBeforeCommit))
+		cfg.Middleware = append(cfg.Middleware, crashAfter(s.TestCrashBeforeCommit, c.exit))
+	}
+	w, err := worker.New(cfg)
 	if err != nil {
-		return err
+		return err // before any log line: a bad setting prints a plain message
 	}
-	wcfg.TracerProvider = tp
-	if cfg.TestCrashBeforeCommit > 0 {
-		logger.WarnContext(ctx, "worker: test hook armed: exiting abruptly before a commit", slog.Int("after_message", cfg.TestCrashBeforeCommit))
-		wcfg.Middleware = append(wcfg.Middleware, crashAfter(cfg.TestCrashBeforeCommit, c.exit))
-	}
-	w, err := worker.New(wcfg)
-	if err != nil {
-		return explain(err, cfg)
-	}
-	return explain(c.serve(ctx, w, sigs, cfg, logger), cfg)
-}
-
-// explain names the variable behind each worker.ConfigError in err (secrets redacted).
-func explain(err error, cfg *workerconfig.Config) error {
-	if joined, ok := err.(interface{ Unwrap() []error }); ok {
-		var errs []error
-		for _, e := range joined.Unwrap() {
-			errs = append(errs, explain(e, cfg))
-		}
-		return errors.Join(errs...)
-	}
-	var ce *worker.ConfigError
-	if !errors.As(err, &ce) {
-		return err
-	}
-	name := cfg.Var(ce.Field)
-	switch {
-	case name == "":
-		return err
-	case ce.Field == "DatabaseURL":
-		return fmt.Errorf("%s: %s: %w", name, workerconfig.RedactDatabaseURL(cfg.DatabaseURL), ce.Err)
-	case ce.Field == "ConnectionString":
-		return fmt.Errorf("%s: %s", name, workerconfig.RedactConnectionString(ce.Err.Error()))
-	}
-	return fmt.Errorf("%s: %w", name, ce.Err)
-}
-
-// workerConfig maps the environment's settings onto worker.Config.
-func workerConfig(cfg *workerconfig.Config, stdout io.Writer, logger *slog.Logger) (worker.Config, error) {
-	w := worker.Config{
-		ConnectionString:      cfg.ConnectionString,
-		Namespace:             cfg.Namespace,
-		Entity:                sbadapter.Entity{Queue: cfg.Queue, Topic: cfg.Topic, Subscription: cfg.Subscription},
-		Ordering:              worker.Ordering(cfg.Ordering),
-		StateStore:            worker.StateStore(cfg.StateStore),
-		DatabaseURL:           cfg.DatabaseURL,
-		MigrateOnStart:        cfg.MigrateOnStart,
-		StateMaxBytes:         int(cfg.StateMaxBytes),
-		HandlerTimeout:        cfg.HandlerTimeout,
-		Engine:                engineConfig(cfg),
-		MaxConcurrentSessions: cfg.MaxConcurrentSessions,
-		SweepInterval:         cfg.SweepInterval,
-		ReadyInterval:         cfg.ReadyCheckInterval,
-		Logger:                logger,
-	}
-	if cfg.HTTPAddr != workerconfig.HTTPOff {
-		w.HTTPAddr = cfg.HTTPAddr
-	}
-	if cfg.Handler == workerconfig.HandlerJournal {
-		w.Journal = true
-		return w, nil
-	}
-	h, err := handler.New(cfg.Handler, handler.Options{Out: stdout, URL: cfg.HandlerURL, Timeout: cfg.HandlerTimeout})
-	if err != nil {
-		return w, fmt.Errorf("SEQBUS_HANDLER: %w", err)
-	}
-	w.Handler = h
-	return w, nil
-}
-
-// engineConfig maps the settings onto the engine's policy.
-func engineConfig(cfg *workerconfig.Config) sequencer.EngineConfig {
-	e := sequencer.EngineConfig{
-		SequenceProperty:  cfg.SequenceProperty,
-		LastProperty:      cfg.LastProperty,
-		Poison:            sequencer.PoisonPolicy(cfg.PoisonPolicy),
-		IdleTimeout:       cfg.SessionIdleTimeout,
-		Retry:             sequencer.RetryPolicy{Attempts: cfg.MaxHandlerAttempts, Base: cfg.RetryBase, Cap: cfg.RetryMax},
-		SaveEachMessage:   cfg.SaveEachMessage,
-		WindowMessages:    cfg.ReorderWindow,
-		WindowBytes:       int(cfg.ReorderWindowBytes),
-		DeferredBatch:     cfg.DrainBatch,
-		ReceiveBatch:      cfg.Prefetch,
-		TombstoneTTL:      cfg.TombstoneTTL,
-		LockRenewInterval: cfg.LockRenewInterval,
-		GapTimeout:        cfg.GapTimeout,
-		GapPolicy:         sequencer.GapPolicy(cfg.GapPolicy),
-		Unsequenced:       sequencer.Unsequenced(cfg.Unsequenced),
-	}
-	if cfg.ReorderWindow == 0 {
-		e.WindowMessages = sequencer.NoWindow
-	}
-	if cfg.TombstoneTTL == 0 {
-		e.TombstoneTTL = sequencer.NoTombstone
-	}
-	return e
+	logger.InfoContext(ctx, "worker: starting", slog.Any("config", cfg), slog.Any("settings", s))
+	return c.serve(ctx, w, sigs, logger, cfg.SoftStopTimeout.String())
 }
 
 // crashAfter is the SEQBUS_TEST_CRASH_BEFORE_COMMIT test hook: it calls exit(137) right after the
@@ -158,30 +149,41 @@ func crashAfter(n int, exit func(code int)) func(sequencer.Handler) sequencer.Ha
 	}
 }
 
-// serve starts w and waits for a signal or the end of ctx, then stops it gracefully; a second
-// signal cancels the work in hand.
-func (c *cli) serve(ctx context.Context, w *worker.Client, sigs <-chan os.Signal, cfg *workerconfig.Config, logger *slog.Logger) error {
+// runnable is what serve runs: the worker Client or the Relay.
+type runnable interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	StopAndCancel(ctx context.Context) error
+}
+
+// serve starts w and waits for a signal, the end of ctx or (when given) done, then stops it
+// gracefully (within the soft stop timeout of its configuration); a second signal cancels the
+// work in hand. It returns the stop's error: a stop that had to cancel the work in hand because
+// the timeout passed, or that failed, makes the process exit non-zero.
+func (c *cli) serve(ctx context.Context, w runnable, sigs <-chan os.Signal, logger *slog.Logger, timeout string, done ...<-chan struct{}) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
+	var finished <-chan struct{}
+	if len(done) > 0 {
+		finished = done[0]
+	}
 	select {
 	case sig := <-sigs:
-		logger.InfoContext(ctx, "worker: stopping gracefully", slog.String("signal", sig.String()), slog.Duration("shutdown_timeout", cfg.ShutdownTimeout))
+		logger.InfoContext(ctx, "worker: stopping gracefully", slog.String("signal", sig.String()), slog.String("shutdown_timeout", timeout))
 	case <-ctx.Done():
 		logger.InfoContext(ctx, "worker: stopping gracefully", slog.String("reason", context.Cause(ctx).Error()))
+	case <-finished:
 	}
-	stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer stopCancel()
-	go func() {
-		select {
-		case sig := <-sigs:
-			logger.WarnContext(ctx, "worker: second signal, cancelling in-flight work", slog.String("signal", sig.String()))
-			stopCancel()
-		case <-stopCtx.Done():
-		}
-	}()
-	if err := w.Stop(stopCtx); err != nil {
-		logger.WarnContext(ctx, "worker: graceful stop incomplete, in-flight work cancelled", slog.Any("error", err))
+	stopCtx := context.WithoutCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(stopCtx) }()
+	select {
+	case err := <-stopped:
+		return err
+	case sig := <-sigs:
+		logger.WarnContext(ctx, "worker: second signal, cancelling in-flight work", slog.String("signal", sig.String()))
+		_ = w.StopAndCancel(stopCtx)
+		return <-stopped
 	}
-	return nil
 }

@@ -142,19 +142,12 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 	}()
 	for n := range cell.Replicas {
 		reg := prometheus.NewRegistry()
-		w, err := worker.New(worker.Config{
-			ConnectionString: conn,
-			Entity:           entity,
-			Handler:          h,
-			Engine: sequencer.EngineConfig{
-				Retry:       o.HandlerRetry,
-				IdleTimeout: time.Second,
-			},
-			MaxConcurrentSessions: o.SessionsPerReplica,
-			SweepInterval:         2 * time.Second,
-			Registry:              reg,
-			Logger:                o.Logger.With(slog.Int("replica", n)),
-		})
+		cfg := worker.DefaultConfig()
+		cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, entity, h, worker.HTTPOff
+		cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = o.HandlerRetry.Attempts, o.HandlerRetry.Base, o.HandlerRetry.Cap
+		cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, o.SessionsPerReplica, 2*time.Second
+		cfg.Registry, cfg.Logger = reg, o.Logger.With(slog.Int("replica", n))
+		w, err := worker.New(cfg)
 		if err == nil {
 			err = w.Start(context.WithoutCancel(ctx))
 		}
@@ -328,7 +321,7 @@ func (h *cellHandler) Handle(ctx context.Context, m *sequencer.Message) error {
 	if ns, ok := m.Properties[publishedAtProperty].(int64); ok {
 		lat = time.Since(time.Unix(0, ns))
 	}
-	last, _ := m.Properties[contract.LastProperty].(bool)
+	last := m.IsLast // read by the engine (contract.Parse)
 	h.mu.Lock()
 	if lat >= 0 {
 		h.latencies = append(h.latencies, lat)

@@ -342,28 +342,23 @@ type replica struct {
 
 func startReplica(ctx context.Context, n int, conn string, checker *Checker, out sequencer.Handler, logger *slog.Logger) (*replica, error) {
 	r := &replica{}
-	w, err := worker.New(worker.Config{
-		ConnectionString: conn,
-		Entity:           sbadapter.Entity{Queue: queueName},
-		Handler: sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
-			if err := checker.Handle(ctx, m); err != nil {
-				return err
-			}
-			if err := out.Handle(ctx, m); err != nil {
-				return err
-			}
-			r.handled.Add(1)
-			return nil
-		}),
-		Engine: sequencer.EngineConfig{
-			// A small reorder window, so that some early messages are deferred at the broker.
-			WindowMessages: 8,
-			IdleTimeout:    time.Second,
-		},
-		MaxConcurrentSessions: 4,
-		SweepInterval:         2 * time.Second,
-		Logger:                logger.With(slog.Int("replica", n)),
+	cfg := worker.DefaultConfig()
+	cfg.ConnectionString, cfg.Entity, cfg.HTTPAddr = conn, sbadapter.Entity{Queue: queueName}, worker.HTTPOff
+	cfg.Handler = sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+		if err := checker.Handle(ctx, m); err != nil {
+			return err
+		}
+		if err := out.Handle(ctx, m); err != nil {
+			return err
+		}
+		r.handled.Add(1)
+		return nil
 	})
+	// A small reorder window, so that some early messages are deferred at the broker.
+	cfg.ReorderWindow, cfg.SessionIdleTimeout = 8, time.Second
+	cfg.MaxConcurrentSessions, cfg.SweepInterval = 4, 2*time.Second
+	cfg.Logger = logger.With(slog.Int("replica", n))
+	w, err := worker.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("demo: replica %d: %w", n, err)
 	}

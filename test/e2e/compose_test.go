@@ -16,8 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/seqbus/seqbus/emulator/broker"
-	"github.com/seqbus/seqbus/handler"
-	"github.com/seqbus/seqbus/internal/workerconfig"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/worker"
 )
 
 // repoRoot is the module root, two levels above this package.
@@ -72,38 +72,43 @@ func environment(t *testing.T, n yaml.Node) map[string]string {
 	return env
 }
 
+// binarySettings are the variables cmd/worker reads besides those of worker.Config and
+// worker.RelayConfig: its own settings (handler, log level) and test hooks.
+var binarySettings = []string{"HANDLER", "HANDLER_URL", "LOG_LEVEL", "TEST_CRASH_BEFORE_COMMIT", "TEST_REPLAY_CRASH_AFTER"}
+
 // knownVariables returns the SEQBUS_ variables the worker reads, from the envconfig tags of the
-// workerconfig structs.
+// worker's configuration structs.
 func knownVariables() map[string]bool {
 	known := map[string]bool{}
-	for _, typ := range []reflect.Type{reflect.TypeFor[workerconfig.Config](), reflect.TypeFor[workerconfig.MigrateConfig]()} {
-		for f := range typ.Fields() {
-			name := f.Tag.Get("envconfig")
-			if name == "" {
-				name = strings.ToUpper(f.Name) // envconfig's default key
+	for _, name := range binarySettings {
+		known[worker.EnvPrefix+"_"+name] = true
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[worker.Config](), reflect.TypeFor[worker.RelayConfig]()} {
+		for _, f := range reflect.VisibleFields(typ) {
+			if name := f.Tag.Get("envconfig"); name != "" && f.Tag.Get("ignored") != "true" {
+				known[worker.EnvPrefix+"_"+name] = true
 			}
-			known[workerconfig.Prefix+"_"+name] = true
 		}
 	}
 	return known
 }
 
-// configFrom builds a workerconfig.Config from env as envconfig would: each field from its
-// variable, else its default tag.
-func configFrom(t *testing.T, env map[string]string) workerconfig.Config {
+// configFrom builds a worker.Config from env as cmd/worker does: the defaults, each field with
+// a variable in env set from it, the handler the env names.
+func configFrom(t *testing.T, env map[string]string) worker.Config {
 	t.Helper()
-	var c workerconfig.Config
+	c := worker.DefaultConfig()
 	v := reflect.ValueOf(&c).Elem()
-	for i := range v.NumField() {
-		f := v.Type().Field(i)
-		raw, ok := env[workerconfig.Prefix+"_"+f.Tag.Get("envconfig")]
-		if !ok {
-			raw = f.Tag.Get("default")
-		}
-		if raw == "" {
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		tag := f.Tag.Get("envconfig")
+		if tag == "" || f.Tag.Get("ignored") == "true" {
 			continue
 		}
-		field := v.Field(i)
+		raw, ok := env[worker.EnvPrefix+"_"+tag]
+		if !ok {
+			continue
+		}
+		field := v.FieldByIndex(f.Index)
 		if d, ok := field.Addr().Interface().(interface{ Decode(string) error }); ok { // envconfig.Decoder
 			require.NoError(t, d.Decode(raw), f.Name)
 			continue
@@ -119,13 +124,18 @@ func configFrom(t *testing.T, env map[string]string) workerconfig.Config {
 			b, err := strconv.ParseBool(raw)
 			require.NoError(t, err, f.Name)
 			field.SetBool(b)
-		case f.Type.Kind() == reflect.Int:
+		case f.Type.Kind() == reflect.Int || f.Type.Kind() == reflect.Int64:
 			n, err := strconv.Atoi(raw)
 			require.NoError(t, err, f.Name)
 			field.SetInt(int64(n))
 		default:
 			t.Fatalf("field %s has type %s, unknown to this test", f.Name, f.Type)
 		}
+	}
+	if env[worker.EnvPrefix+"_HANDLER"] == "journal" {
+		c.Journal = true
+	} else {
+		c.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
 	}
 	return c
 }
@@ -146,7 +156,7 @@ func TestDockerComposeVariablesKnown(t *testing.T) {
 	var checked []string
 	for name, svc := range cf.Services {
 		for k := range environment(t, svc.Environment) {
-			if !strings.HasPrefix(k, workerconfig.Prefix+"_") {
+			if !strings.HasPrefix(k, worker.EnvPrefix+"_") {
 				continue
 			}
 			require.True(t, known[k], "service %s sets %s, which the worker does not read", name, k)
@@ -159,7 +169,7 @@ func TestDockerComposeVariablesKnown(t *testing.T) {
 
 	env := environment(t, cf.Services["worker"].Environment)
 	cfg := configFrom(t, env)
-	require.NoError(t, cfg.Validate(handler.Names()), "the compose worker's settings are valid")
+	require.NoError(t, cfg.Validate(), "the compose worker's settings are valid")
 	queue := env["SEQBUS_QUEUE"]
 	require.NotEmpty(t, queue, "the compose worker reads a queue")
 	b := broker.New(broker.Config{})
@@ -172,6 +182,6 @@ func TestDockerComposeVariablesKnown(t *testing.T) {
 	// The "microsoft" profile's worker reads the same queue from Microsoft's emulator.
 	msEnv := environment(t, cf.Services["worker-microsoft"].Environment)
 	msCfg := configFrom(t, msEnv)
-	require.NoError(t, msCfg.Validate(handler.Names()), "the microsoft profile's worker settings are valid")
+	require.NoError(t, msCfg.Validate(), "the microsoft profile's worker settings are valid")
 	require.Equal(t, queue, msEnv["SEQBUS_QUEUE"])
 }

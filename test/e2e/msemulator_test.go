@@ -18,7 +18,6 @@ import (
 
 	"github.com/seqbus/seqbus/internal/demo"
 	"github.com/seqbus/seqbus/sbadapter"
-	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/worker"
 )
 
@@ -122,13 +121,10 @@ func TestWorkerOnMicrosoftEmulator(t *testing.T) {
 		ids[i] = demo.SessionID(i)
 	}
 	checker := demo.NewChecker(ids, messages)
-	w, err := worker.New(worker.Config{
-		ConnectionString:      conn,
-		Entity:                sbadapter.Entity{Queue: "orders"},
-		Handler:               checker,
-		Engine:                sequencer.EngineConfig{IdleTimeout: 2 * time.Second},
-		MaxConcurrentSessions: 4,
-	})
+	cfg := worker.DefaultConfig()
+	cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, sbadapter.Entity{Queue: "orders"}, checker, worker.HTTPOff
+	cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions = 2*time.Second, 4
+	w, err := worker.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {

@@ -1,4 +1,4 @@
-package workerconfig
+package worker
 
 import (
 	"fmt"

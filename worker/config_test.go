@@ -1,7 +1,8 @@
-package workerconfig
+package worker
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -10,42 +11,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/contract"
+	"github.com/seqbus/seqbus/sequencer"
 )
 
 const testConn = "Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=s3cr3tKey==;UseDevelopmentEmulator=true"
 
-var handlers = []string{"http", "journal", "log", "noop"}
-
 func valid() Config {
-	return Config{
-		ConnectionString:      testConn,
-		Queue:                 "orders",
-		StateStore:            "servicebus",
-		Ordering:              "session",
-		MaxConcurrentSessions: 8,
-		SessionIdleTimeout:    5 * time.Second,
-		SequenceProperty:      contract.SequenceProperty,
-		LastProperty:          contract.LastProperty,
-		PoisonPolicy:          "park",
-		MaxHandlerAttempts:    5,
-		SweepInterval:         30 * time.Second,
-		Handler:               "log",
-		HandlerTimeout:        30 * time.Second,
-		LogLevel:              "info",
-		ShutdownTimeout:       30 * time.Second,
-		RetryBase:             time.Second,
-		RetryMax:              30 * time.Second,
-		ReorderWindow:         256,
-		ReorderWindowBytes:    8 << 20,
-		DrainBatch:            32,
-		Prefetch:              32,
-		TombstoneTTL:          24 * time.Hour,
-		StateMaxBytes:         256 << 10,
-		HTTPAddr:              ":9464",
-		ReadyCheckInterval:    5 * time.Second,
-		GapPolicy:             "wait",
-		Unsequenced:           "deadletter",
-	}
+	c := DefaultConfig()
+	c.ConnectionString, c.Queue = testConn, "orders"
+	c.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	return c
 }
 
 func TestValidate(t *testing.T) {
@@ -62,11 +37,9 @@ func TestValidate(t *testing.T) {
 			c.StateStore, c.DatabaseURL, c.MigrateOnStart = "postgres", "postgres://u:p@localhost/seqbus", true
 		}, ""},
 		{"postgres keyword dsn", func(c *Config) { c.StateStore, c.DatabaseURL = "postgres", "host=localhost dbname=x" }, ""},
-		{"http handler", func(c *Config) { c.Handler, c.HandlerURL = "http", "https://example.com/hook" }, ""},
 		{"journal handler", func(c *Config) {
-			c.Handler, c.StateStore, c.DatabaseURL = "journal", "postgres", "postgres://u:p@localhost/seqbus"
+			c.Handler, c.Journal, c.StateStore, c.DatabaseURL = nil, true, "postgres", "postgres://u:p@localhost/seqbus"
 		}, ""},
-		{"log level upper case", func(c *Config) { c.LogLevel = "DEBUG" }, ""},
 
 		{"no credentials", func(c *Config) { c.ConnectionString = "" }, "SEQBUS_CONNECTION_STRING: set it"},
 		{"both credentials", func(c *Config) { c.Namespace = "x.servicebus.windows.net" }, "SEQBUS_NAMESPACE: set either"},
@@ -90,14 +63,8 @@ func TestValidate(t *testing.T) {
 		{"empty last property", func(c *Config) { c.LastProperty = "" }, "SEQBUS_LAST_PROPERTY: must not be empty"},
 		{"same properties", func(c *Config) { c.LastProperty = "Sequence" }, "SEQBUS_LAST_PROPERTY: must differ"},
 		{"unknown poison policy", func(c *Config) { c.PoisonPolicy = "ignore" }, `SEQBUS_POISON_POLICY: "ignore" is not one of`},
-		{"unknown handler", func(c *Config) { c.Handler = "kafka" }, `SEQBUS_HANDLER: "kafka" is not one of http, journal, log, noop`},
-		{"journal without postgres", func(c *Config) { c.Handler = "journal" }, "SEQBUS_HANDLER: journal requires SEQBUS_STATE_STORE=postgres"},
-		{"negative crash hook", func(c *Config) { c.TestCrashBeforeCommit = -1 }, "SEQBUS_TEST_CRASH_BEFORE_COMMIT"},
-		{"http without url", func(c *Config) { c.Handler = "http" }, "SEQBUS_HANDLER_URL: required"},
-		{"http with bad url", func(c *Config) { c.Handler, c.HandlerURL = "http", "ftp://x" }, "SEQBUS_HANDLER_URL: \"ftp://x\" is not"},
 		{"zero handler timeout", func(c *Config) { c.HandlerTimeout = 0 }, "SEQBUS_HANDLER_TIMEOUT"},
-		{"unknown log level", func(c *Config) { c.LogLevel = "verbose" }, "SEQBUS_LOG_LEVEL"},
-		{"zero shutdown timeout", func(c *Config) { c.ShutdownTimeout = 0 }, "SEQBUS_SHUTDOWN_TIMEOUT: must be positive"},
+		{"zero shutdown timeout", func(c *Config) { c.SoftStopTimeout = 0 }, "SEQBUS_SHUTDOWN_TIMEOUT: must be positive"},
 		{"window off", func(c *Config) { c.ReorderWindow = 0 }, ""},
 		{"no ordering", func(c *Config) { c.Ordering = "none" }, ""},
 		{"unknown ordering", func(c *Config) { c.Ordering = "fifo" }, `SEQBUS_ORDERING: "fifo" is not one of session, none`},
@@ -119,7 +86,7 @@ func TestValidate(t *testing.T) {
 		{"negative renew", func(c *Config) { c.LockRenewInterval = -time.Second }, "SEQBUS_LOCK_RENEW_INTERVAL"},
 		{"http address without port", func(c *Config) { c.HTTPAddr = "localhost" }, `SEQBUS_HTTP_ADDR: "localhost" is not host:port`},
 		{"empty http address", func(c *Config) { c.HTTPAddr = "" }, "SEQBUS_HTTP_ADDR: must not be empty"},
-		{"zero ready interval", func(c *Config) { c.ReadyCheckInterval = 0 }, "SEQBUS_READY_CHECK_INTERVAL"},
+		{"zero ready interval", func(c *Config) { c.ReadyInterval = 0 }, "SEQBUS_READY_CHECK_INTERVAL"},
 		{"gap park", func(c *Config) { c.GapTimeout, c.GapPolicy = time.Hour, "park" }, ""},
 		{"gap wait with a timeout", func(c *Config) { c.GapTimeout = time.Hour }, ""},
 		{"negative gap timeout", func(c *Config) { c.GapTimeout = -time.Second }, "SEQBUS_GAP_TIMEOUT: must not be negative"},
@@ -128,15 +95,15 @@ func TestValidate(t *testing.T) {
 		{"pass-through", func(c *Config) { c.Unsequenced = "passthrough" }, ""},
 		{"unknown unsequenced", func(c *Config) { c.Unsequenced = "drop" }, `SEQBUS_UNSEQUENCED: "drop" is not one of deadletter, passthrough`},
 		{"pass-through with the journal", func(c *Config) {
-			c.Unsequenced, c.Handler, c.StateStore, c.DatabaseURL = "passthrough", "journal", "postgres", "postgres://u:p@h/db"
-		}, "SEQBUS_UNSEQUENCED: passthrough does not go with the journal handler"},
+			c.Unsequenced, c.Handler, c.Journal, c.StateStore, c.DatabaseURL = "passthrough", nil, true, "postgres", "postgres://u:p@h/db"
+		}, "Config.Journal: the journal records each message by its sequence: it does not go with SEQBUS_UNSEQUENCED=passthrough"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := valid()
 			tt.mutate(&c)
-			err := c.Validate(handlers)
+			err := c.Validate()
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				return
@@ -153,7 +120,7 @@ func TestValidateReportsAllProblems(t *testing.T) {
 	c.Queue = ""
 	c.MaxConcurrentSessions = 0
 	c.PoisonPolicy = "x"
-	err := c.Validate(handlers)
+	err := c.Validate()
 	require.ErrorContains(t, err, "SEQBUS_QUEUE")
 	require.ErrorContains(t, err, "SEQBUS_MAX_CONCURRENT_SESSIONS")
 	require.ErrorContains(t, err, "SEQBUS_POISON_POLICY")
@@ -198,16 +165,13 @@ func TestValidationErrorsHideSecrets(t *testing.T) {
 		{"database url with bad escape", func(c *Config) {
 			c.StateStore, c.DatabaseURL = "postgres", "postgres://app:hunter2%zz@db/seqbus"
 		}},
-		{"handler url with credentials", func(c *Config) {
-			c.Handler, c.HandlerURL = "http", "ftp://app:hunter2@example.com/hook"
-		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := valid()
 			tt.mutate(&c)
-			err := c.Validate(handlers)
+			err := c.Validate()
 			require.Error(t, err)
 			require.NotContains(t, err.Error(), "hunter2")
 			require.Contains(t, err.Error(), "REDACTED", "the value is still shown, redacted")
@@ -227,14 +191,6 @@ func TestConfigLogsNoSecrets(t *testing.T) {
 	require.Contains(t, buf.String(), `"queue":"orders"`)
 }
 
-func TestSlogLevel(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError} {
-		c := Config{LogLevel: in}
-		require.Equal(t, want, c.SlogLevel(), in)
-	}
-}
-
 // TestLoadFromEnvironment uses t.Setenv, so it cannot run in parallel.
 func TestLoadFromEnvironment(t *testing.T) {
 	t.Setenv("SEQBUS_CONNECTION_STRING", testConn)
@@ -243,39 +199,38 @@ func TestLoadFromEnvironment(t *testing.T) {
 	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "32")
 	t.Setenv("SEQBUS_SESSION_IDLE_TIMEOUT", "1500ms")
 	t.Setenv("SEQBUS_POISON_POLICY", "skip")
-	c, err := Load(handlers)
+	c, err := load()
 	require.NoError(t, err)
 	require.Equal(t, "orders", c.Topic)
 	require.Equal(t, "billing", c.Subscription)
 	require.Equal(t, 32, c.MaxConcurrentSessions)
 	require.Equal(t, 1500*time.Millisecond, c.SessionIdleTimeout)
-	require.Equal(t, "skip", c.PoisonPolicy)
-	require.Equal(t, "servicebus", c.StateStore, "default")
-	require.Equal(t, "log", c.Handler, "default")
-	require.Equal(t, 30*time.Second, c.ShutdownTimeout, "default")
+	require.Equal(t, sequencer.PoisonSkip, c.PoisonPolicy)
+	require.Equal(t, StateStoreServiceBus, c.StateStore, "default")
+	require.Equal(t, 30*time.Second, c.SoftStopTimeout, "default")
 	require.False(t, c.SaveEachMessage, "default")
 	require.Equal(t, contract.SequenceProperty, c.SequenceProperty, "default")
 	require.Equal(t, contract.LastProperty, c.LastProperty, "default")
-	require.Equal(t, "wait", c.GapPolicy, "default")
+	require.Equal(t, sequencer.GapWait, c.GapPolicy, "default")
 	require.Zero(t, c.GapTimeout, "default")
-	require.Equal(t, "deadletter", c.Unsequenced, "default")
+	require.Equal(t, sequencer.UnsequencedDeadLetter, c.Unsequenced, "default")
 
 	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "true")
-	c, err = Load(handlers)
+	c, err = load()
 	require.NoError(t, err)
 	require.True(t, c.SaveEachMessage)
 	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "sometimes")
-	_, err = Load(handlers)
+	_, err = load()
 	require.ErrorContains(t, err, "SEQBUS_SAVE_EACH_MESSAGE")
 	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "false")
 
 	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "many")
-	_, err = Load(handlers)
+	_, err = load()
 	require.ErrorContains(t, err, "SEQBUS_MAX_CONCURRENT_SESSIONS")
 
 	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "4")
 	t.Setenv("SEQBUS_SHUTDOWN_TIMEOUT", "soon")
-	_, err = Load(handlers)
+	_, err = load()
 	require.ErrorContains(t, err, "SEQBUS_SHUTDOWN_TIMEOUT")
 	t.Setenv("SEQBUS_SHUTDOWN_TIMEOUT", "10s")
 
@@ -284,12 +239,12 @@ func TestLoadFromEnvironment(t *testing.T) {
 	require.Equal(t, ":9464", c.HTTPAddr, "default")
 	t.Setenv("SEQBUS_STATE_MAX_BYTES", "1MiB")
 	t.Setenv("SEQBUS_REORDER_WINDOW_BYTES", "500000")
-	c, err = Load(handlers)
+	c, err = load()
 	require.NoError(t, err)
 	require.Equal(t, ByteSize(1<<20), c.StateMaxBytes)
 	require.Equal(t, ByteSize(500000), c.ReorderWindowBytes)
 	t.Setenv("SEQBUS_STATE_MAX_BYTES", "lots")
-	_, err = Load(handlers)
+	_, err = load()
 	require.ErrorContains(t, err, "SEQBUS_STATE_MAX_BYTES")
 }
 
@@ -307,22 +262,21 @@ func TestByteSize(t *testing.T) {
 	}
 }
 
-func TestMigrateConfigValidate(t *testing.T) {
+func TestDatabaseValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		c       MigrateConfig
+		db      Database
 		wantErr string
 	}{
-		{"ok", MigrateConfig{DatabaseURL: "postgres://u:p@h/db", LogLevel: "info"}, ""},
-		{"missing url", MigrateConfig{LogLevel: "info"}, "SEQBUS_DATABASE_URL: required"},
-		{"bad url", MigrateConfig{DatabaseURL: "h", LogLevel: "info"}, "SEQBUS_DATABASE_URL: expected"},
-		{"bad level", MigrateConfig{DatabaseURL: "postgres://h/db", LogLevel: "loud"}, "SEQBUS_LOG_LEVEL"},
+		{"ok", Database{DatabaseURL: "postgres://u:p@h/db"}, ""},
+		{"missing url", Database{}, "SEQBUS_DATABASE_URL: required"},
+		{"bad url", Database{DatabaseURL: "h"}, "SEQBUS_DATABASE_URL: expected"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := tt.c.Validate()
+			err := tt.db.Validate()
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				return
@@ -330,4 +284,74 @@ func TestMigrateConfigValidate(t *testing.T) {
 			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
+}
+
+// load is what cmd/worker does: the defaults, then the environment, then the checks.
+func load() (*Config, error) {
+	c := DefaultConfig()
+	if err := FromEnv(&c); err != nil {
+		return nil, err
+	}
+	c.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// TestEngineConfigFollowsTheSettings checks that the engine's policy settings reach the engine
+// from the environment, defaults included.
+func TestEngineConfigFollowsTheSettings(t *testing.T) {
+	t.Setenv("SEQBUS_CONNECTION_STRING", "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v")
+	t.Setenv("SEQBUS_QUEUE", "orders")
+	cfg, err := load()
+	require.NoError(t, err)
+	e := cfg.engine()
+	require.Equal(t, sequencer.GapWait, e.GapPolicy)
+	require.Zero(t, e.GapTimeout)
+	require.Equal(t, sequencer.UnsequencedDeadLetter, e.Unsequenced)
+	require.Equal(t, sequencer.PoisonPark, e.Poison)
+	require.NoError(t, e.WithDefaults().Validate())
+
+	t.Setenv("SEQBUS_GAP_TIMEOUT", "90s")
+	t.Setenv("SEQBUS_GAP_POLICY", "park")
+	t.Setenv("SEQBUS_UNSEQUENCED", "passthrough")
+	t.Setenv("SEQBUS_POISON_POLICY", "block")
+	cfg, err = load()
+	require.NoError(t, err)
+	e = cfg.engine()
+	require.Equal(t, 90*time.Second, e.GapTimeout)
+	require.Equal(t, sequencer.GapPark, e.GapPolicy)
+	require.Equal(t, sequencer.UnsequencedPassThrough, e.Unsequenced)
+	require.Equal(t, sequencer.PoisonBlock, e.Poison)
+	require.NoError(t, e.WithDefaults().Validate())
+}
+
+// Zero means one thing in the environment and in Go: a setting's off where it has one.
+func TestZeroIsOffInTheEnvironmentAndInGo(t *testing.T) {
+	t.Setenv("SEQBUS_CONNECTION_STRING", testConn)
+	t.Setenv("SEQBUS_QUEUE", "orders")
+	t.Setenv("SEQBUS_REORDER_WINDOW", "0")
+	t.Setenv("SEQBUS_TOMBSTONE_TTL", "0s")
+	fromEnv, err := load()
+	require.NoError(t, err)
+	inGo := valid()
+	inGo.ReorderWindow, inGo.TombstoneTTL = 0, 0
+	for _, e := range []sequencer.EngineConfig{fromEnv.engine(), inGo.engine()} {
+		require.Equal(t, sequencer.NoWindow, e.WindowMessages)
+		require.Equal(t, sequencer.NoTombstone, e.TombstoneTTL)
+	}
+	unset := DefaultConfig().engine()
+	require.Equal(t, 256, unset.WindowMessages, "unset takes the default")
+	require.Equal(t, 24*time.Hour, unset.TombstoneTTL)
+	require.Equal(t, 5*time.Second, unset.IdleTimeout, "the worker's idle timeout, as documented for SEQBUS_SESSION_IDLE_TIMEOUT")
+}
+
+// The start-up log shows durations as durations, not nanoseconds.
+func TestConfigLogsDurationsAsStrings(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("worker: starting", slog.Any("config", valid()))
+	require.Contains(t, buf.String(), `"shutdown_timeout":"30s"`)
+	require.Contains(t, buf.String(), `"session_idle_timeout":"5s"`)
 }

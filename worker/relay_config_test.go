@@ -1,4 +1,4 @@
-package workerconfig
+package worker
 
 import (
 	"testing"
@@ -8,15 +8,9 @@ import (
 )
 
 func validRelayConfig() RelayConfig {
-	return RelayConfig{
-		ConnectionString: testConn,
-		DatabaseURL:      "postgres://u:p@localhost/seqbus",
-		SequenceProperty: "Sequence", LastProperty: "IsLast",
-		BatchSize: 100, Concurrency: 4,
-		PollInterval: 5 * time.Second, MinBackoff: time.Second, MaxBackoff: time.Minute,
-		SendTimeout: 30 * time.Second, EndedRetention: 168 * time.Hour, PurgeInterval: time.Minute,
-		HTTPAddr: ":9464", ReadyCheckInterval: 5 * time.Second, LogLevel: "info", ShutdownTimeout: 30 * time.Second,
-	}
+	c := DefaultRelayConfig()
+	c.ConnectionString, c.DatabaseURL = testConn, "postgres://u:p@localhost/seqbus"
+	return c
 }
 
 func TestRelayConfigValidate(t *testing.T) {
@@ -33,7 +27,10 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"namespace is a URL", func(c *RelayConfig) { c.ConnectionString, c.Namespace = "", "sb://x.servicebus.windows.net/" }, "SEQBUS_NAMESPACE"},
 		{"no database", func(c *RelayConfig) { c.DatabaseURL = "" }, "SEQBUS_DATABASE_URL: required"},
 		{"zero batch", func(c *RelayConfig) { c.BatchSize = 0 }, "SEQBUS_RELAY_BATCH_SIZE"},
-		{"bad log level", func(c *RelayConfig) { c.LogLevel = "loud" }, "SEQBUS_LOG_LEVEL"},
+		{"retention off", func(c *RelayConfig) { c.EndedRetention = 0 }, ""},
+		{"negative retention", func(c *RelayConfig) { c.EndedRetention = -time.Hour }, "SEQBUS_RELAY_ENDED_RETENTION: must not be negative"},
+		{"backoff below its floor", func(c *RelayConfig) { c.MaxBackoff = time.Millisecond }, "SEQBUS_RELAY_MAX_BACKOFF: must be at least SEQBUS_RELAY_MIN_BACKOFF"},
+		{"zero shutdown timeout", func(c *RelayConfig) { c.SoftStopTimeout = 0 }, "SEQBUS_SHUTDOWN_TIMEOUT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,4 +45,16 @@ func TestRelayConfigValidate(t *testing.T) {
 			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
+}
+
+// TestRelayConfigFromEnv uses t.Setenv, so it cannot run in parallel.
+func TestRelayConfigFromEnv(t *testing.T) {
+	t.Setenv("SEQBUS_RELAY_ENTITIES", "orders,billing")
+	t.Setenv("SEQBUS_RELAY_ENDED_RETENTION", "0s")
+	c := DefaultRelayConfig()
+	require.NoError(t, FromEnv(&c))
+	require.Equal(t, []string{"orders", "billing"}, c.Entities)
+	require.Zero(t, c.EndedRetention, "0 keeps ended sessions forever")
+	require.Equal(t, 100, c.BatchSize, "default")
+	require.Equal(t, time.Minute, c.MaxBackoff, "default")
 }

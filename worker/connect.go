@@ -1,0 +1,173 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate"
+	"github.com/seqbus/seqbus/sessionstate/postgres"
+	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
+)
+
+// The knobs of every connection a seqbus process opens: one set, for the worker, the relay and
+// the operator commands alike.
+var (
+	// managementRetries are the SDK retries of the client for what holds no session lock
+	// (probes, session listings, the dead-letter queue, sends): a few, so that it reconnects.
+	managementRetries = azservicebus.RetryOptions{MaxRetries: 3, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
+)
+
+// scanConcurrency is how many sessions are read at once when listing sessions with their
+// Service Bus session state, where reading one is a lock, a read and a release.
+const scanConcurrency = 8
+
+// Connections are the clients, the pool and the stores of one entity, built by Connect.
+type Connections struct {
+	// Sessions locks and runs sessions, with the SDK's retries off (sbadapter, "Lock tenure").
+	Sessions *azservicebus.Client
+	// Management serves what holds no session lock, with a few SDK retries.
+	Management *azservicebus.Client
+	// Source hands out the entity's sessions on Sessions; ManagementSource probes and lists on
+	// Management.
+	Source, ManagementSource *sbadapter.Source
+	// Pool is the database (StateStorePostgres); Postgres its state store.
+	Pool     *pgxpool.Pool
+	Postgres *postgres.Store
+	// Store keeps the session states (nil with OrderingNone): Postgres, or the Service Bus
+	// session state.
+	Store sequencer.StateStore
+	// Lister lists the sessions with stored state: a query with Postgres; with Service Bus a
+	// scan that locks each session to read its state on a client of its own (scan), so that its
+	// accepts never queue in front of the runner's (the SDK negotiates a claim for every
+	// accepted session under one lock per connection).
+	Lister sessionstate.Lister
+
+	scan    *azservicebus.Client
+	ownPool bool
+}
+
+// Connect builds the connections of cfg: the Service Bus clients, the database pool (with
+// StateStorePostgres; cfg.Pool when given) and the state store and lister of cfg.Entity. It
+// does not reach the network yet (the first call does) and checks nothing Validate checks.
+// Close closes what it opened.
+func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
+	c := &Connections{}
+	defer func() {
+		if err != nil {
+			c.Close(ctx)
+		}
+	}()
+	if c.Sessions, err = newServiceBusClient(cfg.ServiceBus, sbadapter.ClientOptions(nil)); err != nil {
+		return nil, err
+	}
+	if c.Management, err = newServiceBusClient(cfg.ServiceBus, &azservicebus.ClientOptions{RetryOptions: managementRetries}); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if c.Source, err = sbadapter.NewSource(c.Sessions, sbadapter.Config{Entity: cfg.Entity, Logger: log}); err != nil {
+		return nil, configError("Entity", err)
+	}
+	if c.ManagementSource, err = sbadapter.NewSource(c.Management, sbadapter.Config{Entity: cfg.Entity, Logger: log}); err != nil {
+		return nil, configError("Entity", err)
+	}
+	switch {
+	case cfg.Ordering == OrderingNone:
+		// No state.
+	case cfg.StateStore == StateStorePostgres:
+		if c.Pool, c.ownPool, err = openPool(ctx, cfg.Database); err != nil {
+			return nil, err
+		}
+		if c.Postgres, err = postgres.New(c.Pool, &postgres.Config{Entity: cfg.Entity.String()}); err != nil {
+			return nil, err
+		}
+		c.Store, c.Lister = c.Postgres, c.Postgres
+	default:
+		sb := sbstate.New(&sbstate.Config{MaxStateSize: int(cfg.StateMaxBytes)})
+		c.Store = sb
+		if c.scan, err = newServiceBusClient(cfg.ServiceBus, sbadapter.ClientOptions(nil)); err != nil {
+			return nil, err
+		}
+		scanSource, err := sbadapter.NewSource(c.scan, sbadapter.Config{Entity: cfg.Entity, Logger: log})
+		if err != nil {
+			return nil, configError("Entity", err)
+		}
+		c.Lister = sessionstate.NewScanLister(sessionstate.ScanConfig{
+			IDs: c.ManagementSource.ListSessionsWithState, Source: scanSource, Store: sb,
+			Concurrency: scanConcurrency, // reading a session's state is a few round trips: overlap them
+		})
+	}
+	return c, nil
+}
+
+// Ping checks that the database answers (within 30s), when there is one.
+func (c *Connections) Ping(ctx context.Context) error {
+	if c.Pool == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.Pool.Ping(pctx); err != nil {
+		return configError("DatabaseURL", fmt.Errorf("%s: cannot reach the database: %w", RedactDatabaseURL(c.Pool.Config().ConnString()), err))
+	}
+	return nil
+}
+
+// Close closes the Service Bus clients and a pool Connect opened itself, within 10s.
+func (c *Connections) Close(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, sb := range []*azservicebus.Client{c.Sessions, c.Management, c.scan} {
+		if sb != nil {
+			_ = sb.Close(cctx)
+		}
+	}
+	if c.ownPool && c.Pool != nil {
+		c.Pool.Close()
+	}
+}
+
+// openPool returns db.Pool, or a pool on db.DatabaseURL that the caller owns (own).
+func openPool(ctx context.Context, db Database) (pool *pgxpool.Pool, own bool, err error) {
+	if db.Pool != nil {
+		return db.Pool, false, nil
+	}
+	pool, err = pgxpool.New(context.WithoutCancel(ctx), db.DatabaseURL)
+	if err != nil {
+		return nil, false, configError("DatabaseURL", fmt.Errorf("%s: %w", RedactDatabaseURL(db.DatabaseURL), err))
+	}
+	return pool, true, nil
+}
+
+// newServiceBusClient connects with the connection string or with Entra ID on the namespace.
+func newServiceBusClient(sb ServiceBus, opts *azservicebus.ClientOptions) (*azservicebus.Client, error) {
+	if sb.ConnectionString != "" {
+		c, err := azservicebus.NewClientFromConnectionString(sb.ConnectionString, opts)
+		if err != nil {
+			return nil, configError("ConnectionString", fmt.Errorf("%s", RedactConnectionString(err.Error())))
+		}
+		return c, nil
+	}
+	cred := sb.Credential
+	if cred == nil {
+		var err error
+		if cred, err = azidentity.NewDefaultAzureCredential(nil); err != nil {
+			return nil, configError("Namespace", fmt.Errorf("Entra ID credential: %w", err))
+		}
+	}
+	c, err := azservicebus.NewClient(sb.Namespace, cred, opts)
+	if err != nil {
+		return nil, configError("Namespace", err)
+	}
+	return c, nil
+}
