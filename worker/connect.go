@@ -27,7 +27,7 @@ var (
 
 // scanConcurrency is how many sessions are read at once when listing sessions with their
 // Service Bus session state, where reading one is a lock, a read and a release.
-const scanConcurrency = 8
+const scanConcurrency = 16
 
 // Connections are the clients, the pool and the stores of one entity, built by Connect.
 type Connections struct {
