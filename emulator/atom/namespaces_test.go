@@ -20,6 +20,15 @@ func ruleBody(filterAndAction string) string {
 		filterAndAction + `<Name>r</Name></RuleDescription></content></entry>`
 }
 
+// putRule PUTs rule r of subscription t/s, with filterAndAction, to a fresh handler.
+func putRule(t *testing.T, filterAndAction string) (*bundle, int, string) {
+	t.Helper()
+	tb := setup(t)
+	topicWithSub(t, tb)
+	status, body := tb.raw(t, http.MethodPut, "/t/Subscriptions/s/Rules/r?api-version=2021-05", tb.token(key), ruleBody(filterAndAction))
+	return tb, status, body
+}
+
 // TestFilterTypedWithAPrefixDeclaredOnTheEntry: a filter whose xsi prefix is declared
 // on the entry keeps its type; it once became a TrueFilter and the subscription got
 // every message.
@@ -49,9 +58,7 @@ func TestFilterTypedWithAPrefixDeclaredOnTheEntry(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tb := setup(t)
-			topicWithSub(t, tb)
-			status, body := tb.raw(t, http.MethodPut, "/t/Subscriptions/s/Rules/r?api-version=2021-05", tb.token(key), ruleBody(tt.body))
+			tb, status, body := putRule(t, tt.body)
 			require.Equal(t, http.StatusCreated, status, body)
 			got, err := tb.b.GetRule("t", "s", "r")
 			require.NoError(t, err)
@@ -80,9 +87,7 @@ func TestUninterpretableFiltersAreRefused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tb := setup(t)
-			topicWithSub(t, tb)
-			status, body := tb.raw(t, http.MethodPut, "/t/Subscriptions/s/Rules/r?api-version=2021-05", tb.token(key), ruleBody(tt.body))
+			tb, status, body := putRule(t, tt.body)
 			require.Equal(t, http.StatusBadRequest, status, body)
 			require.True(t, strings.Contains(body, tt.detail), "the error names %s: %s", tt.detail, body)
 			_, err := tb.b.GetRule("t", "s", "r")
