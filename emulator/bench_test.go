@@ -20,16 +20,27 @@ import (
 // real SDK: 4 senders and 4 peek-lock receivers on one queue, 1 KiB
 // messages, each received message completed. One op is one message.
 func BenchmarkSendReceiveComplete(b *testing.B) {
-	b.Run("single", func(b *testing.B) { benchmarkThroughput(b, 1) })
-	b.Run("batch100", func(b *testing.B) { benchmarkThroughput(b, 100) })
+	b.Run("single", func(b *testing.B) { benchmarkThroughput(b, 1, emulatortest.Options{}) })
+	b.Run("batch100", func(b *testing.B) { benchmarkThroughput(b, 100, emulatortest.Options{}) })
 }
 
-// benchmarkThroughput sends in batches of batchSize (1: SendMessage).
-func benchmarkThroughput(b *testing.B, batchSize int) {
+// BenchmarkTransports is BenchmarkSendReceiveComplete (single sends) over
+// each transport, side by side: plain AMQP, AMQPS (TLS) and AMQP over
+// WebSockets over TLS.
+func BenchmarkTransports(b *testing.B) {
+	b.Run("amqp", func(b *testing.B) { benchmarkThroughput(b, 1, emulatortest.Options{}) })
+	b.Run("amqps", func(b *testing.B) { benchmarkThroughput(b, 1, emulatortest.Options{TLS: true}) })
+	b.Run("wss", func(b *testing.B) { benchmarkThroughput(b, 1, emulatortest.Options{TLS: true, WebSocket: true}) })
+}
+
+// benchmarkThroughput sends in batches of batchSize (1: SendMessage) to an
+// emulator started with opts and a queue.
+func benchmarkThroughput(b *testing.B, batchSize int, opts emulatortest.Options) {
 	const senders, receivers = 4, 4
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv := emulatortest.Start(b, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"bench": {}}})
+	opts.Queues = map[string]broker.EntityProperties{"bench": {}}
+	srv := emulatortest.Start(b, &opts)
 	// A client (an AMQP connection) per sender and receiver.
 	newBenchClient := func() *azservicebus.Client { return srv.NewClient(b, nil) }
 	body := make([]byte, 1024)

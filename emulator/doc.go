@@ -37,8 +37,26 @@
 //   - A subscription's $management node serves add-rule, remove-rule and
 //     enumerate-rules (the rule managers of JavaScript, .NET, Java, Python).
 //
-// The .NET, Java and Python SDKs are not run here: their reply-link shapes
-// come from their sources and are covered by the engine's tests with go-amqp.
+// The Python SDK (azure-servicebus 7.8 on uamqp) runs against the emulator in
+// TLS mode: testdata/pyconformance, run by TestPythonSDKConformance over AMQPS
+// and over WebSockets. uamqp names entity links by URI
+// (amqps://host/queue), which the engine resolves, and fails (and, in its C
+// code, writes into freed memory) when a $cbs or $management response comes
+// before the request's settlement, so the engine settles first.
+//
+// The .NET and Java SDKs are not run here: their reply-link shapes come from
+// their sources and are covered by the engine's tests with go-amqp.
+//
+// # TLS and WebSockets
+//
+// Config.TLS serves the AMQP port over TLS only, as Service Bus serves port
+// 5671 (DefaultTLSPort, cmd/emulator's default with -tls): AMQPS, the
+// management API over HTTPS and AMQP over WebSockets, told apart after the
+// handshake by their first bytes. The certificate is given (CertFile,
+// KeyFile) or generated and written for clients to trust (Server.CertFile;
+// Go clients take Server.ClientTLSConfig). AMQP over WebSockets is served at
+// WebSocketPath (subprotocol AMQPWSB10, or amqp) on the AMQP port, over TLS or
+// not, and on HTTPAddr.
 //
 // The JavaScript administration client always builds https:// URLs from the
 // Endpoint and takes no option that changes that (UseDevelopmentEmulator is
@@ -94,6 +112,12 @@
 //     report the settlement as failed although the emulator applied it; the
 //     SDK then settles again through $management and returns CodeLockLost for
 //     a message that is gone. Treat CodeLockLost on Complete as "maybe done".
+//   - go-amqp reports a send whose context ends before the link takes it as
+//     amqp:link:transfer-limit-exceeded ("credit limit exceeded for sending
+//     link"), credit or not: a request/response call cancelled by a stopping
+//     worker logs it. The engine grants 1000 credits on every client sender,
+//     $cbs and $management included, and tops them up at half
+//     (TestRequestLinksKeepTheirCredit).
 //   - go-amqp abandons a session whose begin its context stopped before the
 //     frame was written, and later ends it on a channel the emulator never
 //     saw; the emulator ignores such an end (closing the connection, as it

@@ -3,6 +3,7 @@ package emulator
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -69,6 +70,10 @@ type Config struct {
 	// credit-based throttle like the Standard tier's and transient errors (see Pressure).
 	// Default: none.
 	Pressure Pressure
+	// TLS, when set, serves the AMQP port over TLS only (AMQPS, HTTPS and
+	// AMQP over WebSockets behind TLS), as Service Bus serves port 5671; see
+	// TLSConfig. HTTPAddr stays plain HTTP. Default: no TLS.
+	TLS *TLSConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -98,6 +103,11 @@ func (c Config) validate() error {
 	if c.MaxMessageSize < 0 || c.MaxMessageSize > MaxMaxMessageSize {
 		return fmt.Errorf("emulator: MaxMessageSize %d out of range (1..%d)", c.MaxMessageSize, MaxMaxMessageSize)
 	}
+	if c.TLS != nil {
+		if err := c.TLS.validate(); err != nil {
+			return err
+		}
+	}
 	return c.Pressure.validate()
 }
 
@@ -111,6 +121,11 @@ type Server struct {
 	httpLn net.Listener
 	wg     sync.WaitGroup
 	once   sync.Once
+	tls    *serverTLS // nil without TLS
+
+	// wsCtx ends the WebSocket streams when the server closes.
+	wsCtx    context.Context
+	wsCancel context.CancelFunc
 
 	// HTTP requests arriving on the AMQP port.
 	portHTTP *chanListener
@@ -145,10 +160,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		b.Close()
 		return nil, fmt.Errorf("emulator: listen AMQP on %s: %w", cfg.AMQPAddr, err)
 	}
+	var st *serverTLS
+	if cfg.TLS != nil {
+		if st, err = loadTLS(cfg.TLS, amqpLn.Addr().String()); err != nil {
+			_ = amqpLn.Close()
+			b.Close()
+			return nil, err
+		}
+		amqpLn = tls.NewListener(amqpLn, st.config)
+	}
+	wsCtx, wsCancel := context.WithCancel(context.Background())
 	s := &Server{
-		cfg:    cfg,
-		broker: b,
-		amqpLn: amqpLn,
+		cfg:      cfg,
+		broker:   b,
+		amqpLn:   amqpLn,
+		tls:      st,
+		wsCtx:    wsCtx,
+		wsCancel: wsCancel,
 		engine: engine.New(engine.Config{
 			Broker:            b,
 			Keys:              map[string]string{cfg.KeyName: cfg.Key},
@@ -163,6 +191,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		httpLn, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
 		if err != nil {
 			_ = amqpLn.Close()
+			wsCancel()
+			st.remove()
 			b.Close()
 			return nil, fmt.Errorf("emulator: listen HTTP on %s: %w", cfg.HTTPAddr, err)
 		}
@@ -174,7 +204,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.sniffing = make(map[net.Conn]struct{})
 	s.wg.Add(1)
 	go s.acceptAMQPPort()
-	cfg.Logger.Info("emulator: started", slog.String("amqp_addr", s.AMQPAddr()), slog.String("http_addr", s.HTTPAddr()))
+	cfg.Logger.Info("emulator: started", slog.String("amqp_addr", s.AMQPAddr()), slog.String("http_addr", s.HTTPAddr()),
+		slog.Bool("tls", st != nil), slog.String("cert_file", s.CertFile()))
 	return s, nil
 }
 
@@ -184,6 +215,8 @@ func (s *Server) httpHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"healthy"}`)
 	})
+	mux.HandleFunc("GET "+WebSocketPath, s.serveWebSocket)
+	mux.HandleFunc("GET "+WebSocketPath+"/", s.serveWebSocket) // uamqp's path ends with a slash
 	if s.cfg.AdminHandler != nil {
 		mux.Handle("/", s.cfg.AdminHandler(s.broker))
 	}
@@ -215,15 +248,24 @@ func (s *Server) HTTPAddr() string {
 
 // ConnectionString returns a connection string for the azservicebus SDK:
 // Endpoint=sb://HOST:PORT;SharedAccessKeyName=…;SharedAccessKey=…;UseDevelopmentEmulator=true.
-// The SDK dials the port given in the endpoint without TLS.
-// When listening on all interfaces (0.0.0.0 or ::) the host is "localhost".
+// The SDK dials the port given in the endpoint without TLS. In TLS mode
+// UseDevelopmentEmulator is left out, so the SDKs speak TLS (they must trust
+// CertFile). When listening on all interfaces (0.0.0.0 or ::) the host is
+// "localhost".
 func (s *Server) ConnectionString() string {
-	addr := s.AMQPAddr()
-	if tcp, ok := s.amqpLn.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
-		addr = net.JoinHostPort("localhost", strconv.Itoa(tcp.Port))
+	cs := fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s", s.endpointAddr(), s.cfg.KeyName, s.cfg.Key)
+	if s.tls == nil {
+		cs += ";UseDevelopmentEmulator=true"
 	}
-	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true",
-		addr, s.cfg.KeyName, s.cfg.Key)
+	return cs
+}
+
+// endpointAddr is the host:port of ConnectionString's endpoint.
+func (s *Server) endpointAddr() string {
+	if tcp, ok := s.amqpLn.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return net.JoinHostPort("localhost", strconv.Itoa(tcp.Port))
+	}
+	return s.AMQPAddr()
 }
 
 // Broker returns the in-memory broker, for creating entities and inspecting
@@ -246,9 +288,11 @@ func (s *Server) Close() error {
 			err = perr
 		}
 		_ = s.portHTTP.Close()
+		s.wsCancel()
 		s.engine.Close()
 		s.broker.Close()
 		s.wg.Wait()
+		s.tls.remove()
 	})
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -41,7 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	fmt.Fprintln(stdout, srv.ConnectionString())
-	cfg.Logger.Info("emulator: ready", slog.String("amqp_addr", srv.AMQPAddr()), slog.String("http_addr", srv.HTTPAddr()))
+	cfg.Logger.Info("emulator: ready", slog.String("amqp_addr", srv.AMQPAddr()), slog.String("http_addr", srv.HTTPAddr()), slog.String("cert_file", srv.CertFile()))
 
 	<-ctx.Done()
 	if err := srv.Close(); err != nil {
@@ -62,7 +63,13 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 	}
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "Config.json file declaring queues, topics and subscriptions")
-	fs.StringVar(&cfg.AMQPAddr, "amqp-addr", "127.0.0.1:5672", "AMQP listen address (HOST:PORT)")
+	fs.StringVar(&cfg.AMQPAddr, "amqp-addr", "127.0.0.1:5672", fmt.Sprintf("AMQP listen address (HOST:PORT); with -tls the default port is %d", emulator.DefaultTLSPort))
+	var useTLS bool
+	var tlsCfg emulator.TLSConfig
+	fs.BoolVar(&useTLS, "tls", false, "serve the AMQP port over TLS only (AMQPS, HTTPS management, AMQP over WebSockets), with a generated self-signed certificate unless -tls-cert and -tls-key are given")
+	fs.StringVar(&tlsCfg.CertFile, "tls-cert", "", "PEM certificate to serve with -tls (needs -tls-key)")
+	fs.StringVar(&tlsCfg.KeyFile, "tls-key", "", "PEM key of -tls-cert")
+	fs.StringVar(&tlsCfg.GeneratedCertFile, "tls-cert-out", "", "with -tls and no -tls-cert: where to write the generated certificate for clients to trust (default: a temporary file, logged)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:5300", "HTTP listen address for /health (HOST:PORT)")
 	fs.StringVar(&cfg.KeyName, "key-name", envOr(getenv, "SEQBUS_EMULATOR_KEY_NAME", emulator.DefaultKeyName), "shared access key name (env SEQBUS_EMULATOR_KEY_NAME)")
 	fs.StringVar(&cfg.Key, "key", envOr(getenv, "SEQBUS_EMULATOR_KEY", emulator.DefaultKey), "shared access key (env SEQBUS_EMULATOR_KEY)")
@@ -78,6 +85,17 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 	}
 	if fs.NArg() > 0 {
 		return emulator.Config{}, 0, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !useTLS && (set["tls-cert"] || set["tls-key"] || set["tls-cert-out"]) {
+		return emulator.Config{}, 0, errors.New("-tls-cert, -tls-key and -tls-cert-out need -tls")
+	}
+	if useTLS {
+		if !set["amqp-addr"] {
+			cfg.AMQPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(emulator.DefaultTLSPort))
+		}
+		cfg.TLS = &tlsCfg
 	}
 	if cfg.KeyName == "" {
 		return emulator.Config{}, 0, errors.New("-key-name must not be empty")

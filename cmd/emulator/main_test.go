@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -90,6 +93,9 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{name: "negative latency", args: []string{"-latency", "-5ms"}, wantCode: 2, wantErr: "-latency and -latency-jitter must not be negative"},
 		{name: "negative credits", args: []string{"-credits-per-second", "-1"}, wantCode: 2, wantErr: "-credits-per-second must not be negative"},
 		{name: "error rate above 1", args: []string{"-transient-error-rate", "1.5"}, wantCode: 2, wantErr: "-transient-error-rate must be between 0 and 1"},
+		{name: "tls files without -tls", args: []string{"-tls-cert", "c.pem", "-tls-key", "k.pem"}, wantCode: 2, wantErr: "need -tls"},
+		{name: "tls certificate without key", args: []string{"-tls", "-tls-cert", "c.pem", "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "KeyFile"},
+		{name: "tls certificate missing", args: []string{"-tls", "-tls-cert", "/does/not/cert.pem", "-tls-key", "/does/not/key.pem", "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "/does/not/cert.pem"},
 		{name: "message size too big", args: []string{"-max-message-size", "200000000", "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "MaxMessageSize"},
 	}
 	for _, tt := range tests {
@@ -160,4 +166,57 @@ func TestRunRejectsBadPressureEnvironment(t *testing.T) {
 	code := run(context.Background(), nil, func(k string) string { return env[k] }, &stdout, &stderr)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE")
+}
+
+func TestParseFlagsTLSDefaultsToPort5671(t *testing.T) {
+	t.Parallel()
+	cfg, _, err := parseFlags([]string{"-tls"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:5671", cfg.AMQPAddr)
+	require.NotNil(t, cfg.TLS)
+	cfg, _, err = parseFlags([]string{"-tls", "-amqp-addr", "0.0.0.0:6000"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "0.0.0.0:6000", cfg.AMQPAddr, "an address given wins")
+	cfg, _, err = parseFlags(nil, noEnv, io.Discard)
+	require.NoError(t, err)
+	require.Nil(t, cfg.TLS, "no TLS unless asked")
+}
+
+func TestRunServesTLS(t *testing.T) {
+	t.Parallel()
+	amqpAddr, httpAddr := freeAddr(t), freeAddr(t)
+	certFile := filepath.Join(t.TempDir(), "cert.pem")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr testio.SyncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-tls", "-tls-cert-out", certFile, "-amqp-addr", amqpAddr, "-http-addr", httpAddr}, noEnv, &stdout, &stderr)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for stdout.String() == "" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // printed once the emulator serves
+	}
+	require.Equal(t, "Endpoint=sb://"+amqpAddr+";SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE\n", stdout.String(),
+		"no UseDevelopmentEmulator: the SDKs speak TLS; stderr: %s", stderr.String())
+	require.Contains(t, stderr.String(), certFile, "the certificate's file is logged")
+
+	pemBytes, err := os.ReadFile(certFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(pemBytes))
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := hc.Get("https://" + amqpAddr + "/health")
+	require.NoError(t, err, "the AMQP port answers HTTPS, trusting the written certificate")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = resp.Body.Close()
+	hc.CloseIdleConnections()
+
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, "stderr: %s", stderr.String())
+	case <-time.After(5 * time.Second):
+		t.Fatal("run did not stop")
+	}
 }

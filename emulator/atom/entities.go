@@ -1,7 +1,6 @@
 package atom
 
 import (
-	"encoding/xml"
 	"errors"
 	"fmt"
 	"math"
@@ -123,12 +122,12 @@ func (h *handler) entity(req *request, name string) (int, any, error) {
 		h.dropExtras(name)
 		return http.StatusOK, nil, nil
 	}
-	kind, inner, err := parseBody(req.body)
+	kind, decode, err := parseBody(req.body)
 	if err != nil {
 		return 0, nil, err
 	}
 	var d inDescription
-	if err := xml.Unmarshal(inner, &d); err != nil {
+	if err := decode(&d); err != nil {
 		return 0, nil, badRequest("invalid %s: %w", kind, err)
 	}
 	switch kind {
@@ -235,7 +234,7 @@ func (h *handler) subscription(req *request, rt route) (int, any, error) {
 		h.dropExtras(info.Path)
 		return http.StatusOK, nil, nil
 	}
-	kind, inner, err := parseBody(req.body)
+	kind, decode, err := parseBody(req.body)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -243,7 +242,7 @@ func (h *handler) subscription(req *request, rt route) (int, any, error) {
 		return 0, nil, badRequest("cannot PUT a %s at a subscription's address", kind)
 	}
 	var d inDescription
-	if err := xml.Unmarshal(inner, &d); err != nil {
+	if err := decode(&d); err != nil {
 		return 0, nil, badRequest("invalid %s: %w", kind, err)
 	}
 	var existing *broker.EntityInfo

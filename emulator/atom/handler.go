@@ -1,6 +1,7 @@
 package atom
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/xml"
 	"errors"
@@ -375,23 +376,52 @@ func page[T any](r *http.Request, items []T) ([]T, error) {
 	return items[:min(top, len(items))], nil
 }
 
-// parseBody reads a PUT body and returns its description element's local name and bytes.
-func parseBody(body []byte) (string, []byte, error) {
-	var e inEntry
-	if err := xml.Unmarshal(body, &e); err != nil {
-		return "", nil, badRequest("invalid request body: %w", err)
-	}
-	if e.Content == nil {
-		return "", nil, badRequest("invalid request body: entry has no content")
-	}
-	dec := xml.NewDecoder(strings.NewReader(string(e.Content.Inner)))
+// parseBody reads a PUT body: an ATOM entry whose content holds one description element.
+// It returns that element's local name and a function decoding it into v. The element is
+// decoded from the whole body, so namespace prefixes declared on the entry (the Python
+// SDK declares xsi there and writes xsi:type on a rule's Filter) keep their meaning.
+func parseBody(body []byte) (kind string, decode func(v any) error, err error) {
+	dec := xml.NewDecoder(bytes.NewReader(body))
+	// depth 0: before the entry; 1: inside the entry; 2: inside its content.
+	depth := 0
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return "", nil, badRequest("invalid request body: content holds no description")
+			if errors.Is(err, io.EOF) {
+				switch depth {
+				case 0:
+					return "", nil, badRequest("invalid request body: no entry element")
+				case 1:
+					return "", nil, badRequest("invalid request body: entry has no content")
+				}
+				return "", nil, badRequest("invalid request body: content holds no description")
+			}
+			return "", nil, badRequest("invalid request body: %w", err)
 		}
-		if se, ok := tok.(xml.StartElement); ok {
-			return se.Name.Local, e.Content.Inner, nil
+		switch t := tok.(type) {
+		case xml.StartElement:
+			switch {
+			case depth == 0 && t.Name.Local == "entry":
+				depth = 1
+			case depth == 0:
+				return "", nil, badRequest("invalid request body: expected an entry element, got %q", t.Name.Local)
+			case depth == 1 && t.Name.Local == "content":
+				depth = 2
+			case depth == 1:
+				if err := dec.Skip(); err != nil {
+					return "", nil, badRequest("invalid request body: %w", err)
+				}
+			default:
+				start := t
+				return t.Name.Local, func(v any) error { return dec.DecodeElement(v, &start) }, nil
+			}
+		case xml.EndElement:
+			if depth == 2 {
+				return "", nil, badRequest("invalid request body: content holds no description")
+			}
+			if depth == 1 {
+				return "", nil, badRequest("invalid request body: entry has no content")
+			}
 		}
 	}
 }

@@ -59,30 +59,64 @@ type inRuleDescribe struct {
 	Name    *string   `xml:"Name"`
 }
 
-// inFilter reads a Filter or an Action; the type attribute is matched by local name so
-// that any prefix (i:, the Go encoder's _XMLSchema-instance:, ...) works.
+// inFilter reads a Filter or an Action. Elements are matched by local name; any
+// other element lands in Unknown, and the rule is refused naming it.
 type inFilter struct {
-	Attrs            []xml.Attr `xml:",any,attr"`
-	SQLExpression    *string    `xml:"SqlExpression"`
-	CorrelationID    *string    `xml:"CorrelationId"`
-	MessageID        *string    `xml:"MessageId"`
-	To               *string    `xml:"To"`
-	ReplyTo          *string    `xml:"ReplyTo"`
-	Label            *string    `xml:"Label"`
-	SessionID        *string    `xml:"SessionId"`
-	ReplyToSessionID *string    `xml:"ReplyToSessionId"`
-	ContentType      *string    `xml:"ContentType"`
-	Properties       *kvList    `xml:"Properties"`
-	Parameters       *kvList    `xml:"Parameters"`
+	Attrs                 []xml.Attr `xml:",any,attr"`
+	SQLExpression         *string    `xml:"SqlExpression"`
+	CompatibilityLevel    *string    `xml:"CompatibilityLevel"`
+	RequiresPreprocessing *string    `xml:"RequiresPreprocessing"`
+	CorrelationID         *string    `xml:"CorrelationId"`
+	MessageID             *string    `xml:"MessageId"`
+	To                    *string    `xml:"To"`
+	ReplyTo               *string    `xml:"ReplyTo"`
+	Label                 *string    `xml:"Label"`
+	SessionID             *string    `xml:"SessionId"`
+	ReplyToSessionID      *string    `xml:"ReplyToSessionId"`
+	ContentType           *string    `xml:"ContentType"`
+	Properties            *kvList    `xml:"Properties"`
+	Parameters            *kvList    `xml:"Parameters"`
+	Unknown               []struct {
+		XMLName xml.Name
+	} `xml:",any"`
 }
 
-func (f *inFilter) typeName() string {
+// typeName returns the filter's or action's type: its xsi:type attribute. The prefix
+// may be any declared for the XML Schema instance namespace (i:, xsi:, the Go encoder's
+// _XMLSchema-instance:, ...); i: and xsi: are also taken undeclared, and a bare type
+// attribute too. ok is false when there is no type attribute, or more than one.
+func (f *inFilter) typeName() (name string, ok bool) {
+	n := 0
 	for _, a := range f.Attrs {
-		if a.Name.Local == "type" && (a.Name.Space == nsXSI || a.Name.Space == "i" || a.Name.Space == "") {
-			return a.Value
+		if a.Name.Local != "type" {
+			continue
+		}
+		switch a.Name.Space {
+		case nsXSI, "i", "xsi", "":
+			name = a.Value
+			n++
 		}
 	}
-	return ""
+	// A type may come qualified ("d2p1:SqlFilter"); the names are the service's own.
+	if _, local, found := strings.Cut(name, ":"); found {
+		name = local
+	}
+	return name, n == 1
+}
+
+// unknownElement returns the local name of the first element the filter or action
+// holds that the emulator does not read, or "".
+func (f *inFilter) unknownElement() string {
+	if len(f.Unknown) == 0 {
+		return ""
+	}
+	return f.Unknown[0].XMLName.Local
+}
+
+// correlationSet reports whether any element of a correlation filter is present.
+func (f *inFilter) correlationSet() bool {
+	return f.CorrelationID != nil || f.MessageID != nil || f.To != nil || f.ReplyTo != nil || f.Label != nil ||
+		f.SessionID != nil || f.ReplyToSessionID != nil || f.ContentType != nil || f.Properties != nil
 }
 
 // kvList is a list of KeyValueOfstringanyType, the way filter properties and SQL

@@ -1,7 +1,6 @@
 package atom
 
 import (
-	"encoding/xml"
 	"fmt"
 	"net/http"
 	"sort"
@@ -58,7 +57,7 @@ func (h *handler) rule(req *request, rt route) (int, any, error) {
 		delete(h.rules, ruleKey(rt.topic, rt.sub, rt.rule))
 		return http.StatusOK, nil, nil
 	}
-	kind, inner, err := parseBody(req.body)
+	kind, decode, err := parseBody(req.body)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -66,7 +65,7 @@ func (h *handler) rule(req *request, rt route) (int, any, error) {
 		return 0, nil, badRequest("cannot PUT a %s at a rule's address", kind)
 	}
 	var d inRuleDescribe
-	if err := xml.Unmarshal(inner, &d); err != nil {
+	if err := decode(&d); err != nil {
 		return 0, nil, badRequest("invalid RuleDescription: %w", err)
 	}
 	name := rt.rule
@@ -105,13 +104,24 @@ func (h *handler) rule(req *request, rt route) (int, any, error) {
 	return status, h.ruleEntry(req.r, sub, stored), nil
 }
 
-// ruleFromXML converts a rule's Filter and Action to a broker rule.
+// ruleFromXML converts a rule's Filter and Action to a broker rule. A rule without a
+// Filter matches everything and one without an Action changes nothing, as on the
+// service; a Filter or Action the emulator cannot read entirely (no type, an unknown
+// type, an element it does not know or one that belongs to another type) is refused
+// naming what it could not read, never taken for something that matches more.
 func ruleFromXML(name string, f, a *inFilter) (broker.Rule, ruleExtras, error) {
 	r := broker.Rule{Name: name, FilterType: broker.FilterTrue}
 	x := ruleExtras{name: name}
 	if f != nil {
-		switch t := f.typeName(); t {
-		case "TrueFilter", "":
+		t, err := checkTyped(name, "Filter", f)
+		if err != nil {
+			return r, x, err
+		}
+		if t != "CorrelationFilter" && f.correlationSet() {
+			return r, x, badRequest("rule %q: a %s has no correlation properties (CorrelationId, MessageId, To, ReplyTo, Label, SessionId, ReplyToSessionId, ContentType, Properties)", name, t)
+		}
+		switch t {
+		case "TrueFilter":
 			r.FilterType = broker.FilterTrue
 		case "FalseFilter":
 			r.FilterType = broker.FilterFalse
@@ -126,6 +136,9 @@ func ruleFromXML(name string, f, a *inFilter) (broker.Rule, ruleExtras, error) {
 			r.FilterType, r.SQLExpression, r.SQLParameters = broker.FilterSQL, *f.SQLExpression, values
 			x.filterExpr, x.filterParams = *f.SQLExpression, params
 		case "CorrelationFilter":
+			if f.SQLExpression != nil || f.Parameters != nil {
+				return r, x, badRequest("rule %q: a CorrelationFilter has no SqlExpression or Parameters", name)
+			}
 			props, values, err := readParams(f.Properties)
 			if err != nil {
 				return r, x, fmt.Errorf("rule %q correlation filter: %w", name, err)
@@ -144,8 +157,18 @@ func ruleFromXML(name string, f, a *inFilter) (broker.Rule, ruleExtras, error) {
 		}
 	}
 	if a != nil {
-		switch t := a.typeName(); t {
-		case "EmptyRuleAction", "":
+		t, err := checkTyped(name, "Action", a)
+		if err != nil {
+			return r, x, err
+		}
+		if a.correlationSet() {
+			return r, x, badRequest("rule %q: an Action has no correlation properties", name)
+		}
+		switch t {
+		case "EmptyRuleAction":
+			if a.SQLExpression != nil && strings.TrimSpace(*a.SQLExpression) != "" {
+				return r, x, badRequest("rule %q: an EmptyRuleAction has no SqlExpression", name)
+			}
 		case "SqlRuleAction":
 			expr := deref(a.SQLExpression)
 			params, values, err := readParams(a.Parameters)
@@ -159,6 +182,19 @@ func ruleFromXML(name string, f, a *inFilter) (broker.Rule, ruleExtras, error) {
 		}
 	}
 	return r, x, nil
+}
+
+// checkTyped returns the type of a rule's Filter or Action (what names it), refusing
+// one without a single type attribute or with an element the emulator does not read.
+func checkTyped(rule, what string, f *inFilter) (string, error) {
+	t, ok := f.typeName()
+	if !ok {
+		return "", badRequest("rule %q: the %s needs exactly one xsi:type attribute (of namespace %s)", rule, what, nsXSI)
+	}
+	if el := f.unknownElement(); el != "" {
+		return "", badRequest("rule %q: unsupported element %q in the %s (%s)", rule, el, what, t)
+	}
+	return t, nil
 }
 
 func deref(s *string) string {

@@ -3,10 +3,13 @@ package emulatortest
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,6 +20,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+	"github.com/coder/websocket"
 
 	"github.com/seqbus/seqbus/admintransport"
 	"github.com/seqbus/seqbus/emulator"
@@ -42,7 +46,16 @@ type Options struct {
 	// Entities of Config.UserConfig or Config.ConfigFile are declared too.
 	Config emulator.Config
 	// ClientOptions are the options of Server.Client. Default: FastRetries.
+	// Clients of NewClient get the TLS configuration and WebSocket dialer
+	// that TLS and WebSocket ask for, unless their options set their own.
 	ClientOptions *azservicebus.ClientOptions
+	// TLS serves the AMQP port over TLS with a certificate generated into
+	// the test's temporary directory (unless Config.TLS is set); clients
+	// trust it.
+	TLS bool
+	// WebSocket makes clients speak AMQP over WebSockets
+	// (ClientOptions.NewWebSocketConn with Server.DialWebSocket).
+	WebSocket bool
 }
 
 // Topic is a topic to declare.
@@ -65,6 +78,8 @@ type Server struct {
 	// connects on first use, as every SDK client does), closed when the test
 	// ends.
 	Client *azservicebus.Client
+
+	webSocket bool
 }
 
 // FastRetries are retry options for tests: the SDK's default backoff (4 s,
@@ -94,6 +109,9 @@ func Start(t testing.TB, opts *Options) *Server {
 		}
 		cfg.UserConfig = uc
 	}
+	if opts.TLS && cfg.TLS == nil {
+		cfg.TLS = &emulator.TLSConfig{GeneratedCertFile: filepath.Join(t.TempDir(), "emulator-cert.pem")}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	srv, err := emulator.Start(ctx, cfg)
@@ -107,23 +125,28 @@ func Start(t testing.TB, opts *Options) *Server {
 			t.Errorf("emulatortest: close the emulator: %v", err)
 		}
 	})
-	s := &Server{Server: srv}
-	co := opts.ClientOptions
-	if co == nil {
-		co = &azservicebus.ClientOptions{RetryOptions: FastRetries()}
-	}
-	s.Client = s.NewClient(t, co)
+	s := &Server{Server: srv, webSocket: opts.WebSocket}
+	s.Client = s.NewClient(t, opts.ClientOptions)
 	return s
 }
 
 // NewClient connects another SDK client (its own AMQP connection), closed
-// when the test ends. nil opts means FastRetries.
+// when the test ends. nil opts means FastRetries. Over TLS the client trusts
+// the emulator's certificate, and with Options.WebSocket it dials
+// DialWebSocket, unless opts set TLSConfig or NewWebSocketConn.
 func (s *Server) NewClient(t testing.TB, opts *azservicebus.ClientOptions) *azservicebus.Client {
 	t.Helper()
-	if opts == nil {
-		opts = &azservicebus.ClientOptions{RetryOptions: FastRetries()}
+	o := azservicebus.ClientOptions{RetryOptions: FastRetries()}
+	if opts != nil {
+		o = *opts
 	}
-	c, err := azservicebus.NewClientFromConnectionString(s.ConnectionString(), opts)
+	if o.TLSConfig == nil {
+		o.TLSConfig = s.ClientTLSConfig()
+	}
+	if s.webSocket && o.NewWebSocketConn == nil {
+		o.NewWebSocketConn = s.DialWebSocket
+	}
+	c, err := azservicebus.NewClientFromConnectionString(s.ConnectionString(), &o)
 	if err != nil {
 		t.Fatalf("emulatortest: new client: %v", err)
 	}
@@ -141,7 +164,7 @@ func (s *Server) NewClient(t testing.TB, opts *azservicebus.ClientOptions) *azse
 // admintransport.NewAdminClient or anything built on it.
 func (s *Server) AdminClientOptions(t testing.TB) *admin.ClientOptions {
 	t.Helper()
-	tr := &http.Transport{}
+	tr := &http.Transport{TLSClientConfig: s.ClientTLSConfig()}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &admin.ClientOptions{ClientOptions: azcore.ClientOptions{
 		Transport: &http.Client{Transport: tr},
@@ -158,6 +181,27 @@ func (s *Server) NewAdminClient(t testing.TB) *admin.Client {
 		t.Fatalf("emulatortest: new admin client: %v", err)
 	}
 	return c
+}
+
+// DialWebSocket opens AMQP over WebSockets to the emulator, as the SDK's
+// ClientOptions.NewWebSocketConn: it dials args.Host
+// (wss://HOST:PORT/$servicebus/websocket) with the subprotocol AMQPWSB10,
+// trusting the emulator's certificate, or over ws:// when the emulator
+// serves no TLS.
+func (s *Server) DialWebSocket(ctx context.Context, args azservicebus.NewWebSocketConnArgs) (net.Conn, error) {
+	u := args.Host
+	tlsConfig := s.ClientTLSConfig()
+	if tlsConfig == nil {
+		u = "ws://" + strings.TrimPrefix(u, "wss://")
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{"AMQPWSB10"}})
+	if err != nil {
+		return nil, fmt.Errorf("emulatortest: dial %s: %w", u, err)
+	}
+	ws.SetReadLimit(-1)
+	// The stream outlives the dial's context: it ends when the SDK closes it.
+	return websocket.NetConn(context.WithoutCancel(ctx), ws, websocket.MessageBinary), nil
 }
 
 // userConfig turns the entities of opts into a user config, in name order

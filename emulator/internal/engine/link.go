@@ -114,7 +114,7 @@ func (s *session) attachIncomingLocked(l *link) {
 	c := s.c
 	a := l.attach
 	if a.Target != nil {
-		l.address = a.Target.Address
+		l.address = nodeAddress(a.Target.Address)
 	}
 	lower := strings.ToLower(l.address)
 	switch {
@@ -178,7 +178,7 @@ func (s *session) attachOutgoingLocked(l *link) {
 	c := s.c
 	a := l.attach
 	if a.Source != nil {
-		l.address = a.Source.Address
+		l.address = nodeAddress(a.Source.Address)
 	}
 	lower := strings.ToLower(l.address)
 	if l.address == "$cbs" || strings.HasSuffix(lower, "/$management") {
@@ -276,6 +276,26 @@ func (s *session) attachOutgoingLocked(l *link) {
 		l.sessionLock = lock
 		l.completeReceiverAttachLocked()
 	}()
+}
+
+// nodeAddress returns the node a link address names. Clients name it either
+// by path ("q1", "t1/Subscriptions/s1/$management"), as go-amqp and rhea do,
+// or by full URI ("amqps://ns.servicebus.windows.net/q1"), as uamqp (the
+// Python SDK) does; the service takes both, so the scheme and host of an
+// amqp, amqps or sb URI are dropped. Any other address is kept as given, and
+// the lookup refuses it by name when it names no node.
+func nodeAddress(addr string) string {
+	scheme, rest, ok := strings.Cut(addr, "://")
+	if !ok {
+		return addr
+	}
+	switch strings.ToLower(scheme) {
+	case "amqp", "amqps", "sb":
+	default:
+		return addr
+	}
+	_, path, _ := strings.Cut(rest, "/")
+	return path
 }
 
 // sessionFilter returns the session filter of a receiver's source: its value
@@ -557,9 +577,16 @@ func (l *link) transferLocked(t *amqpwire.Transfer, payload []byte) *amqpwire.Er
 	if l.rcvCredit > 0 {
 		l.rcvCredit--
 	}
-	state := l.deliveryLocked(d)
+	state, reply := l.deliveryLocked(d)
 	if !d.settled {
 		l.s.send(&amqpwire.Disposition{Role: amqpwire.RoleReceiver, First: d.id, Settled: true, State: state}, nil)
+	}
+	// A $cbs or $management response goes out only once its request is
+	// settled, as on the service: uamqp fails the operation when the response
+	// overtakes the request's disposition, and its C code then writes into the
+	// freed operation when the disposition comes.
+	if reply != nil {
+		reply()
 	}
 	if l.state == linkAttached && l.rcvCredit < linkCreditWindow/2 {
 		l.rcvCredit = linkCreditWindow
@@ -569,38 +596,39 @@ func (l *link) transferLocked(t *amqpwire.Transfer, payload []byte) *amqpwire.Er
 }
 
 // deliveryLocked processes a complete message from a client sender and
-// returns the outcome.
-func (l *link) deliveryLocked(d *partialDelivery) amqpwire.DeliveryState {
+// returns the outcome and, for a $cbs or $management request, the sending of
+// its response, which the caller runs after settling the request.
+func (l *link) deliveryLocked(d *partialDelivery) (amqpwire.DeliveryState, func()) {
 	c := l.s.c
 	if d.tooLarge {
-		return &amqpwire.Rejected{Error: &amqpwire.Error{Condition: condMessageSizeExceeded, Description: fmt.Sprintf("message larger than %d bytes", c.srv.cfg.MaxMessageSize)}}
+		return &amqpwire.Rejected{Error: &amqpwire.Error{Condition: condMessageSizeExceeded, Description: fmt.Sprintf("message larger than %d bytes", c.srv.cfg.MaxMessageSize)}}, nil
 	}
+	var handle func(*amqp.Message) *amqp.Message
 	switch l.kind {
 	case kindCBS:
-		req, err := decodeMessage(d.payload)
-		if err != nil {
-			return rejectDecode(err)
-		}
-		c.replyLocked(l, req, c.handleCBSLocked(req))
+		handle = c.handleCBSLocked
 	case kindMgmt:
 		if c.srv.takeMgmtDrop() {
 			c.log.Debug("engine: dropping the connection on a management request (fault injected)")
 			c.abort()
-			return &amqpwire.Accepted{} // never sent: the connection is gone
+			return &amqpwire.Accepted{}, nil // never sent: the connection is gone
 		}
-		req, err := decodeMessage(d.payload)
-		if err != nil {
-			return rejectDecode(err)
-		}
-		c.replyLocked(l, req, c.handleManagementLocked(l, req))
+		handle = func(req *amqp.Message) *amqp.Message { return c.handleManagementLocked(l, req) }
 	case kindEntity:
 		// The token that authorized the attach must still be valid.
 		if !c.claimedLocked(l.address) {
-			return &amqpwire.Rejected{Error: errUnauthorized(l.address)}
+			return &amqpwire.Rejected{Error: errUnauthorized(l.address)}, nil
 		}
-		return l.sendToEntityLocked(d)
+		return l.sendToEntityLocked(d), nil
+	default:
+		return &amqpwire.Accepted{}, nil
 	}
-	return &amqpwire.Accepted{}
+	req, err := decodeMessage(d.payload)
+	if err != nil {
+		return rejectDecode(err), nil
+	}
+	resp := handle(req)
+	return &amqpwire.Accepted{}, func() { c.replyLocked(l, req, resp) }
 }
 
 func rejectDecode(err error) amqpwire.DeliveryState {

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/Azure/go-amqp"
 
@@ -109,41 +111,107 @@ func (c *conn) runRuleOperation(op string, e *broker.Entity, body map[string]any
 
 // ruleFromDescription reads an add-rule rule-description: sql-filter or
 // correlation-filter (neither: the true filter) and an optional
-// sql-rule-action.
+// sql-rule-action. A field the emulator does not read, or one of the wrong
+// type, is refused by name: a rule is never widened into one that matches or
+// changes something other than what was asked.
 func ruleFromDescription(name string, desc map[string]any) (broker.Rule, error) {
 	r := broker.Rule{Name: name, FilterType: broker.FilterTrue}
-	sqlFilter, hasSQL := desc["sql-filter"].(map[string]any)
-	corr, hasCorr := desc["correlation-filter"].(map[string]any)
+	if err := knownFields(name, "rule-description", desc, "sql-filter", "correlation-filter", "sql-rule-action"); err != nil {
+		return r, err
+	}
+	sqlFilter, hasSQL, err := mapField(name, desc, "sql-filter")
+	if err != nil {
+		return r, err
+	}
+	corr, hasCorr, err := mapField(name, desc, "correlation-filter")
+	if err != nil {
+		return r, err
+	}
 	switch {
 	case hasSQL && hasCorr:
 		return r, badRequest("rule %q has both a sql-filter and a correlation-filter", name)
 	case hasSQL:
-		expr, ok := sqlFilter["expression"].(string)
-		if !ok {
-			return r, badRequest("rule %q: sql-filter needs a string expression", name)
+		expr, params, err := sqlExpression(name, "sql-filter", sqlFilter)
+		if err != nil {
+			return r, err
 		}
-		r.FilterType, r.SQLExpression = broker.FilterSQL, expr
-		r.SQLParameters, _ = sqlFilter["parameters"].(map[string]any)
+		r.FilterType, r.SQLExpression, r.SQLParameters = broker.FilterSQL, expr, params
 	case hasCorr:
-		str := func(key string) string { s, _ := corr[key].(string); return s }
-		props, _ := corr["properties"].(map[string]any)
+		fields := []string{"correlation-id", "message-id", "to", "reply-to", "label", "session-id", "reply-to-session-id", "content-type"}
+		if err := knownFields(name, "correlation-filter", corr, append(fields, "properties")...); err != nil {
+			return r, err
+		}
+		got := make(map[string]string, len(fields))
+		for _, f := range fields {
+			switch v := corr[f].(type) {
+			case nil:
+			case string:
+				got[f] = v
+			default:
+				return r, badRequest("rule %q: correlation-filter field %q must be a string, not %T", name, f, v)
+			}
+		}
+		props, _, err := mapField(name, corr, "properties")
+		if err != nil {
+			return r, err
+		}
 		r.FilterType = broker.FilterCorrelation
 		r.Correlation = &broker.CorrelationFilter{
-			CorrelationID: str("correlation-id"), MessageID: str("message-id"), To: str("to"),
-			ReplyTo: str("reply-to"), Label: str("label"), SessionID: str("session-id"),
-			ReplyToSessionID: str("reply-to-session-id"), ContentType: str("content-type"),
+			CorrelationID: got["correlation-id"], MessageID: got["message-id"], To: got["to"],
+			ReplyTo: got["reply-to"], Label: got["label"], SessionID: got["session-id"],
+			ReplyToSessionID: got["reply-to-session-id"], ContentType: got["content-type"],
 			Properties: props,
 		}
 	}
-	if action, ok := desc["sql-rule-action"].(map[string]any); ok {
-		expr, ok := action["expression"].(string)
-		if !ok {
-			return r, badRequest("rule %q: sql-rule-action needs a string expression", name)
+	action, hasAction, err := mapField(name, desc, "sql-rule-action")
+	if err != nil {
+		return r, err
+	}
+	if hasAction {
+		if r.ActionSQLExpression, r.ActionParameters, err = sqlExpression(name, "sql-rule-action", action); err != nil {
+			return r, err
 		}
-		r.ActionSQLExpression = expr
-		r.ActionParameters, _ = action["parameters"].(map[string]any)
 	}
 	return r, nil
+}
+
+// knownFields refuses a map of a rule-description holding a key other than known.
+func knownFields(rule, what string, m map[string]any, known ...string) error {
+	for k := range m {
+		if !slices.Contains(known, k) {
+			return badRequest("rule %q: unsupported %s field %q (the emulator reads %s)", rule, what, k, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
+// mapField returns the map under key (absent or null: ok false), refusing any other type.
+func mapField(rule string, m map[string]any, key string) (map[string]any, bool, error) {
+	switch v := m[key].(type) {
+	case nil:
+		return nil, false, nil
+	case map[string]any:
+		return v, true, nil
+	default:
+		return nil, false, badRequest("rule %q: %s must be a map, not %T", rule, key, v)
+	}
+}
+
+// sqlExpression reads a sql-filter or sql-rule-action: a string expression and
+// optional parameters.
+func sqlExpression(rule, what string, m map[string]any) (string, map[string]any, error) {
+	if err := knownFields(rule, what, m, "expression", "parameters", "compatibility-level"); err != nil {
+		return "", nil, err
+	}
+	expr, ok := m["expression"].(string)
+	if !ok {
+		return "", nil, badRequest("rule %q: %s needs a string expression", rule, what)
+	}
+	params, _, err := mapField(rule, m, "parameters")
+	if err != nil {
+		return "", nil, err
+	}
+	return expr, params, nil
 }
 
 // describeRule encodes a rule as the com.microsoft:rule-description:list of

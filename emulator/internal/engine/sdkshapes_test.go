@@ -178,6 +178,18 @@ func TestRuleOperationsOnTheManagementNode(t *testing.T) {
 	}))
 	require.Equal(t, int32(409), add("red", map[string]any{"sql-filter": map[string]any{"expression": "1=1"}}), "a taken name is a conflict")
 	require.Equal(t, int32(400), add("broken", map[string]any{"sql-filter": map[string]any{"expression": "color = "}}), "a bad expression is refused")
+	// What the emulator cannot read is refused by name, never widened into a match-all rule.
+	for field, desc := range map[string]map[string]any{
+		`"false-filter"`: {"false-filter": map[string]any{}},
+		`"collation"`:    {"sql-filter": map[string]any{"expression": "1=1", "collation": "x"}},
+		`"subject"`:      {"correlation-filter": map[string]any{"subject": "x"}},
+		`"label"`:        {"correlation-filter": map[string]any{"label": int32(7)}},
+		`sql-filter`:     {"sql-filter": "color = 'red'"},
+	} {
+		code, resp := call("com.microsoft:add-rule", map[string]any{"rule-name": "unread", "rule-description": desc})
+		require.Equal(t, int32(400), code, "%v", desc)
+		require.Contains(t, resp.ApplicationProperties["statusDescription"], field)
+	}
 	code, _ := call("com.microsoft:remove-rule", map[string]any{"rule-name": "$Default"})
 	require.Equal(t, int32(200), code)
 	code, _ = call("com.microsoft:remove-rule", map[string]any{"rule-name": "$Default"})
