@@ -122,7 +122,9 @@ type ListParams struct {
 	Blocked bool
 	// Ended includes the tombstones of ended sessions.
 	Ended bool
-	// Limit bounds the sessions returned (0: all).
+	// After starts the list after this session id (the NextAfter of the page before).
+	After string
+	// Limit bounds the sessions returned, and so the memory a page takes (0: all).
 	Limit int
 }
 
@@ -140,8 +142,10 @@ func (p ListParams) match(st *sequencer.State) bool {
 // ListResult is what List found, ordered by session id.
 type ListResult struct {
 	Sessions []SessionInfo `json:"sessions"`
-	// Truncated: Limit was reached; more sessions may match.
+	// Truncated: Limit was reached; more sessions may match, listed from NextAfter on.
 	Truncated bool `json:"truncated,omitempty"`
+	// NextAfter is the After of the next page when Truncated: the last session id listed.
+	NextAfter string `json:"next_after,omitempty"`
 }
 
 // listPage bounds one Lister call. It is large because a ScanLister lists the entity's session
@@ -157,7 +161,7 @@ func (o *Operator) List(ctx context.Context, p ListParams) (*ListResult, error) 
 	}
 	f := sessionstate.Filter{Parked: p.Parked, Gap: p.Gap, Stranded: p.Stranded, Blocked: p.Blocked, Ended: p.Ended}
 	res := &ListResult{Sessions: []SessionInfo{}}
-	after := ""
+	after := p.After
 	for {
 		page := listPage
 		if p.Limit > 0 {
@@ -179,6 +183,7 @@ func (o *Operator) List(ctx context.Context, p ListParams) (*ListResult, error) 
 			}
 			if p.Limit > 0 && len(res.Sessions) == p.Limit {
 				res.Truncated = true
+				res.NextAfter = res.Sessions[len(res.Sessions)-1].SessionID
 				return res, nil
 			}
 			res.Sessions = append(res.Sessions, info)

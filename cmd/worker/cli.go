@@ -24,7 +24,7 @@ const usage = `usage: worker [run | relay | migrate up|down|status | sessions â€
     up and down take [--target-version N] [--max-steps N] [--dry-run] (prints the SQL)
 
 operator commands (the worker's SEQBUS_* settings; a table, or --json; -h for each one's flags):
-  sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N]
+  sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N] [--after ID]
   sessions show ID                 the state, the messages at the broker and the dead letters
   sessions resume ID | --all-parked   a parked session continues where it stopped
   sessions skip ID [--to N]        give up the parked or missing sequence (or all below N)

@@ -95,7 +95,7 @@
 // store, the connection and the message contract are what they use) and print a table, or JSON
 // with --json; -h after a command lists its flags:
 //
-//	sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N]
+//	sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N] [--after ID]
 //	sessions show ID [--wait D] [--max-messages N]
 //	sessions resume ID | --all-parked [--wait D]
 //	sessions skip ID [--to N] [--wait D]

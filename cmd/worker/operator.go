@@ -189,7 +189,7 @@ func (e *commandUsageError) Unwrap() error { return e.err }
 
 // commandUsage is each command's synopsis, for -h and usage errors.
 var commandUsage = map[string]string{
-	"sessions list":   "sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N] [--json]",
+	"sessions list":   "sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N] [--after ID] [--json]",
 	"sessions show":   "sessions show ID [--wait D] [--max-messages N] [--json]",
 	"sessions resume": "sessions resume ID | --all-parked [--wait D] [--json]",
 	"sessions skip":   "sessions skip ID [--to N] [--wait D] [--json]",

@@ -23,8 +23,13 @@ const defaultWait = 30 * time.Second
 type sessionsListOpts struct {
 	outputOpts
 	Parked, Gap, Stranded, Blocked, Ended bool
+	After                                 string
 	Limit                                 int
 }
+
+// defaultListLimit is the page sessions list prints unless told otherwise: its memory and, with
+// Service Bus session state, its session reads are bounded by the page.
+const defaultListLimit = 1000
 
 func (o *sessionsListOpts) bind(fs *flag.FlagSet) {
 	o.bindOutput(fs)
@@ -33,7 +38,8 @@ func (o *sessionsListOpts) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Stranded, "stranded", false, "sessions that need a run the broker will not start (the sweeper wakes them)")
 	fs.BoolVar(&o.Blocked, "blocked", false, "sessions the poison policy block holds on a failing message")
 	fs.BoolVar(&o.Ended, "ended", false, "include the tombstones of ended sessions")
-	fs.IntVar(&o.Limit, "limit", 0, "list at most N sessions (0: all)")
+	fs.StringVar(&o.After, "after", "", "list the sessions after this session id (the next page: what the last page printed)")
+	fs.IntVar(&o.Limit, "limit", defaultListLimit, "list at most N sessions, a page (0: all)")
 }
 
 func (o *sessionsListOpts) setArgs(args []string) error { return noArgs(args) }
@@ -41,6 +47,9 @@ func (o *sessionsListOpts) setArgs(args []string) error { return noArgs(args) }
 func (o *sessionsListOpts) Validate() error {
 	if o.Limit < 0 {
 		return fmt.Errorf("--limit must not be negative, got %d", o.Limit)
+	}
+	if o.After != "" {
+		return checkID(o.After)
 	}
 	return nil
 }
@@ -50,7 +59,7 @@ type sessionsList struct{ opBase }
 // Run lists the sessions, one line each.
 func (c *sessionsList) Run(ctx context.Context, o *sessionsListOpts) error {
 	res, err := c.Op.List(ctx, operator.ListParams{Parked: o.Parked, Gap: o.Gap, Stranded: o.Stranded, Blocked: o.Blocked,
-		Ended: o.Ended, Limit: o.Limit})
+		Ended: o.Ended, After: o.After, Limit: o.Limit})
 	if err != nil {
 		return err
 	}
@@ -70,7 +79,7 @@ func (c *sessionsList) Run(ctx context.Context, o *sessionsListOpts) error {
 		}
 		more := ""
 		if res.Truncated {
-			more = " (more match: raise --limit)"
+			more = fmt.Sprintf(" (more may match: the next page is --after %s)", res.NextAfter)
 		}
 		_, err := fmt.Fprintf(w, "%d sessions%s\n", len(res.Sessions), more)
 		return err
