@@ -180,10 +180,20 @@ func (s *Source) ListSessions(ctx context.Context) ([]string, error) {
 // state, whatever their messages. A stranded session always has state (its deferred entries), so
 // this is the sweeper's candidate list in Service Bus mode.
 func (s *Source) ListSessionsWithState(ctx context.Context) ([]string, error) {
-	epoch := time.Unix(0, 0).UTC()
-	ids, err := s.a.listSessions(ctx, 0, &epoch)
+	return s.ListSessionsWithStateAfter(ctx, time.Time{})
+}
+
+// ListSessionsWithStateAfter returns the ids of the entity's sessions whose session state was
+// updated after the given time (zero: every session with state), the SDK's list-sessions with
+// SessionStateUpdatedAfter: a management call per 100 ids, whatever the number of sessions whose
+// state did not change.
+func (s *Source) ListSessionsWithStateAfter(ctx context.Context, after time.Time) ([]string, error) {
+	if after.IsZero() {
+		after = time.Unix(0, 0).UTC()
+	}
+	ids, err := s.a.listSessions(ctx, 0, &after)
 	if err != nil {
-		return nil, mapError(opList, fmt.Sprintf("list sessions with state on %s", s.cfg.Entity), err)
+		return nil, mapError(opList, fmt.Sprintf("list sessions with state updated after %s on %s", after.Format(time.RFC3339), s.cfg.Entity), err)
 	}
 	return ids, nil
 }

@@ -113,6 +113,7 @@ func (l *ScanLister) List(ctx context.Context, p ListParams) ([]Entry, error) {
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
+	ids = slices.DeleteFunc(ids, Reserved)
 	if p.After != "" {
 		i, found := slices.BinarySearch(ids, p.After)
 		if found {
@@ -151,23 +152,29 @@ func (l *ScanLister) List(ctx context.Context, p ListParams) ([]Entry, error) {
 // readAll reads the sessions of ids, up to Concurrency at once. On an error it returns the
 // entries before the first session that failed, and that error.
 func (l *ScanLister) readAll(ctx context.Context, ids []string) ([]Entry, error) {
+	return readStates(ctx, ids, l.cfg.Concurrency, l.read)
+}
+
+// readStates reads the sessions of ids with read, up to concurrency at once. On an error it
+// returns the entries before the first session that failed, and that error.
+func readStates(ctx context.Context, ids []string, concurrency int, read func(context.Context, string) (Entry, error)) ([]Entry, error) {
 	entries := make([]Entry, len(ids))
 	errs := make([]error, len(ids))
-	if l.cfg.Concurrency == 1 {
+	if concurrency <= 1 {
 		for i, id := range ids {
-			if entries[i], errs[i] = l.read(ctx, id); errs[i] != nil {
+			if entries[i], errs[i] = read(ctx, id); errs[i] != nil {
 				return entries[:i], errs[i]
 			}
 		}
 		return entries, nil
 	}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, l.cfg.Concurrency)
+	sem := make(chan struct{}, concurrency)
 	for i, id := range ids {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			entries[i], errs[i] = l.read(ctx, id)
+			entries[i], errs[i] = read(ctx, id)
 		})
 	}
 	wg.Wait()
@@ -179,10 +186,17 @@ func (l *ScanLister) readAll(ctx context.Context, ids []string) ([]Entry, error)
 	return entries, nil
 }
 
+// read locks session id, loads its state and releases it.
 func (l *ScanLister) read(ctx context.Context, id string) (Entry, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.PerSession)
+	return readState(ctx, l.cfg.Source, l.cfg.Store, l.cfg.PerSession, id)
+}
+
+// readState locks session id on source, loads its state from store and releases it, each
+// within perSession. A session another receiver holds is Busy.
+func readState(ctx context.Context, source sequencer.SessionSource, store sequencer.StateStore, perSession time.Duration, id string) (Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, perSession)
 	defer cancel()
-	sess, err := l.cfg.Source.Accept(ctx, id)
+	sess, err := source.Accept(ctx, id)
 	if errors.Is(err, sequencer.ErrSessionLocked) {
 		return Entry{SessionID: id, Busy: true}, nil
 	}
@@ -192,11 +206,11 @@ func (l *ScanLister) read(ctx context.Context, id string) (Entry, error) {
 	defer func() {
 		// Release the lock even when ctx has ended, but never wait on a hung connection longer
 		// than one session may take.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.PerSession)
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), perSession)
 		defer ccancel()
 		_ = sess.Close(cctx)
 	}()
-	st, ver, err := l.cfg.Store.Load(ctx, sequencer.LoadParams{Session: sess})
+	st, ver, err := store.Load(ctx, sequencer.LoadParams{Session: sess})
 	if err != nil {
 		return Entry{}, fmt.Errorf("sessionstate: read the state of session %q: %w", id, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/seqbus/seqbus/migrations"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate"
 )
 
 // Client is a running seqbus worker: it accepts the entity's sessions, restores each one's
@@ -124,7 +125,6 @@ func New(cfg Config) (*Client, error) {
 	c.main = c.runner
 	engine := c.runner.Engine().Config()
 	sw := &sweeper{
-		lister:     c.conn.Lister,
 		wake:       c.runner.Wake,
 		interval:   cfg.SweepInterval,
 		gapTimeout: engine.GapTimeout,
@@ -133,6 +133,19 @@ func New(cfg Config) (*Client, error) {
 		m:          c.m,
 		log:        c.log,
 		warned:     map[string]gapWarned{},
+	}
+	calls := func(op string, n int) { c.m.sweepCalls.WithLabelValues(op).Add(float64(n)) }
+	if c.conn.Postgres != nil {
+		sw.attention = listerAttention{lister: c.conn.Lister}
+		sw.lease = &advisoryLease{pool: c.conn.Pool, entity: cfg.Entity.String()}
+	} else {
+		src := countingSource{SessionSource: c.conn.ScanSource, calls: calls}
+		l := &sessionLease{source: src, maxState: int(cfg.StateMaxBytes)}
+		w := sessionstate.NewWatch(sessionstate.WatchConfig{
+			ChangedIDs: c.conn.ManagementSource.ListSessionsWithStateAfter,
+			Source:     src, Store: c.conn.Store, Concurrency: scanConcurrency,
+		})
+		sw.attention, sw.lease = &watchAttention{watch: w, lease: l, calls: calls, log: c.log}, l
 	}
 	c.background = append(c.background, sw.service())
 	if c.conn.Postgres != nil && cfg.TombstoneTTL > 0 {

@@ -36,8 +36,9 @@ type Connections struct {
 	// Management serves what holds no session lock, with a few SDK retries.
 	Management *azservicebus.Client
 	// Source hands out the entity's sessions on Sessions; ManagementSource probes and lists on
-	// Management.
-	Source, ManagementSource *sbadapter.Source
+	// Management; ScanSource (Service Bus session state only) locks sessions to read their
+	// state, and the sweeper's lease, on a client of its own.
+	Source, ManagementSource, ScanSource *sbadapter.Source
 	// Pool is the database (StateStorePostgres); Postgres its state store.
 	Pool     *pgxpool.Pool
 	Postgres *postgres.Store
@@ -98,12 +99,11 @@ func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 		if c.scan, err = newServiceBusClient(cfg.ServiceBus, sbadapter.ClientOptions(nil)); err != nil {
 			return nil, err
 		}
-		scanSource, err := sbadapter.NewSource(c.scan, sbadapter.Config{Entity: cfg.Entity, Logger: log})
-		if err != nil {
+		if c.ScanSource, err = sbadapter.NewSource(c.scan, sbadapter.Config{Entity: cfg.Entity, Logger: log}); err != nil {
 			return nil, configError("Entity", err)
 		}
 		c.Lister = sessionstate.NewScanLister(sessionstate.ScanConfig{
-			IDs: c.ManagementSource.ListSessionsWithState, Source: scanSource, Store: sb,
+			IDs: c.ManagementSource.ListSessionsWithState, Source: c.ScanSource, Store: sb,
 			Concurrency: scanConcurrency, // reading a session's state is a few round trips: overlap them
 		})
 	}

@@ -45,6 +45,8 @@ type metrics struct {
 	stateSaveTime   prometheus.Histogram
 	lockLost        prometheus.Counter
 	sweeperWakes    prometheus.Counter
+	sweeperLease    prometheus.Gauge
+	sweepCalls      *prometheus.CounterVec
 	ready           prometheus.Gauge
 }
 
@@ -107,6 +109,14 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 			Name: "seqbus_sweeper_wakes_total",
 			Help: "Sessions the sweeper handed to the runner by id: stranded on deferred messages, or past their gap timeout.",
 		}),
+		sweeperLease: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_sweeper_lease",
+			Help: "1 on the replica that holds the entity's sweeper lease (it sweeps and sets the session gauges), 0 on the others.",
+		}),
+		sweepCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seqbus_sweep_broker_calls_total",
+			Help: "Broker calls of the sweeper and its lease, by operation: list_sessions (one per page of 100 ids), accept, get_state, set_state, renew_lock, close.",
+		}, []string{"op"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seqbus_ready",
 			Help: "1 when the last readiness check reached the broker (and the database with the postgres store), 0 otherwise.",
@@ -119,7 +129,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 	for _, c := range []prometheus.Collector{
 		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked,
 		m.gapWait, m.gapOldest, m.gapsOpened, m.stateSaves, m.stateConflicts, m.stateSaveTime, m.lockLost,
-		m.sweeperWakes, m.ready, &brokerCallsCollector{calls: brokerCalls},
+		m.sweeperWakes, m.sweeperLease, m.sweepCalls, m.ready, &brokerCallsCollector{calls: brokerCalls},
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: registering metrics: %w", err)

@@ -18,9 +18,13 @@ var gapWarnings = []time.Duration{time.Minute, 10 * time.Minute, time.Hour}
 // sweeper looks, every interval, at the sessions whose state says they may need attention
 // (parked, blocked, waiting on a gap, stranded on deferred messages): it hands the runner those
 // the broker will not offer (stranded; past their gap timeout when the gap policy skips or
-// parks), refreshes the session gauges, and warns about gaps open for long.
+// parks), refreshes the session gauges, and warns about gaps open for long. One replica per
+// entity sweeps: the one that holds the lease (every replica tries each interval); the others
+// report 0 in the session gauges.
 type sweeper struct {
-	lister   sessionstate.Lister
+	attention attention
+	// lease, when set, makes this replica sweep only while it holds it.
+	lease    lease
 	wake     func(id string)
 	interval time.Duration
 	// gapTimeout, when positive and gapActs (the gap policy is skip or park), makes a session
@@ -31,9 +35,19 @@ type sweeper struct {
 	m          *metrics
 	log        *slog.Logger
 
+	// holding: this replica held the lease at the last interval.
+	holding bool
 	// warned holds, per session with an open gap, how many gapWarnings were logged, and since
 	// when the gap is open (a new gap starts over).
 	warned map[string]gapWarned
+}
+
+// attention finds the sessions whose state may need the sweeper.
+type attention interface {
+	// sessions returns the sessions that are parked, blocked, on a gap or stranded, as of now.
+	sessions(ctx context.Context, now time.Time) ([]sessionstate.Entry, error)
+	// reset forgets what it learnt: this replica lost the lease (or takes it anew).
+	reset()
 }
 
 type gapWarned struct {
@@ -50,17 +64,79 @@ func gapPolicyActs(e sequencer.EngineConfig) bool {
 // pageSize bounds one List call of a sweep.
 const pageSize = 500
 
-// service sweeps every interval until it is stopped.
+// service sweeps every interval until it is stopped, then lets go of the lease so that another
+// replica takes it at its next try.
 func (s *sweeper) service() *base {
 	return newBase("worker: sweeper", s.log, func(soft, _ context.Context) error {
-		every(soft, s.clock, s.interval, func(ctx context.Context) {
-			if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "worker: sweep failed; trying again at the next interval", slog.Any("error", err))
-			}
-		})
+		every(soft, s.clock, s.interval, s.tick)
+		if s.lease != nil {
+			s.lease.Release(soft)
+		}
 		return nil
 	})
 }
+
+// tick sweeps if this replica holds the lease (taking it when free).
+func (s *sweeper) tick(ctx context.Context) {
+	if s.lease != nil {
+		held, err := s.lease.Hold(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "worker: sweeper lease", slog.Any("error", err))
+		}
+		s.m.sweeperLease.Set(b2f(held))
+		switch {
+		case !held && s.holding:
+			s.log.InfoContext(ctx, "worker: sweeper lease lost; another replica sweeps")
+			s.holding = false
+			s.attention.reset()
+			clear(s.warned)
+			s.m.sessionsParked.Set(0)
+			s.m.sessionsBlocked.Set(0)
+			s.m.gapOldest.Set(0)
+			return
+		case !held:
+			return
+		case !s.holding:
+			s.log.InfoContext(ctx, "worker: took the sweeper lease; this replica sweeps")
+			s.holding = true
+			s.attention.reset()
+		}
+	}
+	if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+		s.log.WarnContext(ctx, "worker: sweep failed; trying again at the next interval", slog.Any("error", err))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// listerAttention finds the sessions with a Lister query (Postgres: indexed columns).
+type listerAttention struct{ lister sessionstate.Lister }
+
+func (a listerAttention) sessions(ctx context.Context, _ time.Time) ([]sessionstate.Entry, error) {
+	var out []sessionstate.Entry
+	after := ""
+	for {
+		page, err := a.lister.List(ctx, sessionstate.ListParams{
+			Filter: sessionstate.Filter{Parked: true, Blocked: true, Gap: true, Stranded: true},
+			After:  after, Limit: pageSize,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list sessions: %w", err)
+		}
+		out = append(out, page...)
+		if len(page) < pageSize {
+			return out, nil
+		}
+		after = page[len(page)-1].SessionID
+	}
+}
+
+func (listerAttention) reset() {}
 
 // purgeService deletes, every interval, the tombstones of pg older than ttl. The engine deletes
 // an expired tombstone only when its session runs again; without this purge the table would
@@ -80,49 +156,39 @@ func purgeService(pg *postgres.Store, ttl, interval time.Duration, clk clock.Clo
 	})
 }
 
-// sweep looks at every session that is parked, waiting on a gap or stranded, once.
+// sweep looks at every session that is parked, blocked, waiting on a gap or stranded, once.
 func (s *sweeper) sweep(ctx context.Context) error {
 	now := s.clock.Now()
+	entries, err := s.attention.sessions(ctx, now)
+	if err != nil {
+		return fmt.Errorf("worker: sweep: %w", err)
+	}
 	var (
 		parked, blocked, wakes int
 		oldest                 time.Duration
-		after                  string
 	)
 	seen := map[string]bool{}
-	for {
-		page, err := s.lister.List(ctx, sessionstate.ListParams{
-			Filter: sessionstate.Filter{Parked: true, Blocked: true, Gap: true, Stranded: true},
-			After:  after, Limit: pageSize,
-		})
-		if err != nil {
-			return fmt.Errorf("worker: sweep: list sessions: %w", err)
+	for _, e := range entries {
+		if e.Busy {
+			continue // a worker holds it: it is being handled
 		}
-		for _, e := range page {
-			if e.Busy {
-				continue // a worker holds it: it is being handled
-			}
-			st := e.State
-			if st.Parked != nil {
-				parked++
-			}
-			if st.Blocked != nil {
-				blocked++
-			}
-			if !st.GapSince.IsZero() && st.Parked == nil {
-				age := now.Sub(st.GapSince)
-				oldest = max(oldest, age)
-				seen[e.SessionID] = true
-				s.warnGap(ctx, e, age)
-			}
-			if st.NeedsWake() || (s.gapActs && st.GapExpired(now, s.gapTimeout)) {
-				s.wake(e.SessionID)
-				wakes++
-			}
+		st := e.State
+		if st.Parked != nil {
+			parked++
 		}
-		if len(page) < pageSize {
-			break
+		if st.Blocked != nil {
+			blocked++
 		}
-		after = page[len(page)-1].SessionID
+		if !st.GapSince.IsZero() && st.Parked == nil {
+			age := now.Sub(st.GapSince)
+			oldest = max(oldest, age)
+			seen[e.SessionID] = true
+			s.warnGap(ctx, e, age)
+		}
+		if st.NeedsWake() || (s.gapActs && st.GapExpired(now, s.gapTimeout)) {
+			s.wake(e.SessionID)
+			wakes++
+		}
 	}
 	for id := range s.warned {
 		if !seen[id] {

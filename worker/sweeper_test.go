@@ -34,7 +34,7 @@ func newSweepBundle(t *testing.T, gapTimeout time.Duration, policy sequencer.Gap
 	b := &sweepBundle{store: memory.New(), logs: &bytes.Buffer{}, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	b.clk = clock.NewFake(b.now)
 	b.s = &sweeper{
-		lister: b.store, wake: func(id string) { b.woken = append(b.woken, id) },
+		attention: listerAttention{lister: b.store}, wake: func(id string) { b.woken = append(b.woken, id) },
 		gapTimeout: gapTimeout, gapActs: gapPolicyActs(sequencer.EngineConfig{GapTimeout: gapTimeout, GapPolicy: policy}),
 		clock: b.clk, m: m,
 		log:    slog.New(slog.NewTextHandler(b.logs, nil)),
@@ -81,7 +81,7 @@ func TestSweepWakesStrandedAndCountsParked(t *testing.T) {
 
 	parked.Unpark(false, b.now)
 	b.store = memory.New() // the operator resumed; the stranded session ran
-	b.s.lister = b.store
+	b.s.attention = listerAttention{lister: b.store}
 	b.save(t, "parked", parked)
 	b.sweep(t)
 	require.Empty(t, b.woken)
@@ -141,7 +141,7 @@ func TestSweepForgetsClosedGaps(t *testing.T) {
 	require.Len(t, b.s.warned, 1)
 
 	b.store = memory.New()
-	b.s.lister = b.store
+	b.s.attention = listerAttention{lister: b.store}
 	b.sweep(t)
 	require.Empty(t, b.s.warned)
 	require.Zero(t, testutil.ToFloat64(b.s.m.gapOldest), "no gap open")

@@ -1,0 +1,219 @@
+package sessionstate
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// WatchConfig configures a Watch. IDs and Reader are required.
+type WatchConfig struct {
+	// ChangedIDs returns the ids of the sessions whose state was updated after the given time,
+	// or of every session with state when it is zero (the SDK's list-sessions with
+	// SessionStateUpdatedAfter: ids only, a page of 100 per management call).
+	ChangedIDs func(ctx context.Context, after time.Time) ([]string, error)
+	// Source locks a session to read its state from Store; Concurrency sessions are read at
+	// once (default 1), each within PerSession (default 10s).
+	Source      sequencer.SessionSource
+	Store       sequencer.StateStore
+	Concurrency int
+	PerSession  time.Duration
+	// Filter says which sessions the Watch keeps: those whose state needs a sweeper.
+	Filter Filter
+	// Margin is listed again before the last look, for the clocks of the broker and this process
+	// (default 5s).
+	Margin time.Duration
+	// RescanPerSweep bounds the sessions a full rescan reads per Sweep (default 200): a rescan
+	// (the first Sweep without a snapshot) is spread over Sweeps, never all at once.
+	RescanPerSweep int
+}
+
+// Watch keeps the sweeper's view of the sessions that need it (Filter: parked, blocked, on a
+// gap, stranded) for stores that keep the state in the session itself, where reading a state
+// locks the session. Each Sweep reads only the sessions whose state changed since the last one
+// (ChangedIDs), those busy the last time, and a bounded share of a full rescan while one runs;
+// the sessions it keeps are answered from memory until they change again. An ended session
+// costs nothing after its last change and is not kept. So a sweep's cost follows the sessions
+// that changed, not the sessions that ever were.
+//
+// A Watch is used by one sweeper at a time (the lease holder); it is not safe for concurrent
+// use. Its Snapshot, kept where the next holder finds it, lets that holder go on from the same
+// view without a full rescan.
+type Watch struct {
+	cfg WatchConfig
+
+	// cursor is when the last Sweep began to list (zero: never, a full rescan starts).
+	cursor time.Time
+	// kept are the sessions that need the sweeper, as last read.
+	kept map[string]Entry
+	// again are sessions to read at the next Sweep: busy at the last read, or named by a
+	// snapshot.
+	again map[string]bool
+	// rescan are the ids a full rescan has still to read.
+	rescan []string
+}
+
+// NewWatch checks cfg and returns an empty Watch. Missing fields are a programmer error.
+func NewWatch(cfg WatchConfig) *Watch {
+	if cfg.ChangedIDs == nil || cfg.Source == nil || cfg.Store == nil {
+		panic("sessionstate: WatchConfig needs ChangedIDs, Source and Store")
+	}
+	cfg.PerSession = cmp.Or(cfg.PerSession, 10*time.Second)
+	cfg.Margin = cmp.Or(cfg.Margin, 5*time.Second)
+	cfg.RescanPerSweep = cmp.Or(cfg.RescanPerSweep, 200)
+	return &Watch{cfg: cfg, kept: map[string]Entry{}, again: map[string]bool{}}
+}
+
+// SweepStats says what one Sweep cost.
+type SweepStats struct {
+	// Changed is how many sessions the broker listed as changed; Read how many states were read
+	// (each a lock, a read and a release); Rescanning how many a full rescan has left.
+	Changed, Read, Rescanning int
+}
+
+// Sweep brings the view up to date as of now and returns the kept sessions, ordered by id. On an
+// error the view is as before for what could not be read, and the next Sweep lists again from
+// the same point.
+func (w *Watch) Sweep(ctx context.Context, now time.Time) ([]Entry, SweepStats, error) {
+	var stats SweepStats
+	toRead := map[string]bool{}
+	if w.cursor.IsZero() {
+		// Nothing known: every session with state is read once, a share per Sweep; what changes
+		// meanwhile is listed as changed.
+		all, err := w.cfg.ChangedIDs(ctx, time.Time{})
+		if err != nil {
+			return w.entries(), stats, fmt.Errorf("sessionstate: watch: list the sessions with state: %w", err)
+		}
+		w.rescan = all
+		if w.rescan == nil {
+			w.rescan = []string{}
+		}
+		w.cursor = now
+	} else {
+		since := w.cursor.Add(-w.cfg.Margin)
+		changed, err := w.cfg.ChangedIDs(ctx, since)
+		if err != nil {
+			return w.entries(), stats, fmt.Errorf("sessionstate: watch: list the sessions changed since %s: %w", since.Format(time.RFC3339), err)
+		}
+		stats.Changed = len(changed)
+		for _, id := range changed {
+			toRead[id] = true
+		}
+	}
+	for id := range w.again {
+		toRead[id] = true
+	}
+	n := min(w.cfg.RescanPerSweep, len(w.rescan))
+	for _, id := range w.rescan[:n] {
+		toRead[id] = true
+	}
+	ids := slices.Sorted(maps.Keys(toRead))
+	ids = slices.DeleteFunc(ids, Reserved)
+	entries, err := readStates(ctx, ids, w.cfg.Concurrency, func(ctx context.Context, id string) (Entry, error) {
+		return readState(ctx, w.cfg.Source, w.cfg.Store, w.cfg.PerSession, id)
+	})
+	stats.Read = len(entries)
+	for _, e := range entries {
+		delete(w.again, e.SessionID)
+		switch {
+		case e.Busy:
+			w.again[e.SessionID] = true // a worker has it; it may not change it again: read it next time
+		case e.Version != 0 && w.cfg.Filter.Match(e.State):
+			w.kept[e.SessionID] = e
+		default:
+			delete(w.kept, e.SessionID) // no state, ended, or nothing for the sweeper
+		}
+	}
+	if err != nil {
+		return w.entries(), stats, fmt.Errorf("sessionstate: watch: %w", err)
+	}
+	w.rescan = w.rescan[n:]
+	if len(w.rescan) == 0 {
+		w.rescan = nil
+	}
+	stats.Rescanning = len(w.rescan)
+	w.cursor = now
+	return w.entries(), stats, nil
+}
+
+// entries returns the kept sessions ordered by id.
+func (w *Watch) entries() []Entry {
+	out := make([]Entry, 0, len(w.kept))
+	for _, id := range slices.Sorted(maps.Keys(w.kept)) {
+		out = append(out, w.kept[id])
+	}
+	return out
+}
+
+// Reset forgets the view (the sweeper lost its lease): the next Sweep starts over from a
+// snapshot, or with a full rescan.
+func (w *Watch) Reset() {
+	w.cursor, w.rescan = time.Time{}, nil
+	clear(w.kept)
+	clear(w.again)
+}
+
+// snapshot is what a Watch hands to the next holder: where to list from, and which sessions to
+// read again. Rescan holds the ids a full rescan had left.
+type snapshot struct {
+	Cursor time.Time `json:"cursor"`
+	IDs    []string  `json:"ids"`
+	Rescan []string  `json:"rescan,omitempty"`
+}
+
+// Snapshot encodes the view compactly: the cursor and the ids it keeps or must read again (not
+// their states, which the next holder reads afresh). maxBytes bounds it (the session state's
+// size limit); a view too large returns nil, and the next holder rescans.
+func (w *Watch) Snapshot(maxBytes int) []byte {
+	if w.cursor.IsZero() {
+		return nil
+	}
+	ids := slices.Collect(maps.Keys(w.kept))
+	for id := range w.again {
+		if _, ok := w.kept[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	b, err := json.Marshal(snapshot{Cursor: w.cursor, IDs: ids, Rescan: w.rescan})
+	if err != nil || (maxBytes > 0 && len(b) > maxBytes) {
+		return nil
+	}
+	return b
+}
+
+// Restore takes up a view from a Snapshot: the next Sweep lists what changed since its cursor
+// and reads its sessions again. It refuses a snapshot it cannot decode (the Watch stays empty,
+// and rescans).
+func (w *Watch) Restore(b []byte) error {
+	var s snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("sessionstate: watch: decode a snapshot: %w", err)
+	}
+	if s.Cursor.IsZero() {
+		return fmt.Errorf("sessionstate: watch: a snapshot without a cursor")
+	}
+	w.Reset()
+	w.cursor = s.Cursor
+	for _, id := range s.IDs {
+		w.again[id] = true
+	}
+	w.rescan = s.Rescan
+	return nil
+}
+
+// Reserved reports whether id is a session id seqbus keeps for itself (the sweeper's lease),
+// which carries no sequence state and is never listed.
+func Reserved(id string) bool { return id == LeaseSessionID }
+
+// LeaseSessionID is the session id whose lock is the sweeper's lease with Service Bus session
+// state: every replica of an entity tries to lock it, the broker gives it to one at a time and
+// frees it when the holder's link closes. Its own session state keeps the sweeper's Watch
+// snapshot; it carries no messages.
+const LeaseSessionID = "seqbus.sweeper-lease"
