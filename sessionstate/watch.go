@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"time"
@@ -29,9 +31,18 @@ type WatchConfig struct {
 	// Margin is listed again before the last look, for the clocks of the broker and this process
 	// (default 5s).
 	Margin time.Duration
-	// RescanPerSweep bounds the sessions a full rescan reads per Sweep (default 200): a rescan
-	// (the first Sweep without a snapshot) is spread over Sweeps, never all at once.
+	// RescanPerSweep bounds the sessions a full rescan reads per Sweep (default 200), and so
+	// the expired tombstones cleared per Sweep: both are spread over Sweeps, never all at once.
 	RescanPerSweep int
+	// TombstoneTTL, when positive, makes the Watch clear the state of a session that ended
+	// longer ago than it (its tombstone), under the session lock through the version check, as
+	// the engine does when such a session runs again. It finds them without remembering ended
+	// sessions: once every ExpiryEvery (default TombstoneTTL/4) of tombstone age, it lists the
+	// sessions updated since the last pass's window and those updated within TombstoneTTL; the
+	// difference, last updated in between, are the candidates. A tombstone is so cleared between
+	// TombstoneTTL and TombstoneTTL+ExpiryEvery after the session ended.
+	TombstoneTTL time.Duration
+	ExpiryEvery  time.Duration
 }
 
 // Watch keeps the sweeper's view of the sessions that need it (Filter: parked, blocked, on a
@@ -57,6 +68,10 @@ type Watch struct {
 	again map[string]bool
 	// rescan are the ids a full rescan has still to read.
 	rescan []string
+	// expiredUntil: the sessions last updated before it were looked at by a tombstone expiry
+	// pass (zero: never); expiring are the candidates of the pass under way.
+	expiredUntil time.Time
+	expiring     []string
 }
 
 // NewWatch checks cfg and returns an empty Watch. Missing fields are a programmer error.
@@ -67,6 +82,7 @@ func NewWatch(cfg WatchConfig) *Watch {
 	cfg.PerSession = cmp.Or(cfg.PerSession, 10*time.Second)
 	cfg.Margin = cmp.Or(cfg.Margin, 5*time.Second)
 	cfg.RescanPerSweep = cmp.Or(cfg.RescanPerSweep, 200)
+	cfg.ExpiryEvery = cmp.Or(cfg.ExpiryEvery, cfg.TombstoneTTL/4)
 	return &Watch{cfg: cfg, kept: map[string]Entry{}, again: map[string]bool{}}
 }
 
@@ -75,6 +91,10 @@ type SweepStats struct {
 	// Changed is how many sessions the broker listed as changed; Read how many states were read
 	// (each a lock, a read and a release); Rescanning how many a full rescan has left.
 	Changed, Read, Rescanning int
+	// Listed is how many ids the listings returned in all (the broker pages them by 100).
+	Listed int
+	// Expired is how many tombstones were cleared; Expiring how many candidates are left.
+	Expired, Expiring int
 }
 
 // Sweep brings the view up to date as of now and returns the kept sessions, ordered by id. On an
@@ -90,6 +110,7 @@ func (w *Watch) Sweep(ctx context.Context, now time.Time) ([]Entry, SweepStats, 
 		if err != nil {
 			return w.entries(), stats, fmt.Errorf("sessionstate: watch: list the sessions with state: %w", err)
 		}
+		stats.Listed += len(all)
 		w.rescan = all
 		if w.rescan == nil {
 			w.rescan = []string{}
@@ -101,7 +122,7 @@ func (w *Watch) Sweep(ctx context.Context, now time.Time) ([]Entry, SweepStats, 
 		if err != nil {
 			return w.entries(), stats, fmt.Errorf("sessionstate: watch: list the sessions changed since %s: %w", since.Format(time.RFC3339), err)
 		}
-		stats.Changed = len(changed)
+		stats.Changed, stats.Listed = len(changed), len(changed)
 		for _, id := range changed {
 			toRead[id] = true
 		}
@@ -139,7 +160,102 @@ func (w *Watch) Sweep(ctx context.Context, now time.Time) ([]Entry, SweepStats, 
 	}
 	stats.Rescanning = len(w.rescan)
 	w.cursor = now
+	if err := w.expire(ctx, now, &stats); err != nil {
+		return w.entries(), stats, fmt.Errorf("sessionstate: watch: tombstone expiry: %w", err)
+	}
 	return w.entries(), stats, nil
+}
+
+// expire starts a tombstone expiry pass when one is due and clears a share of its candidates.
+func (w *Watch) expire(ctx context.Context, now time.Time, stats *SweepStats) error {
+	ttl := w.cfg.TombstoneTTL
+	if ttl <= 0 {
+		return nil
+	}
+	upper := now.Add(-ttl)
+	if len(w.expiring) == 0 && upper.Sub(w.expiredUntil) >= w.cfg.ExpiryEvery {
+		var lower time.Time // the first pass looks at every session with state
+		if !w.expiredUntil.IsZero() {
+			lower = w.expiredUntil.Add(-w.cfg.Margin)
+		}
+		window, err := w.cfg.ChangedIDs(ctx, lower)
+		if err != nil {
+			return fmt.Errorf("list the sessions updated since %s: %w", lower.Format(time.RFC3339), err)
+		}
+		recent, err := w.cfg.ChangedIDs(ctx, upper)
+		if err != nil {
+			return fmt.Errorf("list the sessions updated since %s: %w", upper.Format(time.RFC3339), err)
+		}
+		stats.Listed += len(window) + len(recent)
+		// Only the hashes of the recent ids are held, and only for this step.
+		fresh := make(map[uint64]struct{}, len(recent))
+		for _, id := range recent {
+			fresh[idHash(id)] = struct{}{}
+		}
+		w.expiring = slices.DeleteFunc(window, func(id string) bool {
+			_, ok := fresh[idHash(id)]
+			return ok || Reserved(id)
+		})
+		w.expiredUntil = upper
+	}
+	n := min(w.cfg.RescanPerSweep, len(w.expiring))
+	for _, id := range w.expiring[:n] {
+		cleared, err := w.clearIfExpired(ctx, id, now)
+		if err != nil {
+			return err
+		}
+		if cleared {
+			stats.Expired++
+		}
+	}
+	w.expiring = w.expiring[n:]
+	if len(w.expiring) == 0 {
+		w.expiring = nil
+	}
+	stats.Expiring = len(w.expiring)
+	return nil
+}
+
+// clearIfExpired locks session id and, if its state is a tombstone older than TombstoneTTL with
+// nothing left to settle, deletes it through the version check. A session a worker holds is
+// left to it.
+func (w *Watch) clearIfExpired(ctx context.Context, id string, now time.Time) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.PerSession)
+	defer cancel()
+	sess, err := w.cfg.Source.Accept(ctx, id)
+	if errors.Is(err, sequencer.ErrSessionLocked) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock session %q: %w", id, err)
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.PerSession)
+		defer ccancel()
+		_ = sess.Close(cctx)
+	}()
+	st, ver, err := w.cfg.Store.Load(ctx, sequencer.LoadParams{Session: sess})
+	if err != nil {
+		return false, fmt.Errorf("read the state of session %q: %w", id, err)
+	}
+	if ver == 0 || !st.TombstoneExpired(now, w.cfg.TombstoneTTL) || len(st.Deferred) > 0 || len(st.SkippedPoison) > 0 {
+		return false, nil
+	}
+	err = w.cfg.Store.Delete(ctx, sequencer.DeleteParams{Session: sess, ExpectedVersion: ver})
+	switch {
+	case errors.Is(err, sequencer.ErrVersionConflict):
+		return false, nil // it changed meanwhile: not a tombstone to clear
+	case err != nil:
+		return false, fmt.Errorf("clear the expired tombstone of session %q: %w", id, err)
+	}
+	return true, nil
+}
+
+// idHash is a session id's 64-bit FNV-1a hash.
+func idHash(id string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum64()
 }
 
 // entries returns the kept sessions ordered by id.
@@ -155,6 +271,7 @@ func (w *Watch) entries() []Entry {
 // snapshot, or with a full rescan.
 func (w *Watch) Reset() {
 	w.cursor, w.rescan = time.Time{}, nil
+	w.expiredUntil, w.expiring = time.Time{}, nil
 	clear(w.kept)
 	clear(w.again)
 }
@@ -162,9 +279,11 @@ func (w *Watch) Reset() {
 // snapshot is what a Watch hands to the next holder: where to list from, and which sessions to
 // read again. Rescan holds the ids a full rescan had left.
 type snapshot struct {
-	Cursor time.Time `json:"cursor"`
-	IDs    []string  `json:"ids"`
-	Rescan []string  `json:"rescan,omitempty"`
+	Cursor       time.Time `json:"cursor"`
+	IDs          []string  `json:"ids"`
+	Rescan       []string  `json:"rescan,omitempty"`
+	ExpiredUntil time.Time `json:"expired_until,omitzero"`
+	Expiring     []string  `json:"expiring,omitempty"`
 }
 
 // Snapshot encodes the view compactly: the cursor and the ids it keeps or must read again (not
@@ -181,7 +300,7 @@ func (w *Watch) Snapshot(maxBytes int) []byte {
 		}
 	}
 	slices.Sort(ids)
-	b, err := json.Marshal(snapshot{Cursor: w.cursor, IDs: ids, Rescan: w.rescan})
+	b, err := json.Marshal(snapshot{Cursor: w.cursor, IDs: ids, Rescan: w.rescan, ExpiredUntil: w.expiredUntil, Expiring: w.expiring})
 	if err != nil || (maxBytes > 0 && len(b) > maxBytes) {
 		return nil
 	}
@@ -205,6 +324,7 @@ func (w *Watch) Restore(b []byte) error {
 		w.again[id] = true
 	}
 	w.rescan = s.Rescan
+	w.expiredUntil, w.expiring = s.ExpiredUntil, s.Expiring
 	return nil
 }
 

@@ -220,3 +220,55 @@ func TestWatchSnapshotHandsOver(t *testing.T) {
 	require.Equal(t, 2, f.acceptCount())
 	require.Error(t, next.Restore([]byte("{")), "a snapshot it cannot read is refused")
 }
+
+// TestWatchExpiresTombstones: a tombstone older than the TTL is cleared (under the lock, through
+// the version check), found by two listings without the Watch remembering ended sessions; a
+// younger one, an open session and a session a worker holds are left; the next pass looks only
+// at what was updated since the last one's window.
+func TestWatchExpiresTombstones(t *testing.T) {
+	t.Parallel()
+	f := newFakeEntity()
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	const ttl = time.Hour
+	ended := func(at time.Time) *sequencer.State {
+		st := sequencer.NewState()
+		st.Next, st.Last, st.EndedAt = 4, 3, at
+		return st
+	}
+	f.set(t, "old", ended(t0), t0)
+	f.set(t, "old-held", ended(t0), t0)
+	f.busy["old-held"] = true
+	f.set(t, "young", ended(t0.Add(50*time.Minute)), t0.Add(50*time.Minute))
+	open := sequencer.NewState()
+	open.Next = 2
+	f.set(t, "open", open, t0)
+
+	w := sessionstate.NewWatch(sessionstate.WatchConfig{
+		ChangedIDs: f.changedIDs, Source: f, Store: sbstate.New(nil), Filter: attentionFilter, TombstoneTTL: ttl,
+	})
+	now := t0.Add(ttl + time.Minute)
+	_, stats, err := w.Sweep(context.Background(), now)
+	require.NoError(t, err)
+	require.Equal(t, 1, stats.Expired)
+	version := func(id string) int64 {
+		_, ver, err := sbstate.New(nil).Load(context.Background(), sequencer.LoadParams{Session: f.sessions[id]})
+		require.NoError(t, err)
+		return ver
+	}
+	require.Zero(t, version("old"), "the expired tombstone is cleared")
+	require.NotZero(t, version("young"))
+	require.NotZero(t, version("old-held"), "a session a worker holds is left to the worker")
+	require.NotZero(t, version("open"))
+
+	// The next pass is due once the window has grown by TTL/4; it lists from the last window.
+	f.listings = nil
+	_, _, err = w.Sweep(context.Background(), now.Add(time.Minute))
+	require.NoError(t, err)
+	require.Len(t, f.listings, 1, "not due yet: only the changed sessions are listed")
+	_, stats, err = w.Sweep(context.Background(), now.Add(60*time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, 1, stats.Expired, "young has expired by now")
+	require.Zero(t, version("young"))
+	require.Len(t, f.listings, 4)
+	require.Equal(t, t0.Add(time.Minute-5*time.Second), f.listings[2], "the window starts where the last pass ended, less the margin")
+}

@@ -144,6 +144,7 @@ func New(cfg Config) (*Client, error) {
 		w := sessionstate.NewWatch(sessionstate.WatchConfig{
 			ChangedIDs: c.conn.ManagementSource.ListSessionsWithStateAfter,
 			Source:     src, Store: c.conn.Store, Concurrency: scanConcurrency,
+			TombstoneTTL: cfg.TombstoneTTL, // 0: the engine keeps no tombstone
 		})
 		sw.attention, sw.lease = &watchAttention{watch: w, lease: l, calls: calls, log: c.log}, l
 	}
