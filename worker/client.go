@@ -148,10 +148,10 @@ func New(cfg Config) (*Client, error) {
 		})
 		sw.attention, sw.lease = &watchAttention{watch: w, lease: l, calls: calls, log: c.log}, l
 	}
-	c.background = append(c.background, sw.service())
 	if c.conn.Postgres != nil && cfg.TombstoneTTL > 0 {
-		c.background = append(c.background, purgeService(c.conn.Postgres, cfg.TombstoneTTL, cfg.SweepInterval, cfg.Clock, c.log))
+		sw.before = purge(c.conn.Postgres, cfg.TombstoneTTL, cfg.Clock, c.log)
 	}
+	c.background = append(c.background, sw.service())
 	ok = true
 	return c, nil
 }

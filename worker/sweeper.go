@@ -24,7 +24,9 @@ var gapWarnings = []time.Duration{time.Minute, 10 * time.Minute, time.Hour}
 type sweeper struct {
 	attention attention
 	// lease, when set, makes this replica sweep only while it holds it.
-	lease    lease
+	lease lease
+	// before, when set, runs at the start of each sweep (the Postgres tombstone purge).
+	before   func(ctx context.Context)
 	wake     func(id string)
 	interval time.Duration
 	// gapTimeout, when positive and gapActs (the gap policy is skip or park), makes a session
@@ -138,26 +140,26 @@ func (a listerAttention) sessions(ctx context.Context, _ time.Time) ([]sessionst
 
 func (listerAttention) reset() {}
 
-// purgeService deletes, every interval, the tombstones of pg older than ttl. The engine deletes
-// an expired tombstone only when its session runs again; without this purge the table would
-// grow with every session ever ended.
-func purgeService(pg *postgres.Store, ttl, interval time.Duration, clk clock.Clock, log *slog.Logger) *base {
-	return newBase("worker: tombstone purge", log, func(soft, _ context.Context) error {
-		every(soft, clk, interval, func(ctx context.Context) {
-			n, err := pg.PurgeTombstones(ctx, pg.Entity(), clk.Now().Add(-ttl))
-			switch {
-			case err != nil && ctx.Err() == nil:
-				log.WarnContext(ctx, "worker: purging expired tombstones", slog.Any("error", err))
-			case n > 0:
-				log.InfoContext(ctx, "worker: purged expired tombstones", slog.Int64("num_deleted", n))
-			}
-		})
-		return nil
-	})
+// purge returns the Postgres tombstone purge: it deletes the tombstones of pg older than ttl at
+// the start of each sweep of the lease holder. The engine deletes an expired tombstone only when
+// its session runs again; without this purge the table would grow with every session ever ended.
+func purge(pg *postgres.Store, ttl time.Duration, clk clock.Clock, log *slog.Logger) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		n, err := pg.PurgeTombstones(ctx, pg.Entity(), clk.Now().Add(-ttl))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.WarnContext(ctx, "worker: purging expired tombstones", slog.Any("error", err))
+		case n > 0:
+			log.InfoContext(ctx, "worker: purged expired tombstones", slog.Int64("num_deleted", n))
+		}
+	}
 }
 
 // sweep looks at every session that is parked, blocked, waiting on a gap or stranded, once.
 func (s *sweeper) sweep(ctx context.Context) error {
+	if s.before != nil {
+		s.before(ctx)
+	}
 	now := s.clock.Now()
 	entries, err := s.attention.sessions(ctx, now)
 	if err != nil {

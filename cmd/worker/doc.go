@@ -49,8 +49,8 @@
 //	SEQBUS_SAVE_EACH_MESSAGE        save the state after every message instead of once per run of
 //	                                in-order messages in hand (default false; see README)
 //	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are woken, session gauges refreshed,
-//	                                old gaps warned about and (postgres) expired tombstones purged
-//	                                (default 30s)
+//	                                old gaps warned about and expired tombstones cleared, by the
+//	                                one replica that holds the entity's sweeper lease (default 30s)
 //	SEQBUS_HANDLER                  log (default), noop, http, or journal (postgres store only:
 //	                                inserts each message into seqbus_journal in the same
 //	                                transaction as the state advance, exactly-once effects)
