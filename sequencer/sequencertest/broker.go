@@ -260,13 +260,18 @@ func (c *Client) crashed() {
 
 // op runs fn under the broker lock with the process hook before and after it.
 func (c *Client) op(op, sessionID string, fn func() error) error {
-	call := Call{Op: op, SessionID: sessionID}
+	return c.opOn(Call{Op: op, SessionID: sessionID}, func(*Call) error { return fn() })
+}
+
+// opOn is op for a call that names messages: fn may add those it returns to the call the After
+// hook sees.
+func (c *Client) opOn(call Call, fn func(*Call) error) error {
 	if err := c.proc.before(call); err != nil {
 		return err
 	}
 	c.b.mu.Lock()
-	c.b.calls[op]++
-	err := fn()
+	c.b.calls[call.Op]++
+	err := fn(&call)
 	c.b.mu.Unlock()
 	if err != nil {
 		return err
@@ -389,7 +394,7 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 	for {
 		var out []*sequencer.Message
 		var wait chan struct{}
-		err := h.c.op("receive", h.s.id, func() error {
+		err := h.c.opOn(Call{Op: "receive", SessionID: h.s.id}, func(call *Call) error {
 			if err := h.held(); err != nil {
 				return err
 			}
@@ -400,6 +405,7 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 				}
 				if !m.deferred && m.locked == nil {
 					out = append(out, h.deliver(m))
+					call.BrokerSequences = append(call.BrokerSequences, bs)
 				}
 			}
 			wait = h.c.b.changed
@@ -420,13 +426,14 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 // out numbers the broker does not hold as deferred.
 func (h *Session) ReceiveDeferred(_ context.Context, seqs []int64) ([]*sequencer.Message, error) {
 	var out []*sequencer.Message
-	err := h.c.op("receive_deferred", h.s.id, func() error {
+	err := h.c.opOn(Call{Op: "receive_deferred", SessionID: h.s.id}, func(call *Call) error {
 		if err := h.held(); err != nil {
 			return err
 		}
 		for _, bs := range seqs {
 			if m := h.s.msgs[bs]; m != nil && m.deferred && m.locked == nil {
 				out = append(out, h.deliver(m))
+				call.BrokerSequences = append(call.BrokerSequences, bs)
 			}
 		}
 		return nil
@@ -436,7 +443,7 @@ func (h *Session) ReceiveDeferred(_ context.Context, seqs []int64) ([]*sequencer
 
 // settle applies fn to the locked message m.
 func (h *Session) settle(op string, msg *sequencer.Message, fn func(*brokerMessage)) error {
-	return h.c.op(op, h.s.id, func() error {
+	return h.c.opOn(Call{Op: op, SessionID: h.s.id, BrokerSequences: []int64{msg.BrokerSequence}}, func(*Call) error {
 		if err := h.held(); err != nil {
 			return err
 		}

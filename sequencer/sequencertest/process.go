@@ -31,9 +31,17 @@ type Call struct {
 	Op        string
 	SessionID string
 	Phase     Phase
+	// BrokerSequences are the broker sequence numbers of the messages a settlement settles, or
+	// (After only) of the messages a receive or receive-deferred returned.
+	BrokerSequences []int64
 }
 
-func (c Call) String() string { return fmt.Sprintf("%s %s(%s)", c.Phase, c.Op, c.SessionID) }
+func (c Call) String() string {
+	if len(c.BrokerSequences) == 0 {
+		return fmt.Sprintf("%s %s(%s)", c.Phase, c.Op, c.SessionID)
+	}
+	return fmt.Sprintf("%s %s(%s) %v", c.Phase, c.Op, c.SessionID, c.BrokerSequences)
+}
 
 // ErrCrash, returned by a hook, crashes the process: the call fails (after the operation took
 // effect if the hook ran After), the process's session locks are released as if they had
