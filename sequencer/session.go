@@ -162,12 +162,12 @@ func (r *run) loop() (Outcome, error) {
 				}
 				continue
 			}
-			if !r.gapExpired() {
+			if r.view().gapPolicy(r.now()) == gapNone {
 				return r.idle(), nil
 			}
 		}
-		if r.gapExpired() {
-			if err := r.onGapTimeout(); err != nil {
+		if act := r.view().gapPolicy(r.now()); act != gapNone {
+			if err := r.onGapTimeout(act); err != nil {
 				return 0, err
 			}
 			if err := r.drain(); err != nil {
@@ -211,8 +211,8 @@ func (r *run) failed(err error) (Outcome, error) {
 	return OutcomeFailed, err
 }
 
-// step decides what to do with m and does it: an in-order message is handed over (inOrder),
-// every other one is held or settled at once (act).
+// step decides what to do with m and does it: an in-order message is handed over (inOrder), an
+// unsequenced one passed through, an early one held, every other one settled at once.
 func (r *run) step(m *msg) error {
 	a := r.view().decide(m)
 	if a.learnsLast {
@@ -235,42 +235,46 @@ func (r *run) step(m *msg) error {
 		return r.inOrder(m)
 	case actPassThrough:
 		return r.passThrough(m)
-	}
-	return r.act(m, a)
-}
-
-// act carries out every decision but actHandle: it holds m or settles it.
-func (r *run) act(m *msg, a action) error {
-	switch a.kind {
 	case actHold:
 		r.hold(m)
 		return nil
-	case actDuplicate:
-		return r.duplicate(m)
-	case actInvalid:
-		return r.invalid(m, a.desc)
-	case actFinishSkip:
+	}
+	return r.settle(m, a.settle)
+}
+
+// settleLeftover settles m, a message the state puts below Next or beyond the last sequence (a
+// stale deferred message; a held message at the end, below a resolved record or beyond a newly
+// known last): view.leftover decides it.
+func (r *run) settleLeftover(m *msg) error {
+	d, ok := r.view().leftover(m)
+	if !ok {
+		// Only a broken invariant gets here: the callers pick their messages by the same rule.
+		return fmt.Errorf("sequencer: session %s: sequence %d (broker sequence %d) is neither below the next sequence %d nor after the last %d where only settlement was expected",
+			r.id, m.seq, m.bs, r.st.Next, r.st.Last)
+	}
+	return r.settle(m, d)
+}
+
+// settle carries out a settle-only decision.
+func (r *run) settle(m *msg, d settleDecision) error {
+	switch d.kind {
+	case settleInvalid:
+		return r.invalid(m, d.desc)
+	case settleFinishSkip:
 		// Skipped as poison, but the dead-lettering did not happen before a crash.
 		return r.s.deadLetterSkipped(m, "handler failed; dead-lettered after a restart")
-	case actFinishPark:
+	case settleFinishPark:
 		// Parked, but the dead-lettering did not happen before a crash: finish it.
 		return r.deadLetterParked(m)
 	}
-	// act only ever sees a message in order by mistake: outside step, it settles held messages
-	// beyond a newly known last, held messages below Next once a record is resolved, held
-	// messages at the end and stale deferred ones, all of which the state puts below Next or
-	// beyond the last sequence.
-	return fmt.Errorf("sequencer: session %s: sequence %d (broker sequence %d) is %s where only settlement was expected",
-		r.id, m.seq, m.bs, a.kind)
+	return r.duplicate(m)
 }
 
 func (r *run) hold(m *msg) {
 	r.w.put(m)
 	r.e.stats.held.Add(1)
 	r.e.observe(Event{Kind: EventHeld, SessionID: r.id, Sequence: m.seq})
-	if r.st.GapSince.IsZero() {
-		r.st.GapSince, r.dirty = r.now(), true
-	}
+	r.openGap()
 }
 
 func (r *run) duplicate(m *msg) error {

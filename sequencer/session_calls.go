@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 )
 
@@ -109,18 +108,16 @@ type handlerError struct{ err error }
 func (h *handlerError) Error() string { return h.err.Error() }
 func (h *handlerError) Unwrap() error { return h.err }
 
-func (r *run) callHandler(ctx context.Context, m *msg) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			r.log().ErrorContext(ctx, "sequencer: handler panicked", slog.Int64("sequence", m.seq),
-				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
-			err = &handlerError{err: fmt.Errorf("handler panic: %v", p)}
-		}
-	}()
-	if err := r.e.handler.Handle(ctx, m.raw); err != nil {
-		return &handlerError{err: err}
+func (r *run) callHandler(ctx context.Context, m *msg) error {
+	err := CallHandler(ctx, r.e.handler, m.raw)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if p, ok := err.(*PanicError); ok {
+		r.log().ErrorContext(ctx, "sequencer: handler panicked", slog.Int64("sequence", m.seq),
+			slog.Any("panic", p.Value), slog.String("stack", string(p.Stack)))
+	}
+	return &handlerError{err: err}
 }
 
 // receive waits for the next batch of active messages, read against the contract. An empty batch

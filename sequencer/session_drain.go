@@ -39,8 +39,8 @@ func (r *run) drain() error {
 			return err
 		}
 	}
-	if r.st.GapSince.IsZero() && r.view().gapWaiting() {
-		r.st.GapSince, r.dirty = r.now(), true
+	if r.view().gapWaiting() {
+		r.openGap()
 	}
 	return r.settleDrain()
 }
@@ -131,9 +131,7 @@ func (r *run) trimWindow(limit int) error {
 // waited for from now.
 func (r *run) idle() Outcome {
 	if r.view().gapWaiting() {
-		if r.st.GapSince.IsZero() {
-			r.st.GapSince, r.dirty = r.now(), true
-		}
+		r.openGap()
 		if !r.st.GapSince.Equal(r.gapAtLoad) {
 			// The gap opened during this run: say so once; the worker's sweeper reports it again
 			// while it stays open.
@@ -150,17 +148,17 @@ func (r *run) idle() Outcome {
 	return OutcomeIdle
 }
 
-// gapExpired reports whether the gap policy acts now: a missing sequence has been waited for
-// GapTimeout and the policy is not GapWait.
-func (r *run) gapExpired() bool {
-	gt := r.e.cfg.GapTimeout
-	return gt > 0 && r.e.cfg.GapPolicy != GapWait && !r.st.GapSince.IsZero() && r.view().gapWaiting() &&
-		r.now().Sub(r.st.GapSince) >= gt
+// openGap starts the gap clock (State.GapSince) unless it runs already: Next is missing while
+// later messages wait.
+func (r *run) openGap() {
+	if r.st.GapSince.IsZero() {
+		r.st.GapSince, r.dirty = r.now(), true
+	}
 }
 
-// onGapTimeout applies the gap policy to a gap waited for GapTimeout.
-func (r *run) onGapTimeout() error {
-	if r.e.cfg.GapPolicy == GapPark {
+// onGapTimeout carries out what the gap policy decided (view.gapPolicy).
+func (r *run) onGapTimeout(act gapAction) error {
+	if act == gapPark {
 		return r.parkGap()
 	}
 	return r.skipGap()

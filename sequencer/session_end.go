@@ -19,7 +19,7 @@ func (r *run) end() error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.w.held)) {
 		m := r.w.unhold(k)
-		if err := r.act(m, r.view().decide(m)); err != nil {
+		if err := r.settleLeftover(m); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/seqbus/seqbus/clock"
 )
 
 // This file hands an in-order message to the handler and makes it durable and settled
@@ -116,14 +118,7 @@ func (r *run) passThrough(m *msg) error {
 	})
 	var perr *poisonError
 	if errors.As(err, &perr) {
-		r.log().WarnContext(r.ctx, "sequencer: handler failed on an unsequenced message, retries exhausted; dead-lettering it",
-			slog.Int64("broker_sequence", m.bs), slog.Any("error", perr.err))
-		if err := r.s.deadLetter(m, ReasonHandlerFailed, perr.err.Error()); err != nil {
-			return err
-		}
-		r.e.stats.deadLettered.Add(1)
-		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Err: perr.err})
-		return nil
+		return r.poison(m, perr.err)
 	}
 	if err != nil {
 		return err
@@ -163,12 +158,8 @@ func (r *run) retry(m *msg, once func() error) error {
 		r.e.stats.retries.Add(1)
 		r.e.observe(Event{Kind: EventRetry, SessionID: r.id, Sequence: m.seq, Err: herr.err})
 		if d := cfg.Retry.Backoff(attempt); d > 0 {
-			t := r.e.clock.NewTimer(d)
-			select {
-			case <-r.ctx.Done():
-				t.Stop()
+			if clock.Sleep(r.ctx, r.e.clock, d) != nil {
 				return fmt.Errorf("sequencer: session %s: retry wait: %w", r.id, context.Cause(r.ctx))
-			case <-t.C():
 			}
 			if err := r.verifyTenure(); err != nil {
 				return err
@@ -226,12 +217,24 @@ func (r *run) verifyTenure() error {
 	return nil
 }
 
-// poison applies the poison policy to m, whose handler kept failing.
+// poison carries out what the poison policy decided (view.poisonOf) for m, whose handler kept
+// failing with herr.
 func (r *run) poison(m *msg, herr error) error {
+	act := r.view().poisonOf(m)
+	if act == poisonDeadLetter {
+		r.log().WarnContext(r.ctx, "sequencer: handler failed on an unsequenced message, retries exhausted; dead-lettering it",
+			slog.Int64("broker_sequence", m.bs), slog.Any("error", herr))
+		if err := r.s.deadLetter(m, ReasonHandlerFailed, herr.Error()); err != nil {
+			return err
+		}
+		r.e.stats.deadLettered.Add(1)
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Err: herr})
+		return nil
+	}
 	r.log().WarnContext(r.ctx, "sequencer: handler failed, retries exhausted", slog.Int64("sequence", m.seq),
 		slog.String("policy", string(r.e.cfg.Poison)), slog.Any("error", herr))
-	switch r.e.cfg.Poison {
-	case PoisonBlock:
+	switch act {
+	case poisonBlock:
 		// Record the block (operators list blocked sessions), then give the message back: the
 		// broker delivers it again until it succeeds or its max delivery count dead-letters it.
 		r.st.block(m.seq, m.bs, herr.Error(), r.now())
@@ -241,7 +244,7 @@ func (r *run) poison(m *msg, herr error) error {
 		r.phase = blocked
 		r.e.observe(Event{Kind: EventBlocked, SessionID: r.id, Sequence: m.seq, Err: herr})
 		return r.s.abandon(m)
-	case PoisonSkip:
+	case poisonSkip:
 		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
 		// Save the skip together with a marker, then dead-letter: a crash in between leaves the
 		// marker, and the redelivered message is dead-lettered instead of completed.
@@ -260,16 +263,16 @@ func (r *run) poison(m *msg, herr error) error {
 			return r.end()
 		}
 		return nil
-	default: // PoisonPark
-		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
-		r.st.park(m.seq, m.bs, herr.Error(), r.now())
-		// Save first: a crash before the dead-lettering finds the parked mark and finishes it.
-		if err := r.save(); err != nil {
-			return err
-		}
-		r.e.stats.parked.Add(1)
-		r.phase = parkedHere
-		r.e.observe(Event{Kind: EventParked, SessionID: r.id, Sequence: m.seq, Err: herr})
-		return r.deadLetterParked(m)
 	}
+	// poisonPark
+	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
+	r.st.park(m.seq, m.bs, herr.Error(), r.now())
+	// Save first: a crash before the dead-lettering finds the parked mark and finishes it.
+	if err := r.save(); err != nil {
+		return err
+	}
+	r.e.stats.parked.Add(1)
+	r.phase = parkedHere
+	r.e.observe(Event{Kind: EventParked, SessionID: r.id, Sequence: m.seq, Err: herr})
+	return r.deadLetterParked(m)
 }

@@ -42,8 +42,8 @@ func (r *run) startup() error {
 	if err := r.settleStale(); err != nil {
 		return err
 	}
-	if r.gapExpired() {
-		return r.onGapTimeout()
+	if act := r.view().gapPolicy(r.now()); act != gapNone {
+		return r.onGapTimeout(act)
 	}
 	return nil
 }
@@ -98,7 +98,7 @@ func (r *run) settleStale() error {
 		}
 		for i := range fetched {
 			m := &fetched[i]
-			if err := r.act(m, r.view().decide(m)); err != nil {
+			if err := r.settleLeftover(m); err != nil {
 				return err
 			}
 		}
@@ -164,7 +164,7 @@ func (r *run) settleHeldBelowNext() error {
 			break
 		}
 		m := r.w.unhold(k)
-		if err := r.act(m, r.view().decide(m)); err != nil {
+		if err := r.settleLeftover(m); err != nil {
 			return err
 		}
 	}
@@ -178,7 +178,7 @@ func (r *run) learnLast(last int64) error {
 	for _, k := range slices.Sorted(maps.Keys(r.w.held)) {
 		if k > last {
 			m := r.w.unhold(k)
-			if err := r.act(m, r.view().decide(m)); err != nil {
+			if err := r.settleLeftover(m); err != nil {
 				return err
 			}
 		}
