@@ -30,7 +30,8 @@ const (
 	PoisonPark = "park"
 	// PoisonSkip dead-letters the message and moves on to the next sequence.
 	PoisonSkip = "skip"
-	// PoisonBlock keeps retrying the message forever, holding up its session.
+	// PoisonBlock marks the session blocked and abandons the message: the broker delivers it
+	// again (holding up its session) until it succeeds or the max delivery count dead-letters it.
 	PoisonBlock = "block"
 )
 
