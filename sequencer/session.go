@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -240,6 +242,21 @@ func (r *run) step(m *msg) error {
 		return nil
 	}
 	return r.settle(m, a.settle)
+}
+
+// learnLast records the last sequence, which a message marked last revealed: the held messages
+// beyond it are invalid now.
+func (r *run) learnLast(last int64) error {
+	r.st.Last, r.dirty = last, true
+	for _, k := range slices.Sorted(maps.Keys(r.w.held)) {
+		if k > last {
+			m := r.w.unhold(k)
+			if err := r.settleLeftover(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // settleLeftover settles m, a message the state puts below Next or beyond the last sequence (a

@@ -170,18 +170,3 @@ func (r *run) settleHeldBelowNext() error {
 	}
 	return nil
 }
-
-// learnLast records the last sequence, which a message marked last revealed: the held messages
-// beyond it are invalid now.
-func (r *run) learnLast(last int64) error {
-	r.st.Last, r.dirty = last, true
-	for _, k := range slices.Sorted(maps.Keys(r.w.held)) {
-		if k > last {
-			m := r.w.unhold(k)
-			if err := r.settleLeftover(m); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
