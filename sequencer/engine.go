@@ -139,9 +139,9 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 		resume: opts.Resume,
 		sess:   sess,
 		id:     sess.ID(),
-		s:      newSettler(e, sess, rctx, cancel),
 		w:      newWindow(),
 	}
+	r.s.init(rctx, cancel, e, sess)
 	var wg sync.WaitGroup
 	wg.Go(r.renewLoop)
 	out, err := r.run()

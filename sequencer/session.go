@@ -68,7 +68,7 @@ type run struct {
 	id     string
 	// s makes the run's settlements and holds the lost-lock flag, the background completions,
 	// the anchors and the settled messages whose index entries the next save removes.
-	s *settler
+	s settler
 
 	phase phase
 	st    *State

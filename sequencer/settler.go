@@ -49,12 +49,14 @@ type anchor struct {
 	deadLetter string
 }
 
-func newSettler(e *Engine, sess Session, ctx context.Context, cancel context.CancelCauseFunc) *settler {
-	s := &settler{e: e, sess: sess, id: sess.ID(), ctx: ctx, cancel: cancel, settled: map[int64]int64{}}
+// init readies s for a run of e on sess: ctx is the run's context, cancel cancels it. (The run
+// holds its settler by value: one allocation less per run.)
+func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *Engine, sess Session) {
+	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
+	s.settled = map[int64]int64{}
 	if n := e.cfg.MaxPendingSettlements; n > 1 {
 		s.pipe = newPipeline(n)
 	}
-	return s
 }
 
 // markLost records that the session lock is gone: the run is canceled with ErrLockLost, once.

@@ -97,7 +97,9 @@ func setupSettler(t *testing.T, pending int) settlerBundle {
 	sess := newSettlerSession()
 	ctx, cancel := context.WithCancelCause(t.Context())
 	t.Cleanup(func() { cancel(nil) })
-	return settlerBundle{sess: sess, s: newSettler(e, sess, ctx, cancel), ctx: ctx, events: &events}
+	s := &settler{}
+	s.init(ctx, cancel, e, sess)
+	return settlerBundle{sess: sess, s: s, ctx: ctx, events: &events}
 }
 
 func testMsg(seq, bs int64) *msg {

@@ -119,5 +119,8 @@ func (p *Process) check(c Call) error {
 	return nil
 }
 
+// hooked reports whether a hook sees the calls (the fakes record details for it only then).
+func (p *Process) hooked() bool { return p.Hook != nil }
+
 func (p *Process) before(c Call) error { c.Phase = Before; return p.check(c) }
 func (p *Process) after(c Call) error  { c.Phase = After; return p.check(c) }
