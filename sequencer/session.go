@@ -10,18 +10,10 @@ import (
 	"time"
 )
 
-// The session loop is one RunSession call from the load of the state to the release, in files
-// that follow a message's way (the package documentation has the map):
-//
-//	session.go          the run, its phases, the loop of receive batches, one message's step
-//	session_start.go    what a run settles first (startup) and an inherited run record (resolve)
-//	session_inorder.go  an in-order message: handler, retry, save, settlement; poison
-//	session_drain.go    the drain of what became due, the reorder window, the gap policy
-//	session_end.go      the end of a session and the release of a run
-//	session_calls.go    the calls to the store, the handler and the broker's receive
-//	settler.go          the settlements: background completions, lost lock, anchors
-//
-// Every decision comes from decide.go (the core without I/O); these files carry them out.
+// The session loop is one RunSession call from the load of the state to the release, split by
+// phase into the session*.go files and settler.go (the package documentation, "Where things
+// are", gives the order to read them in). This file holds the run, its phases, the loop of
+// receive batches and one message's step; every decision comes from decide.go.
 
 // phase is where a run stands. The stored State says what the session is (parked, ended,
 // waiting on a gap); the phase says what this run does next.

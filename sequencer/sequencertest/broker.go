@@ -258,23 +258,22 @@ func (c *Client) crashed() {
 	}
 }
 
-// op runs fn under the broker lock with the process hook before and after it. returned, when
-// set, points at the broker sequences of the messages fn returns, which the After hook sees.
-func (c *Client) op(call Call, fn func() error, returned *[]int64) error {
-	if err := c.proc.before(call); err != nil {
+// op runs fn under the broker lock with the process hook before and after it. msgs, when set,
+// holds the broker sequences of the messages the call settles or (filled by fn) returns, for the
+// hook's Call.BrokerSequences; the callers fill it only when there is a hook, so that the fake
+// costs benchmarks of the engine nothing for it.
+func (c *Client) op(op, sessionID string, msgs *[]int64, fn func() error) error {
+	if err := c.proc.hook(Before, op, sessionID, msgs); err != nil {
 		return err
 	}
 	c.b.mu.Lock()
-	c.b.calls[call.Op]++
+	c.b.calls[op]++
 	err := fn()
 	c.b.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if returned != nil {
-		call.BrokerSequences = *returned
-	}
-	return c.proc.after(call)
+	return c.proc.hook(After, op, sessionID, msgs)
 }
 
 // AcceptNext locks the session whose oldest active message is oldest. Sessions holding only
@@ -283,7 +282,7 @@ func (c *Client) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 	for {
 		var got *Session
 		var wait chan struct{}
-		err := c.op(Call{Op: "accept_next"}, func() error {
+		err := c.op("accept_next", "", nil, func() error {
 			b := c.b
 			best, bestSeq := (*brokerSession)(nil), int64(0)
 			for _, s := range b.sessions {
@@ -300,7 +299,7 @@ func (c *Client) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 			}
 			wait = b.changed
 			return nil
-		}, nil)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -321,7 +320,7 @@ func (c *Client) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 // Accept locks the named session, which may be empty or hold only deferred messages.
 func (c *Client) Accept(ctx context.Context, sessionID string) (sequencer.Session, error) {
 	var got *Session
-	err := c.op(Call{Op: "accept", SessionID: sessionID}, func() error {
+	err := c.op("accept", sessionID, nil, func() error {
 		s := c.b.session(sessionID)
 		c.b.expireLocked(s)
 		if s.holder != nil {
@@ -329,7 +328,7 @@ func (c *Client) Accept(ctx context.Context, sessionID string) (sequencer.Sessio
 		}
 		got = c.lockLocked(s)
 		return nil
-	}, nil)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +392,7 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 		var out []*sequencer.Message
 		var got []int64 // for the hook
 		var wait chan struct{}
-		err := h.c.op(Call{Op: "receive", SessionID: h.s.id}, func() error {
+		err := h.c.op("receive", h.s.id, &got, func() error {
 			if err := h.held(); err != nil {
 				return err
 			}
@@ -404,14 +403,14 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 				}
 				if !m.deferred && m.locked == nil {
 					out = append(out, h.deliver(m))
-					if h.c.proc.hooked() {
+					if h.c.proc.Hook != nil {
 						got = append(got, bs)
 					}
 				}
 			}
 			wait = h.c.b.changed
 			return nil
-		}, &got)
+		})
 		if err != nil || len(out) > 0 || !h.c.b.opts.Blocking {
 			return out, err
 		}
@@ -428,30 +427,30 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 func (h *Session) ReceiveDeferred(_ context.Context, seqs []int64) ([]*sequencer.Message, error) {
 	var out []*sequencer.Message
 	var got []int64 // for the hook
-	err := h.c.op(Call{Op: "receive_deferred", SessionID: h.s.id}, func() error {
+	err := h.c.op("receive_deferred", h.s.id, &got, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
 		for _, bs := range seqs {
 			if m := h.s.msgs[bs]; m != nil && m.deferred && m.locked == nil {
 				out = append(out, h.deliver(m))
-				if h.c.proc.hooked() {
+				if h.c.proc.Hook != nil {
 					got = append(got, bs)
 				}
 			}
 		}
 		return nil
-	}, &got)
+	})
 	return out, err
 }
 
 // settle applies fn to the locked message m.
 func (h *Session) settle(op string, msg *sequencer.Message, fn func(*brokerMessage)) error {
-	call := Call{Op: op, SessionID: h.s.id}
-	if h.c.proc.hooked() {
-		call.BrokerSequences = []int64{msg.BrokerSequence}
+	var settles []int64 // for the hook
+	if h.c.proc.Hook != nil {
+		settles = []int64{msg.BrokerSequence}
 	}
-	return h.c.op(call, func() error {
+	return h.c.op(op, h.s.id, &settles, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
@@ -461,7 +460,7 @@ func (h *Session) settle(op string, msg *sequencer.Message, fn func(*brokerMessa
 		}
 		fn(m)
 		return nil
-	}, nil)
+	})
 }
 
 // Complete removes the message.
@@ -494,49 +493,49 @@ func (h *Session) Abandon(_ context.Context, msg *sequencer.Message) error {
 // RenewLock extends the session lock by the lock duration.
 func (h *Session) RenewLock(_ context.Context) (time.Time, error) {
 	var until time.Time
-	err := h.c.op(Call{Op: "renew_lock", SessionID: h.s.id}, func() error {
+	err := h.c.op("renew_lock", h.s.id, nil, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
 		h.s.lockedUntil = h.c.b.opts.Clock.Now().Add(h.c.b.opts.LockDuration)
 		until = h.s.lockedUntil
 		return nil
-	}, nil)
+	})
 	return until, err
 }
 
 // Close releases the session lock; unsettled messages become available again.
 func (h *Session) Close(_ context.Context) error {
-	return h.c.op(Call{Op: "close", SessionID: h.s.id}, func() error {
+	return h.c.op("close", h.s.id, nil, func() error {
 		if h.s.holder == h {
 			h.c.b.releaseLocked(h.s)
 		}
 		return nil
-	}, nil)
+	})
 }
 
 // GetState returns the session state (nil when none was set).
 func (h *Session) GetState(_ context.Context) ([]byte, error) {
 	var out []byte
-	err := h.c.op(Call{Op: "get_state", SessionID: h.s.id}, func() error {
+	err := h.c.op("get_state", h.s.id, nil, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
 		out = slices.Clone(h.s.state)
 		return nil
-	}, nil)
+	})
 	return out, err
 }
 
 // SetState replaces the session state (nil clears it).
 func (h *Session) SetState(_ context.Context, state []byte) error {
-	return h.c.op(Call{Op: "set_state", SessionID: h.s.id}, func() error {
+	return h.c.op("set_state", h.s.id, nil, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
 		h.s.state = slices.Clone(state)
 		return nil
-	}, nil)
+	})
 }
 
 // ErrInjected is a convenience error for hooks that inject a plain failure.

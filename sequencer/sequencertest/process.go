@@ -119,8 +119,16 @@ func (p *Process) check(c Call) error {
 	return nil
 }
 
-// hooked reports whether a hook sees the calls (the fakes record details for it only then).
-func (p *Process) hooked() bool { return p.Hook != nil }
-
-func (p *Process) before(c Call) error { c.Phase = Before; return p.check(c) }
-func (p *Process) after(c Call) error  { c.Phase = After; return p.check(c) }
+// hook runs the hook for the call (op on sessionID, naming the messages in *msgs when msgs is
+// set) in phase. It builds the Call itself and is kept out of line, so that the fakes' calls keep
+// small frames: they run on the engine's background goroutines, whose stacks would otherwise grow
+// (a cost the engine's benchmarks would measure).
+//
+//go:noinline
+func (p *Process) hook(phase Phase, op, sessionID string, msgs *[]int64) error {
+	c := Call{Op: op, SessionID: sessionID, Phase: phase}
+	if msgs != nil {
+		c.BrokerSequences = *msgs
+	}
+	return p.check(c)
+}
