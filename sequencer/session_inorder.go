@@ -44,16 +44,9 @@ func (r *run) inOrder(m *msg) error {
 			return err
 		}
 	}
-	err := r.handleWithRetry(m, how)
-	var perr *poisonError
-	if errors.As(err, &perr) {
-		return r.poison(m, perr.err)
-	}
-	if err != nil {
+	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, how) }); !ok {
 		return err
 	}
-	r.e.stats.handled.Add(1)
-	r.e.observe(Event{Kind: EventHandled, SessionID: r.id, Sequence: m.seq})
 	switch {
 	case how == completeInRun:
 		// Complete m even if a background completion (of a duplicate) has failed meanwhile: m is
@@ -99,7 +92,7 @@ func (r *run) passThrough(m *msg) error {
 			return err
 		}
 	}
-	err := r.retry(m, func() error {
+	ok, err := r.handOver(m, func() error {
 		if r.e.atomic == nil {
 			return r.callHandler(r.ctx, m)
 		}
@@ -116,22 +109,27 @@ func (r *run) passThrough(m *msg) error {
 		}
 		return nil
 	})
-	var perr *poisonError
-	if errors.As(err, &perr) {
-		return r.poison(m, perr.err)
-	}
-	if err != nil {
+	if !ok {
 		return err
 	}
-	r.e.stats.handled.Add(1)
-	r.e.observe(Event{Kind: EventHandled, SessionID: r.id})
 	return r.s.completeLater(m)
 }
 
-// handleWithRetry calls the handler for the in-order message m until it succeeds or the retries
-// are exhausted (*poisonError).
-func (r *run) handleWithRetry(m *msg, how settlement) error {
-	return r.retry(m, func() error { return r.handleOnce(m, how) })
+// handOver runs once (one handler call, with its save) through retry and counts m handled once
+// it succeeded. A handler that kept failing meets the poison policy (poison): ok is false, and
+// err is nil when the poison policy has settled m.
+func (r *run) handOver(m *msg, once func() error) (ok bool, err error) {
+	err = r.retry(m, once)
+	var perr *poisonError
+	if errors.As(err, &perr) {
+		return false, r.poison(m, perr.err)
+	}
+	if err != nil {
+		return false, err
+	}
+	r.e.stats.handled.Add(1)
+	r.e.observe(Event{Kind: EventHandled, SessionID: r.id, Sequence: m.seq}) // 0 for an unsequenced m
+	return true, nil
 }
 
 // retry runs once (one handler call, with its save) until it succeeds or the retries are
