@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/seqbus/seqbus/backoff"
 	"github.com/seqbus/seqbus/contract"
 )
 
@@ -18,8 +19,9 @@ const (
 	PoisonPark PoisonPolicy = "park"
 	// PoisonSkip dead-letters the message and advances past it.
 	PoisonSkip PoisonPolicy = "skip"
-	// PoisonBlock abandons the message and releases the session; the broker's max delivery count
-	// eventually dead-letters it.
+	// PoisonBlock records the block (State.Blocked), abandons the message and releases the
+	// session; the broker delivers the message again, and each delivery is retried as any other,
+	// until it succeeds or the broker's max delivery count dead-letters it.
 	PoisonBlock PoisonPolicy = "block"
 )
 
@@ -58,20 +60,20 @@ const (
 )
 
 // RetryPolicy bounds handler retries: attempt n (from 1) waits min(Base·2^(n-1), Cap) before the
-// next call. Attempts counts handler calls, the first included.
+// next call, without jitter. Attempts counts handler calls, the first included.
 type RetryPolicy struct {
 	Attempts int
 	Base     time.Duration
 	Cap      time.Duration
 }
 
-// Backoff returns the wait after the given failed attempt (1-based).
+// Backoff returns the wait after the given failed attempt (1-based), computed by package backoff.
+// A Cap of zero or less means no wait (WithDefaults raises Cap to at least Base).
 func (p RetryPolicy) Backoff(attempt int) time.Duration {
-	d := p.Base
-	for i := 1; i < attempt && d < p.Cap; i++ {
-		d *= 2
+	if p.Cap <= 0 {
+		return 0
 	}
-	return min(d, p.Cap)
+	return backoff.Policy{Base: p.Base, Max: p.Cap}.Delay(attempt)
 }
 
 // EngineConfig holds the sequencing policy. Zero fields take the defaults documented on each field;
@@ -165,7 +167,8 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	return c
 }
 
-// Validate reports the first invalid field of a configuration with defaults applied.
+// Validate reports every invalid field of a configuration with defaults applied, joined in one
+// error.
 func (c EngineConfig) Validate() error {
 	var errs []error
 	if c.SequenceProperty == c.LastProperty {

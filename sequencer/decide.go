@@ -7,12 +7,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // This file is the sequencing core without I/O: a message read once against the message
 // contract (msg), what the run holds in memory besides the state (window), and the decisions
-// taken from the state, the window and a message alone (view). The session loop (session.go)
-// carries the decisions out; nothing here calls the broker, the store or the handler.
+// taken from the state, the window, a message and the time alone (view): what to do with a
+// message (decide, leftover), how a handled one is settled (settlementOf), what the poison policy
+// does with one that keeps failing (poisonOf), what the gap policy does now (gapPolicy) and what
+// leaves the window (overflow). The session loop (session*.go) carries the decisions out;
+// nothing here calls the broker, the store or the handler, or reads a clock.
 
 // msg is a received message, read against the message contract once, when it arrives.
 type msg struct {
@@ -169,23 +173,14 @@ const (
 	// actHold: the message is early: keep it in the reorder window (deferred at the broker
 	// when the window overflows or the session is released, see view.overflow).
 	actHold
-	// actDuplicate: the sequence was handled, or another copy is held or deferred: complete
-	// the message without the handler.
-	actDuplicate
-	// actInvalid: the message breaks the contract: dead-letter it (InvalidSequence).
-	actInvalid
-	// actFinishPark: the message the session is parked on, back after a crash came between
-	// the parked save and its dead-lettering: dead-letter it now.
-	actFinishPark
-	// actFinishSkip: a poison message PoisonSkip skipped, back after a crash came between the
-	// skip's save and its dead-lettering: dead-letter it now, not as a duplicate.
-	actFinishSkip
+	// actSettle: settle the message without handing it over (action.settle says how).
+	actSettle
 	// actPassThrough: the message has no sequence (UnsequencedPassThrough): hand it over at
 	// once, outside the session's order and state.
 	actPassThrough
 )
 
-var actionNames = [...]string{"handle", "hold", "duplicate", "invalid", "finish-park", "finish-skip", "pass-through"}
+var actionNames = [...]string{"handle", "hold", "settle", "pass-through"}
 
 func (k actionKind) String() string {
 	if k < 0 || int(k) >= len(actionNames) {
@@ -197,14 +192,41 @@ func (k actionKind) String() string {
 // action is a decision about one message.
 type action struct {
 	kind actionKind
-	// desc is the dead-letter description of an invalid message.
-	desc string
+	// settle says how an actSettle message is settled.
+	settle settleDecision
 	// learnsLast: the message marks the last sequence, which the state did not know; the loop
 	// records it (and dead-letters the held messages beyond it) before handling or holding it.
 	learnsLast bool
 	// unparks: the message is the missing sequence a gap timeout parked the session on (GapPark);
 	// it arrived after all, so the loop clears the parked mark and handles it.
 	unparks bool
+}
+
+// settleKind is how a message that is not handed over is settled.
+type settleKind int
+
+const (
+	// settleDuplicate: the sequence was handled, or another copy is held or deferred: complete
+	// the message without the handler.
+	settleDuplicate settleKind = iota
+	// settleInvalid: the message breaks the contract: dead-letter it (InvalidSequence).
+	settleInvalid
+	// settleFinishPark: the message the session is parked on, back after a crash came between
+	// the parked save and its dead-lettering: dead-letter it now.
+	settleFinishPark
+	// settleFinishSkip: a poison message PoisonSkip skipped, back after a crash came between the
+	// skip's save and its dead-lettering: dead-letter it now, not as a duplicate.
+	settleFinishSkip
+)
+
+// settleDecision is a decision that only settles a message: the loop completes or dead-letters
+// it and never hands it over or holds it. The loop's settle-only paths (stale deferred
+// messages, held messages at the end or below a resolved record, held messages beyond a newly
+// known last) take this type, so they cannot be given a message to hand over.
+type settleDecision struct {
+	kind settleKind
+	// desc is the dead-letter description of an invalid message.
+	desc string
 }
 
 // view is what the decisions look at: the configuration, the session's state, the window, and
@@ -217,43 +239,40 @@ type view struct {
 }
 
 // decide returns what to do with m, from the state, the window and m alone. The checks run in
-// this order: the contract (invalid), handled already (duplicate, or a skipped poison message
-// whose dead-lettering a crash cut off), past the end or too far ahead (invalid), another copy
-// in hand or deferred (duplicate), the parked message (finish parking); then m is handled if it
-// is the next expected sequence and nothing holds it back (a parked mark does, unless m is the
-// missing sequence a gap timeout parked on), and held otherwise.
+// this order: unsequenced (passed through); what leftover settles whatever the window holds (the
+// contract, handled already, past the end); a second last mark or too far ahead (invalid);
+// another copy in hand or deferred (duplicate); the parked message (finish parking); then m is
+// handled if it is the next expected sequence and nothing holds it back (a parked mark does,
+// unless m is the missing sequence a gap timeout parked on), and held otherwise.
 func (v view) decide(m *msg) action {
+	if m.unsequenced {
+		return action{kind: actPassThrough}
+	}
+	if d, ok := v.leftover(m); ok {
+		return settle(d)
+	}
 	st, prop := v.st, v.cfg.SequenceProperty
 	switch {
-	case m.unsequenced:
-		return action{kind: actPassThrough}
-	case m.invalid != "":
-		return action{kind: actInvalid, desc: m.invalid}
-	case m.seq < st.Next:
-		if bs, ok := st.SkippedPoison[m.seq]; ok && bs == m.bs {
-			return action{kind: actFinishSkip}
-		}
-		return action{kind: actDuplicate}
-	case st.Last != 0 && m.seq > st.Last:
-		return action{kind: actInvalid, desc: fmt.Sprintf("application property %q = %d is after the last sequence %d", prop, m.seq, st.Last)}
 	case m.last && st.Last != 0 && st.Last != m.seq:
-		return action{kind: actInvalid, desc: fmt.Sprintf("application property %q = %d is marked last but %d already was", prop, m.seq, st.Last)}
+		return settle(settleDecision{kind: settleInvalid,
+			desc: fmt.Sprintf("application property %q = %d is marked last but %d already was", prop, m.seq, st.Last)})
 	case m.seq-st.Next > v.cfg.MaxGap:
-		return action{kind: actInvalid, desc: fmt.Sprintf("application property %q = %d is %d ahead of the next expected sequence %d (max gap %d)",
-			prop, m.seq, m.seq-st.Next, st.Next, v.cfg.MaxGap)}
+		return settle(settleDecision{kind: settleInvalid, desc: fmt.Sprintf("application property %q = %d is %d ahead of the next expected sequence %d (max gap %d)",
+			prop, m.seq, m.seq-st.Next, st.Next, v.cfg.MaxGap)})
 	}
+	duplicate := settle(settleDecision{kind: settleDuplicate})
 	if h, ok := v.w.held[m.seq]; ok && h.bs != m.bs {
-		return action{kind: actDuplicate}
+		return duplicate
 	}
 	if f, ok := v.w.fetched[m.seq]; ok && f.bs != m.bs {
-		return action{kind: actDuplicate}
+		return duplicate
 	}
 	if p := st.Parked; p != nil && m.seq == p.Sequence && m.bs == p.BrokerSequence {
-		return action{kind: actFinishPark}
+		return settle(settleDecision{kind: settleFinishPark})
 	}
 	// Another copy is deferred: only if the broker no longer has it does this copy count.
 	if bs, ok := st.Deferred[m.seq]; ok && bs != m.bs && (m.seq != st.Next || !v.w.missing[m.seq]) {
-		return action{kind: actDuplicate}
+		return duplicate
 	}
 	a := action{kind: actHold, learnsLast: m.last && st.Last == 0}
 	gapParked := st.Parked != nil && st.Parked.OnGap() && st.Parked.Sequence == m.seq
@@ -261,6 +280,87 @@ func (v view) decide(m *msg) action {
 		a.kind, a.unparks = actHandle, gapParked
 	}
 	return a
+}
+
+func settle(d settleDecision) action { return action{kind: actSettle, settle: d} }
+
+// leftover decides a sequenced message that is settled whatever the window holds: it breaks the
+// contract (invalid), its sequence was handled (a duplicate, or a skipped poison message whose
+// dead-lettering a crash cut off) or lies beyond the known last sequence (invalid). ok is false
+// for any other message. It is the first part of decide, and all the loop asks about messages
+// the state puts below Next or beyond the last: stale deferred ones, held ones at the end, below a
+// resolved record or beyond a newly known last.
+func (v view) leftover(m *msg) (d settleDecision, ok bool) {
+	st := v.st
+	switch {
+	case m.unsequenced:
+		return settleDecision{}, false
+	case m.invalid != "":
+		return settleDecision{kind: settleInvalid, desc: m.invalid}, true
+	case m.seq < st.Next:
+		if bs, ok := st.SkippedPoison[m.seq]; ok && bs == m.bs {
+			return settleDecision{kind: settleFinishSkip}, true
+		}
+		return settleDecision{kind: settleDuplicate}, true
+	case st.Last != 0 && m.seq > st.Last:
+		return settleDecision{kind: settleInvalid,
+			desc: fmt.Sprintf("application property %q = %d is after the last sequence %d", v.cfg.SequenceProperty, m.seq, st.Last)}, true
+	}
+	return settleDecision{}, false
+}
+
+// poisonAction is what happens to a message whose handler failed on every attempt.
+type poisonAction int
+
+const (
+	// poisonPark: save(Parked) → dead-letter; the session waits for an operator (PoisonPark).
+	poisonPark poisonAction = iota
+	// poisonSkip: save(Next+1, SkippedPoison) → dead-letter, or keep it as the drain's anchor
+	// (PoisonSkip).
+	poisonSkip
+	// poisonBlock: save(Blocked) → abandon, and release the session (PoisonBlock).
+	poisonBlock
+	// poisonDeadLetter: an unsequenced message is dead-lettered whatever the policy, the state
+	// untouched: it never parks or blocks the ordered messages.
+	poisonDeadLetter
+)
+
+// poisonOf returns what the poison policy does with m, whose handler kept failing.
+func (v view) poisonOf(m *msg) poisonAction {
+	switch {
+	case m.unsequenced:
+		return poisonDeadLetter
+	case v.cfg.Poison == PoisonBlock:
+		return poisonBlock
+	case v.cfg.Poison == PoisonSkip:
+		return poisonSkip
+	}
+	return poisonPark
+}
+
+// gapAction is what the gap policy does about a missing sequence.
+type gapAction int
+
+const (
+	// gapNone: nothing (yet): no gap, GapWait, or not waited for GapTimeout.
+	gapNone gapAction = iota
+	// gapSkip: skip to the lowest waiting sequence (GapSkip).
+	gapSkip
+	// gapPark: park the session on the missing sequence (GapPark).
+	gapPark
+)
+
+// gapPolicy returns what the gap policy does at now: once later messages have waited
+// GapTimeout for Next (State.GapExpired, the rule the worker's sweeper applies too), GapSkip
+// skips and GapPark parks; GapWait never acts.
+func (v view) gapPolicy(now time.Time) gapAction {
+	if v.cfg.GapPolicy == GapWait || !v.gapWaiting() || !v.st.GapExpired(now, v.cfg.GapTimeout) {
+		return gapNone
+	}
+	if v.cfg.GapPolicy == GapPark {
+		return gapPark
+	}
+	return gapSkip
 }
 
 // recorded reports whether m is an entry of the inherited, unresolved record: such a message is

@@ -1,6 +1,8 @@
 package sequencer
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"testing"
 	"time"
@@ -83,32 +85,32 @@ func TestDecide(t *testing.T) {
 	}{
 		{"in order", world{next: 4}, in{seq: 4, bs: 1}, action{kind: actHandle}},
 		{"early", world{next: 4}, in{seq: 6, bs: 1}, action{kind: actHold}},
-		{"breaks the contract", world{next: 4}, in{invalid: "no sequence", bs: 1}, action{kind: actInvalid, desc: "no sequence"}},
-		{"handled already", world{next: 4}, in{seq: 3, bs: 1}, action{kind: actDuplicate}},
-		{"skipped poison back after a crash", world{next: 4, skipped: map[int64]int64{3: 30}}, in{seq: 3, bs: 30}, action{kind: actFinishSkip}},
-		{"another copy of a skipped poison message", world{next: 4, skipped: map[int64]int64{3: 30}}, in{seq: 3, bs: 31}, action{kind: actDuplicate}},
+		{"breaks the contract", world{next: 4}, in{invalid: "no sequence", bs: 1}, settle(settleDecision{kind: settleInvalid, desc: "no sequence"})},
+		{"handled already", world{next: 4}, in{seq: 3, bs: 1}, settle(settleDecision{kind: settleDuplicate})},
+		{"skipped poison back after a crash", world{next: 4, skipped: map[int64]int64{3: 30}}, in{seq: 3, bs: 30}, settle(settleDecision{kind: settleFinishSkip})},
+		{"another copy of a skipped poison message", world{next: 4, skipped: map[int64]int64{3: 30}}, in{seq: 3, bs: 31}, settle(settleDecision{kind: settleDuplicate})},
 		{"after the last", world{next: 4, last: 5}, in{seq: 6, bs: 1},
-			action{kind: actInvalid, desc: `application property "Sequence" = 6 is after the last sequence 5`}},
+			settle(settleDecision{kind: settleInvalid, desc: `application property "Sequence" = 6 is after the last sequence 5`})},
 		{"a second last", world{next: 4, last: 5}, in{seq: 4, bs: 1, last: true},
-			action{kind: actInvalid, desc: `application property "Sequence" = 4 is marked last but 5 already was`}},
+			settle(settleDecision{kind: settleInvalid, desc: `application property "Sequence" = 4 is marked last but 5 already was`})},
 		{"too far ahead", world{next: 4}, in{seq: 105, bs: 1},
-			action{kind: actInvalid, desc: `application property "Sequence" = 105 is 101 ahead of the next expected sequence 4 (max gap 100)`}},
+			settle(settleDecision{kind: settleInvalid, desc: `application property "Sequence" = 105 is 101 ahead of the next expected sequence 4 (max gap 100)`})},
 		{"as far ahead as allowed", world{next: 4}, in{seq: 104, bs: 1}, action{kind: actHold}},
-		{"late copy after the end", world{next: 6, last: 5, ended: true}, in{seq: 2, bs: 1}, action{kind: actDuplicate}},
+		{"late copy after the end", world{next: 6, last: 5, ended: true}, in{seq: 2, bs: 1}, settle(settleDecision{kind: settleDuplicate})},
 		{"beyond the end", world{next: 6, last: 5, ended: true}, in{seq: 6, bs: 1},
-			action{kind: actInvalid, desc: `application property "Sequence" = 6 is after the last sequence 5`}},
+			settle(settleDecision{kind: settleInvalid, desc: `application property "Sequence" = 6 is after the last sequence 5`})},
 
-		{"another copy held", world{next: 4, held: []in{{seq: 6, bs: 1}}}, in{seq: 6, bs: 2}, action{kind: actDuplicate}},
+		{"another copy held", world{next: 4, held: []in{{seq: 6, bs: 1}}}, in{seq: 6, bs: 2}, settle(settleDecision{kind: settleDuplicate})},
 		{"the held message itself, in order", world{next: 4, held: []in{{seq: 4, bs: 1}}}, in{seq: 4, bs: 1}, action{kind: actHandle}},
-		{"another copy fetched", world{next: 4, fetched: []in{{seq: 4, bs: 1}}}, in{seq: 4, bs: 2}, action{kind: actDuplicate}},
-		{"another copy deferred", world{next: 4, deferred: map[int64]int64{5: 50}}, in{seq: 5, bs: 2}, action{kind: actDuplicate}},
+		{"another copy fetched", world{next: 4, fetched: []in{{seq: 4, bs: 1}}}, in{seq: 4, bs: 2}, settle(settleDecision{kind: settleDuplicate})},
+		{"another copy deferred", world{next: 4, deferred: map[int64]int64{5: 50}}, in{seq: 5, bs: 2}, settle(settleDecision{kind: settleDuplicate})},
 		{"the deferred message itself", world{next: 4, deferred: map[int64]int64{4: 40}}, in{seq: 4, bs: 40, deferred: true}, action{kind: actHandle}},
 		{"a copy of a deferred message the broker lost", world{next: 4, deferred: map[int64]int64{4: 40}, missing: []int64{4}},
 			in{seq: 4, bs: 2}, action{kind: actHandle}},
 		{"a copy of a lost deferred message, early", world{next: 4, deferred: map[int64]int64{5: 50}, missing: []int64{5}},
-			in{seq: 5, bs: 2}, action{kind: actDuplicate}},
+			in{seq: 5, bs: 2}, settle(settleDecision{kind: settleDuplicate})},
 
-		{"the parked message back after a crash", world{next: 4, parked: parked}, in{seq: 4, bs: 40}, action{kind: actFinishPark}},
+		{"the parked message back after a crash", world{next: 4, parked: parked}, in{seq: 4, bs: 40}, settle(settleDecision{kind: settleFinishPark})},
 		{"a replay of the parked message", world{next: 4, parked: parked}, in{seq: 4, bs: 41}, action{kind: actHold}},
 		{"later while parked", world{next: 4, parked: parked}, in{seq: 5, bs: 50}, action{kind: actHold}},
 		{"the missing sequence a gap timeout parked on", world{next: 4, parked: gapParked}, in{seq: 4, bs: 41},
@@ -314,4 +316,136 @@ func TestStateTransitions(t *testing.T) {
 		require.Equal(t, map[int64]int64{5: 50}, st.Deferred, "another copy's settlement leaves the entry")
 		require.Empty(t, st.SkippedPoison)
 	})
+}
+
+func TestLeftover(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		world world
+		m     in
+		want  settleDecision
+		ok    bool
+	}{
+		{"below next", world{next: 4}, in{seq: 2, bs: 1}, settleDecision{kind: settleDuplicate}, true},
+		{"skipped poison", world{next: 4, skipped: map[int64]int64{2: 20}}, in{seq: 2, bs: 20}, settleDecision{kind: settleFinishSkip}, true},
+		{"beyond the last", world{next: 4, last: 5}, in{seq: 7, bs: 1},
+			settleDecision{kind: settleInvalid, desc: `application property "Sequence" = 7 is after the last sequence 5`}, true},
+		{"breaks the contract", world{next: 4}, in{invalid: "bad", bs: 1}, settleDecision{kind: settleInvalid, desc: "bad"}, true},
+		{"in order is not a leftover", world{next: 4}, in{seq: 4, bs: 1}, settleDecision{}, false},
+		{"early is not a leftover", world{next: 4, last: 9}, in{seq: 6, bs: 1}, settleDecision{}, false},
+		{"unsequenced is not a leftover", world{next: 4}, in{unsequenced: true, bs: 1}, settleDecision{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			v := tt.world.view(testConfig())
+			got, ok := v.leftover(tt.m.msg())
+			require.Equal(t, tt.ok, ok)
+			require.Equal(t, tt.want, got)
+			if ok {
+				require.Equal(t, settle(got), v.decide(tt.m.msg()), "decide settles a leftover the same way")
+			}
+		})
+	}
+}
+
+func TestPoisonOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		policy PoisonPolicy
+		m      in
+		want   poisonAction
+	}{
+		{PoisonPark, in{seq: 4, bs: 1}, poisonPark},
+		{PoisonSkip, in{seq: 4, bs: 1}, poisonSkip},
+		{PoisonBlock, in{seq: 4, bs: 1}, poisonBlock},
+		{PoisonBlock, in{unsequenced: true, bs: 1}, poisonDeadLetter},
+		{PoisonPark, in{unsequenced: true, bs: 1}, poisonDeadLetter},
+	}
+	for _, tt := range tests {
+		cfg := EngineConfig{Poison: tt.policy}.WithDefaults()
+		require.Equal(t, tt.want, world{next: 4}.view(&cfg).poisonOf(tt.m.msg()), "%s, %+v", tt.policy, tt.m)
+	}
+}
+
+func TestGapPolicy(t *testing.T) {
+	t.Parallel()
+	since := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	waiting := world{next: 4, held: []in{{seq: 6, bs: 60}}}
+	tests := []struct {
+		name    string
+		policy  GapPolicy
+		timeout time.Duration
+		world   world
+		noGap   bool
+		after   time.Duration
+		want    gapAction
+	}{
+		{"skip once waited long enough", GapSkip, time.Minute, waiting, false, time.Minute, gapSkip},
+		{"park once waited long enough", GapPark, time.Minute, waiting, false, 2 * time.Minute, gapPark},
+		{"not yet", GapSkip, time.Minute, waiting, false, time.Minute - 1, gapNone},
+		{"wait never acts", GapWait, time.Minute, waiting, false, time.Hour, gapNone},
+		{"no timeout", GapSkip, 0, waiting, false, time.Hour, gapNone},
+		{"the clock is not running", GapSkip, time.Minute, waiting, true, time.Hour, gapNone},
+		{"nothing waits", GapSkip, time.Minute, world{next: 4}, false, time.Hour, gapNone},
+		{"parked", GapPark, time.Minute, world{next: 4, held: waiting.held, parked: &Parked{Sequence: 4}}, false, time.Hour, gapNone},
+		{"resolving a record", GapSkip, time.Minute, world{next: 4, held: waiting.held, resolving: true}, false, time.Hour, gapNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := EngineConfig{GapPolicy: tt.policy, GapTimeout: tt.timeout}.WithDefaults()
+			v := tt.world.view(&cfg)
+			if !tt.noGap {
+				v.st.GapSince = since
+			}
+			require.Equal(t, tt.want, v.gapPolicy(since.Add(tt.after)))
+			if tt.want != gapNone {
+				require.True(t, v.st.GapExpired(since.Add(tt.after), tt.timeout), "the sweeper's rule agrees")
+			}
+		})
+	}
+}
+
+func TestRetryPolicyBackoff(t *testing.T) {
+	t.Parallel()
+	// The waits the engine has always used: doubling from Base, capped, no jitter; a zero Cap
+	// waits nothing.
+	tests := []struct {
+		p       RetryPolicy
+		attempt int
+		want    time.Duration
+	}{
+		{RetryPolicy{Base: time.Second, Cap: 30 * time.Second}, 0, time.Second},
+		{RetryPolicy{Base: time.Second, Cap: 30 * time.Second}, 1, time.Second},
+		{RetryPolicy{Base: time.Second, Cap: 30 * time.Second}, 3, 4 * time.Second},
+		{RetryPolicy{Base: time.Second, Cap: 30 * time.Second}, 6, 30 * time.Second},
+		{RetryPolicy{Base: time.Second, Cap: 30 * time.Second}, 1000, 30 * time.Second},
+		{RetryPolicy{Base: 3 * time.Second, Cap: time.Second}, 2, time.Second},
+		{RetryPolicy{Base: time.Second}, 3, 0},
+		{RetryPolicy{Cap: time.Second}, 3, 0},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, tt.p.Backoff(tt.attempt), "%+v attempt %d", tt.p, tt.attempt)
+		for range 3 {
+			require.Equal(t, tt.want, tt.p.Backoff(tt.attempt), "no jitter")
+		}
+	}
+}
+
+func TestCallHandlerRecoversAPanic(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	err := CallHandler(t.Context(), HandlerFunc(func(context.Context, *Message) error { panic(boom) }), &Message{})
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "handler panic: boom", err.Error())
+	require.ErrorIs(t, err, boom, "an error panic value is unwrapped")
+	require.Contains(t, string(pe.Stack), "TestCallHandlerRecoversAPanic")
+
+	err = CallHandler(t.Context(), HandlerFunc(func(context.Context, *Message) error { panic("kaboom") }), &Message{})
+	require.EqualError(t, err, "handler panic: kaboom")
+	require.Equal(t, boom, CallHandler(t.Context(), HandlerFunc(func(context.Context, *Message) error { return boom }), &Message{}))
+	require.NoError(t, CallHandler(t.Context(), HandlerFunc(func(context.Context, *Message) error { return nil }), &Message{}))
 }

@@ -14,12 +14,32 @@
 // # Where things are
 //
 // decide.go is the core without I/O: a received message read once against the contract (msg),
-// what a run holds besides the state (the window), and the decisions taken from the state, the
-// window and a message alone (view.decide, view.settlementOf, view.overflow). session.go is the
-// session loop, which carries the decisions out, with the calls it makes to the store, the
-// handler and the broker: one message goes from receive to settlement there, with one look at
-// decide.go. state.go holds State and its transitions (handled, park, skip, unpark, …), each
-// written once; engine.go and runner.go the Engine and the Runner.
+// what a run holds besides the state (the window), and every choice taken from the state, the
+// window, a message and the time alone: what to do with a message (view.decide; view.leftover for
+// a message that is only settled, of its own type settleDecision), how a handled one is settled
+// (view.settlementOf), what the poison policy does (view.poisonOf), what the gap policy does now
+// (view.gapPolicy, on the one expiry rule State.GapExpired that the worker's sweeper applies too)
+// and what leaves the window (view.overflow). state.go holds State and its transitions (handled,
+// park, skip, unpark, …), each written once; engine.go and runner.go the Engine and the Runner.
+//
+// The session loop carries the decisions out, one RunSession call from the load to the release,
+// in files to read in this order:
+//
+//	session.go          the run and its phases; the loop of receive batches; one message's step
+//	                    (decide, then hand over, hold or settle)
+//	session_start.go    what a run settles before it receives (startup: an expired tombstone, a
+//	                    parked message, a resume, stale deferred messages), and the resolution of
+//	                    an inherited run record
+//	session_inorder.go  an in-order message: handler → save → settle, or an entry of a recorded
+//	                    run; an unsequenced one; the retry (backoff, tenure check); the poison policy
+//	session_drain.go    the drain of what became due (window, then deferred fetched by number),
+//	                    the bound of the window, the gap clock and the gap policy
+//	session_end.go      the end of a session (tombstone or delete) and the release of a run
+//	session_calls.go    the calls to the store, the handler (through CallHandler, which turns a
+//	                    panic into a *PanicError) and the broker's receive side, lock renewal
+//	settler.go          every settlement at the broker, and what they share: the background
+//	                    completions (pipeline), the lost-lock flag, the anchors, the settled
+//	                    index entries the next save removes
 //
 // # Message contract
 //

@@ -133,30 +133,26 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	r := &run{
-		e:         e,
-		ctx:       rctx,
-		cancel:    cancel,
-		stop:      cmp.Or[context.Context](opts.Stop, context.Background()),
-		resume:    opts.Resume,
-		sess:      sess,
-		id:        sess.ID(),
-		w:         newWindow(),
-		completed: map[int64]int64{},
+		e:      e,
+		ctx:    rctx,
+		stop:   cmp.Or[context.Context](opts.Stop, context.Background()),
+		resume: opts.Resume,
+		sess:   sess,
+		id:     sess.ID(),
+		w:      newWindow(),
 	}
-	if n := e.cfg.MaxPendingSettlements; n > 1 {
-		r.pipe = newPipeline(n)
-	}
+	r.s.init(rctx, cancel, e, sess)
 	var wg sync.WaitGroup
 	wg.Go(r.renewLoop)
 	out, err := r.run()
 	// A successful run has awaited its completions already (release, end); after a failure
 	// the ones still in flight finish (or fail) before the session is closed.
-	if perr := r.awaitSettlements(); perr != nil && err == nil {
+	if perr := r.s.await(); perr != nil && err == nil {
 		out, err = r.failed(perr)
 	} else if perr != nil && !errors.Is(err, perr) {
 		err = errors.Join(err, perr) // the background failure is often the cause of err
 	}
-	if out == OutcomeFailed && r.lost.Load() {
+	if out == OutcomeFailed && r.s.lost.Load() {
 		out = OutcomeLockLost
 	}
 	cancel(nil)

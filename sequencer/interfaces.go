@@ -3,6 +3,8 @@ package sequencer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"time"
 )
 
@@ -91,6 +93,36 @@ type HandlerFunc func(ctx context.Context, m *Message) error
 
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// CallHandler calls h for m and turns a panic into a *PanicError, so that one bad message cannot
+// stop a worker: the engine calls every handler through it and treats a panic as a handler error
+// (retried, then the poison policy). Anything else that calls a Handler should do the same.
+func CallHandler(ctx context.Context, h Handler, m *Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.Handle(ctx, m)
+}
+
+// PanicError is a handler panic recovered by CallHandler.
+type PanicError struct {
+	// Value is what the handler panicked with.
+	Value any
+	// Stack is the goroutine's stack where the panic was recovered.
+	Stack []byte
+}
+
+// Error says "handler panic: " and the panic value (the engine dead-letters a message whose
+// handler kept panicking with this text as the description).
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
 
 // LoadParams are the arguments of StateStore.Load.
 type LoadParams struct {

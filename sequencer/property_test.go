@@ -48,6 +48,9 @@ type propCase struct {
 	// unsequenced holds the broker sequences of messages without the sequence property, which
 	// the case passes through (UnsequencedPassThrough) instead of dead-lettering them.
 	unsequenced map[int64]bool
+	// trace, when set, records the case's calls, handler calls, saved states and outcomes
+	// (golden_test.go).
+	trace *propTrace
 }
 
 func newPropCase(seed uint64) *propCase {
@@ -190,9 +193,11 @@ func (w *propWorld) newProcess() {
 		if os.Getenv("SEQBUS_PROP_DEBUG") != "" && call.Phase == sequencertest.Before {
 			w.t.Logf("call %d: %s", calls, call)
 		}
+		w.c.trace.call(w.store, call)
 		if calls != faultAt {
 			return nil
 		}
+		w.c.trace.fault(call, expire, crash)
 		if w.pending != nil {
 			// A crash or failure between the handler's success and the save: the handler may
 			// see this message again (the documented at-least-once window).
@@ -237,21 +242,26 @@ func (w *propWorld) handle(_ context.Context, m *sequencer.Message) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.proc.Crashed() {
+		w.c.trace.handler(m, "dead")
 		return errors.New("process is dead")
 	}
 	id, seq := m.SessionID, m.Sequence
 	if w.c.unsequenced[m.BrokerSequence] {
 		require.Zero(w.t, seq, "an unsequenced message has no sequence")
 		w.passed[m.BrokerSequence]++
+		w.c.trace.handler(m, "passed")
 		return nil
 	}
 	if w.c.poison[id][seq] {
+		w.c.trace.handler(m, "poison")
 		return errors.New("poison")
 	}
 	if w.failures[id][seq] < w.c.flaky[id][seq] {
 		w.failures[id][seq]++
+		w.c.trace.handler(m, "flaky")
 		return errors.New("flaky")
 	}
+	w.c.trace.handler(m, "ok")
 	if w.stop != nil {
 		if w.stopAfter--; w.stopAfter == 0 {
 			w.stop()
@@ -296,6 +306,7 @@ func (w *propWorld) run(sess sequencer.Session, err error, opts *sequencer.RunOp
 	out, err := w.engine.RunSession(w.t.Context(), sess, opts)
 	w.mu.Lock()
 	w.expiring, w.stop = false, nil
+	w.c.trace.outcome(sess.ID(), byID, opts, out, err)
 	w.mu.Unlock()
 	if err == nil && byID != "" {
 		delete(w.strandable, byID)
@@ -407,6 +418,7 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 		w.clock.Advance(61 * time.Second)
 	}
 
+	w.c.trace.final(w.store, w.broker)
 	tot.deadLetters += len(w.broker.DeadLetters())
 	tot.defers += w.broker.Calls()["defer"]
 	tot.receiveDeferred += w.broker.Calls()["receive_deferred"]

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqbus/seqbus/backoff"
 	"github.com/seqbus/seqbus/clock"
 )
 
@@ -52,6 +53,8 @@ type Runner struct {
 	wg         sync.WaitGroup
 	done       chan struct{}
 	active     atomic.Int64
+	// errorBackoff is the wait after a failure: ErrorBackoff, fixed.
+	errorBackoff backoff.Policy
 }
 
 // NewRunner checks the configuration and returns a Runner that has not started.
@@ -77,7 +80,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, err
 	}
 	return &Runner{cfg: cfg, engine: e, log: cfg.Logger, waking: map[string]bool{},
-		waiting: map[*context.CancelCauseFunc]struct{}{}, done: make(chan struct{})}, nil
+		waiting: map[*context.CancelCauseFunc]struct{}{}, done: make(chan struct{}),
+		errorBackoff: backoff.Policy{Base: cfg.ErrorBackoff, Max: cfg.ErrorBackoff}}, nil
 }
 
 // Engine returns the runner's engine.
@@ -223,12 +227,7 @@ func (r *Runner) worker(n int) {
 			if !errors.Is(err, ErrNoSession) && !errors.Is(err, ErrSessionLocked) {
 				log.WarnContext(r.softCtx, "sequencer: accepting a session", slog.Any("error", err))
 			}
-			t := r.cfg.Clock.NewTimer(r.cfg.ErrorBackoff)
-			select {
-			case <-r.softCtx.Done():
-				t.Stop()
-			case <-t.C():
-			}
+			r.pause()
 			continue
 		}
 		r.active.Add(1)
@@ -238,14 +237,14 @@ func (r *Runner) worker(n int) {
 			slog.String("outcome", out.String()))
 		if out == OutcomeFailed {
 			// A store or broker failure: do not spin through sessions while it lasts.
-			t := r.cfg.Clock.NewTimer(r.cfg.ErrorBackoff)
-			select {
-			case <-r.softCtx.Done():
-				t.Stop()
-			case <-t.C():
-			}
+			r.pause()
 		}
 	}
+}
+
+// pause waits ErrorBackoff after a failure, or until a stop.
+func (r *Runner) pause() {
+	_ = clock.Sleep(r.softCtx, r.cfg.Clock, r.errorBackoff.Delay(1))
 }
 
 // accept serves a queued wake or waits for the next session. pause says the worker should wait

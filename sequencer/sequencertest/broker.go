@@ -258,10 +258,12 @@ func (c *Client) crashed() {
 	}
 }
 
-// op runs fn under the broker lock with the process hook before and after it.
-func (c *Client) op(op, sessionID string, fn func() error) error {
-	call := Call{Op: op, SessionID: sessionID}
-	if err := c.proc.before(call); err != nil {
+// op runs fn under the broker lock with the process hook before and after it. msgs, when set,
+// holds the broker sequences of the messages the call settles or (filled by fn) returns, for the
+// hook's Call.BrokerSequences; the callers fill it only when there is a hook, so that the fake
+// costs benchmarks of the engine nothing for it.
+func (c *Client) op(op, sessionID string, msgs *[]int64, fn func() error) error {
+	if err := c.proc.hook(Before, op, sessionID, msgs); err != nil {
 		return err
 	}
 	c.b.mu.Lock()
@@ -271,7 +273,7 @@ func (c *Client) op(op, sessionID string, fn func() error) error {
 	if err != nil {
 		return err
 	}
-	return c.proc.after(call)
+	return c.proc.hook(After, op, sessionID, msgs)
 }
 
 // AcceptNext locks the session whose oldest active message is oldest. Sessions holding only
@@ -280,7 +282,7 @@ func (c *Client) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 	for {
 		var got *Session
 		var wait chan struct{}
-		err := c.op("accept_next", "", func() error {
+		err := c.op("accept_next", "", nil, func() error {
 			b := c.b
 			best, bestSeq := (*brokerSession)(nil), int64(0)
 			for _, s := range b.sessions {
@@ -318,7 +320,7 @@ func (c *Client) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 // Accept locks the named session, which may be empty or hold only deferred messages.
 func (c *Client) Accept(ctx context.Context, sessionID string) (sequencer.Session, error) {
 	var got *Session
-	err := c.op("accept", sessionID, func() error {
+	err := c.op("accept", sessionID, nil, func() error {
 		s := c.b.session(sessionID)
 		c.b.expireLocked(s)
 		if s.holder != nil {
@@ -388,8 +390,9 @@ func (h *Session) deliver(m *brokerMessage) *sequencer.Message {
 func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, error) {
 	for {
 		var out []*sequencer.Message
+		var got []int64 // for the hook
 		var wait chan struct{}
-		err := h.c.op("receive", h.s.id, func() error {
+		err := h.c.op("receive", h.s.id, &got, func() error {
 			if err := h.held(); err != nil {
 				return err
 			}
@@ -400,6 +403,9 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 				}
 				if !m.deferred && m.locked == nil {
 					out = append(out, h.deliver(m))
+					if h.c.proc.Hook != nil {
+						got = append(got, bs)
+					}
 				}
 			}
 			wait = h.c.b.changed
@@ -420,13 +426,17 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 // out numbers the broker does not hold as deferred.
 func (h *Session) ReceiveDeferred(_ context.Context, seqs []int64) ([]*sequencer.Message, error) {
 	var out []*sequencer.Message
-	err := h.c.op("receive_deferred", h.s.id, func() error {
+	var got []int64 // for the hook
+	err := h.c.op("receive_deferred", h.s.id, &got, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
 		for _, bs := range seqs {
 			if m := h.s.msgs[bs]; m != nil && m.deferred && m.locked == nil {
 				out = append(out, h.deliver(m))
+				if h.c.proc.Hook != nil {
+					got = append(got, bs)
+				}
 			}
 		}
 		return nil
@@ -436,7 +446,11 @@ func (h *Session) ReceiveDeferred(_ context.Context, seqs []int64) ([]*sequencer
 
 // settle applies fn to the locked message m.
 func (h *Session) settle(op string, msg *sequencer.Message, fn func(*brokerMessage)) error {
-	return h.c.op(op, h.s.id, func() error {
+	var settles []int64 // for the hook
+	if h.c.proc.Hook != nil {
+		settles = []int64{msg.BrokerSequence}
+	}
+	return h.c.op(op, h.s.id, &settles, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
@@ -479,7 +493,7 @@ func (h *Session) Abandon(_ context.Context, msg *sequencer.Message) error {
 // RenewLock extends the session lock by the lock duration.
 func (h *Session) RenewLock(_ context.Context) (time.Time, error) {
 	var until time.Time
-	err := h.c.op("renew_lock", h.s.id, func() error {
+	err := h.c.op("renew_lock", h.s.id, nil, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
@@ -492,7 +506,7 @@ func (h *Session) RenewLock(_ context.Context) (time.Time, error) {
 
 // Close releases the session lock; unsettled messages become available again.
 func (h *Session) Close(_ context.Context) error {
-	return h.c.op("close", h.s.id, func() error {
+	return h.c.op("close", h.s.id, nil, func() error {
 		if h.s.holder == h {
 			h.c.b.releaseLocked(h.s)
 		}
@@ -503,7 +517,7 @@ func (h *Session) Close(_ context.Context) error {
 // GetState returns the session state (nil when none was set).
 func (h *Session) GetState(_ context.Context) ([]byte, error) {
 	var out []byte
-	err := h.c.op("get_state", h.s.id, func() error {
+	err := h.c.op("get_state", h.s.id, nil, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}
@@ -515,7 +529,7 @@ func (h *Session) GetState(_ context.Context) ([]byte, error) {
 
 // SetState replaces the session state (nil clears it).
 func (h *Session) SetState(_ context.Context, state []byte) error {
-	return h.c.op("set_state", h.s.id, func() error {
+	return h.c.op("set_state", h.s.id, nil, func() error {
 		if err := h.held(); err != nil {
 			return err
 		}

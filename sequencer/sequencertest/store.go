@@ -107,8 +107,8 @@ func (s *Store) BoundClient(proc *Process) *StoreClient {
 func (c *StoreClient) WritesThroughSession() bool { return c.bound }
 
 func (c *StoreClient) op(op string, sess sequencer.Session, fn func() error) error {
-	call := Call{Op: op, SessionID: sess.ID()}
-	if err := c.proc.before(call); err != nil {
+	id := sess.ID()
+	if err := c.proc.hook(Before, op, id, nil); err != nil {
 		return err
 	}
 	if h, ok := sess.(*Session); ok && c.bound {
@@ -123,7 +123,7 @@ func (c *StoreClient) op(op string, sess sequencer.Session, fn func() error) err
 	if err != nil {
 		return err
 	}
-	return c.proc.after(call)
+	return c.proc.hook(After, op, id, nil)
 }
 
 // Load returns the stored state or NewState() with version 0.

@@ -1,0 +1,186 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// This file holds the run's calls to the state store, the handler and the broker's receive side
+// (settlements are the settler's, settler.go), each counted in the engine's stats.
+
+func (r *run) load() error {
+	r.e.stats.storeCalls.Add(1)
+	st, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.sess})
+	if err != nil {
+		return fmt.Errorf("sequencer: session %s: loading state: %w", r.id, err)
+	}
+	if st == nil {
+		st = NewState()
+	}
+	if st.Deferred == nil {
+		st.Deferred = map[int64]int64{}
+	}
+	r.st, r.ver, r.gapAtLoad = st, ver, st.GapSince
+	return nil
+}
+
+// save writes r.st as it is, without the index entries of messages settled meanwhile. In memory
+// State.InFlight holds an inherited record until it is resolved and is empty otherwise, so every
+// save writes the exact Next; only recordRun writes a run's record. A save ends the run's own
+// record: the entries left are handled with saves of their own.
+func (r *run) save() error {
+	r.st.pruneSettled(r.s.settled)
+	clear(r.s.settled)
+	r.st.UpdatedAt = r.now()
+	r.e.stats.storeCalls.Add(1)
+	ver, err := r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: r.st, ExpectedVersion: r.ver})
+	if err != nil {
+		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, r.st.Next, err)
+	}
+	r.ver, r.dirty, r.record, r.claimed = ver, false, nil, true
+	r.flushGap()
+	return nil
+}
+
+// recordRun saves the record of a new run (State.InFlight = entries, Next still at the first).
+func (r *run) recordRun(entries map[int64]int64) error {
+	r.st.InFlight = entries
+	err := r.save()
+	r.st.InFlight = nil
+	if err != nil {
+		return err
+	}
+	r.record = entries
+	r.e.stats.runs.Add(1)
+	return nil
+}
+
+// saveWith runs the handler for m and saves next (the state with m handled) in one transaction
+// of the AtomicStore. A handler error comes back as *handlerError.
+func (r *run) saveWith(m *msg, next *State) error {
+	next.UpdatedAt = r.now()
+	r.e.stats.storeCalls.Add(1)
+	ver, err := r.e.atomic.SaveWith(r.ctx, SaveParams{Session: r.sess, State: next, ExpectedVersion: r.ver},
+		func(ctx context.Context) error { return r.callHandler(ctx, m) })
+	if err != nil {
+		r.pendingGap = 0
+		var herr *handlerError
+		if errors.As(err, &herr) {
+			return herr
+		}
+		return fmt.Errorf("sequencer: session %s: saving state with handler (next %d): %w", r.id, next.Next, err)
+	}
+	clear(r.s.settled)
+	r.st, r.ver, r.dirty, r.record, r.claimed = next, ver, false, nil, true
+	r.flushGap()
+	return nil
+}
+
+func (r *run) flushGap() {
+	if r.pendingGap > 0 {
+		r.e.stats.gapWait.Add(int64(r.pendingGap))
+		r.e.observe(Event{Kind: EventGapResolved, SessionID: r.id, Sequence: r.st.Next, Duration: r.pendingGap})
+		r.pendingGap = 0
+	}
+}
+
+func (r *run) deleteState() error {
+	r.e.stats.storeCalls.Add(1)
+	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.sess, ExpectedVersion: r.ver}); err != nil {
+		return fmt.Errorf("sequencer: session %s: deleting state: %w", r.id, err)
+	}
+	r.ver, r.dirty, r.record = 0, false, nil
+	return nil
+}
+
+// ---- calls: handler ----
+
+type poisonError struct{ err error }
+
+func (p *poisonError) Error() string { return p.err.Error() }
+func (p *poisonError) Unwrap() error { return p.err }
+
+type handlerError struct{ err error }
+
+func (h *handlerError) Error() string { return h.err.Error() }
+func (h *handlerError) Unwrap() error { return h.err }
+
+func (r *run) callHandler(ctx context.Context, m *msg) error {
+	err := CallHandler(ctx, r.e.handler, m.raw)
+	if err == nil {
+		return nil
+	}
+	if p, ok := err.(*PanicError); ok {
+		r.log().ErrorContext(ctx, "sequencer: handler panicked", slog.Int64("sequence", m.seq),
+			slog.Any("panic", p.Value), slog.String("stack", string(p.Stack)))
+	}
+	return &handlerError{err: err}
+}
+
+// receive waits for the next batch of active messages, read against the contract. An empty batch
+// means the idle timeout or a stop ended the wait.
+func (r *run) receive() ([]msg, error) {
+	rctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	idle := r.e.clock.AfterFunc(r.e.cfg.IdleTimeout, cancel)
+	defer idle.Stop()
+	stopWatch := context.AfterFunc(r.stop, cancel)
+	defer stopWatch()
+	r.e.stats.calls[CallReceive].Add(1)
+	raw, err := r.sess.Receive(rctx, r.e.cfg.ReceiveBatch)
+	if err != nil {
+		if rctx.Err() != nil && r.ctx.Err() == nil && !errors.Is(err, ErrLockLost) {
+			return r.e.read(raw, false), nil // the idle timer or a stop ended the receive
+		}
+		return nil, r.s.callErr(CallReceive, err)
+	}
+	return r.e.read(raw, false), nil
+}
+
+// receiveDeferred fetches deferred messages by broker sequence number, read against the contract.
+func (r *run) receiveDeferred(bss []int64) ([]msg, error) {
+	if r.s.lost.Load() {
+		return nil, r.s.callErr(CallReceiveDeferred, ErrLockLost)
+	}
+	r.e.stats.calls[CallReceiveDeferred].Add(1)
+	raw, err := r.sess.ReceiveDeferred(r.ctx, bss)
+	if err != nil {
+		return nil, r.s.callErr(CallReceiveDeferred, err)
+	}
+	return r.e.read(raw, true), nil
+}
+
+func (r *run) renewLoop() {
+	cfg := r.e.cfg
+	for {
+		d := cfg.LockRenewInterval
+		if d == 0 {
+			if until := r.sess.LockedUntil(); until.IsZero() {
+				d = 10 * time.Second // the session does not know its expiry
+			} else {
+				d = max(until.Sub(r.now())/2, 100*time.Millisecond)
+			}
+		}
+		t := r.e.clock.NewTimer(d)
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		r.e.stats.calls[CallRenewLock].Add(1)
+		if _, err := r.sess.RenewLock(r.ctx); err != nil {
+			if errors.Is(err, ErrLockLost) {
+				r.s.markLost()
+				return
+			}
+			if r.ctx.Err() != nil {
+				return
+			}
+			r.log().WarnContext(r.ctx, "sequencer: renewing session lock", slog.Any("error", err))
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package sequencer
+
+import (
+	"maps"
+	"slices"
+)
+
+// This file ends a session whose last message is handled (end) and releases a run that may
+// still settle (release).
+
+// end runs once the last message is handled (or skipped): it settles what is left, then deletes
+// the state or turns it into a tombstone.
+func (r *run) end() error {
+	r.phase = ended
+	// Every completion must be done before the state becomes a tombstone or is deleted: a message
+	// redelivered after the delete would start a new sequence.
+	if err := r.s.await(); err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.w.held)) {
+		m := r.w.unhold(k)
+		if err := r.settleLeftover(m); err != nil {
+			return err
+		}
+	}
+	if err := r.settleStale(); err != nil {
+		return err
+	}
+	if err := r.settleDrain(); err != nil {
+		return err
+	}
+	r.st.pruneSettled(r.s.settled)
+	if r.e.cfg.tombstoneTTL() == 0 && len(r.st.Deferred) == 0 && len(r.st.SkippedPoison) == 0 {
+		if err := r.deleteState(); err != nil {
+			return err
+		}
+	} else if err := r.save(); err != nil {
+		return err
+	}
+	r.e.observe(Event{Kind: EventSessionEnded, SessionID: r.id, Sequence: r.st.Last})
+	return nil
+}
+
+// release ends a run that may settle: the window is deferred, the state saved if it changed and
+// the anchors completed when nothing depends on them.
+func (r *run) release(out Outcome) (Outcome, error) {
+	if err := r.s.await(); err != nil {
+		return r.failed(err)
+	}
+	if err := r.trimWindow(0); err != nil {
+		return r.failed(err)
+	}
+	if r.dirty || len(r.s.settled) > 0 {
+		if r.st.EndedAt.IsZero() || r.ver != 0 || len(r.st.Deferred) > 0 {
+			if err := r.save(); err != nil {
+				return r.failed(err)
+			}
+		}
+	}
+	if err := r.settleDrain(); err != nil {
+		return r.failed(err)
+	}
+	return out, nil
+}

@@ -1,0 +1,276 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/seqbus/seqbus/clock"
+)
+
+// This file hands an in-order message to the handler and makes it durable and settled
+// (inOrder), hands over an unsequenced one (passThrough), retries a failing handler and, once
+// the retries are exhausted, applies the poison policy.
+
+// inOrder hands the in-order message m to the handler and settles it, in one of the two orders
+// the package documentation gives (settlementOf picks): as an entry of a recorded run, handler →
+// complete (the run's record stands for the save); otherwise handler → save(Next+1) → complete,
+// where a deferred message is completed at once and an active one waits as the drain's anchor
+// while the message for Next is deferred. A handler that keeps failing meets the poison policy.
+func (r *run) inOrder(m *msg) error {
+	if err := r.s.failure(); err != nil {
+		return err // a background completion failed: hand nothing more to the handler
+	}
+	if !r.e.sessionBound {
+		// Fence (see SessionBoundStore): a save to this store says nothing about the session
+		// lock, so the completions issued since the last save must have been answered (which
+		// they are not once the lock is lost) before the handler is called again.
+		if err := r.s.await(); err != nil {
+			return err
+		}
+	}
+	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
+	switch {
+	case entries != nil:
+		if err := r.recordRun(entries); err != nil {
+			return err
+		}
+	case !r.claimed && !r.e.sessionBound && r.e.atomic == nil:
+		// Claim the session in the store before the run's first handler call: an earlier holder
+		// that lost its lock without noticing can save no more, and this run goes on from the
+		// state it loaded, which is the latest.
+		if err := r.save(); err != nil {
+			return err
+		}
+	}
+	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, how) }); !ok {
+		return err
+	}
+	switch {
+	case how == completeInRun:
+		// Complete m even if a background completion (of a duplicate) has failed meanwhile: m is
+		// handled, and leaving it at the broker would hand it to the handler again. Entries are
+		// never the last message.
+		if err := r.s.settleNow(CallComplete, m, r.sess.Complete); err != nil {
+			return err
+		}
+		return r.s.failure()
+	case r.indexed(m) || m.deferred:
+		// A deferred message: the index entry stays until it is completed, so that a crash
+		// in between leaves something the next run (or a sweeper) finds.
+		if err := r.s.complete(m); err != nil {
+			return err
+		}
+		r.noteSettled(m)
+	case r.view().needsAnchor():
+		r.s.anchor(m, "")
+	default:
+		if err := r.s.completeLater(m); err != nil {
+			return err
+		}
+	}
+	if !r.st.EndedAt.IsZero() {
+		return r.end()
+	}
+	return nil
+}
+
+// passThrough hands the unsequenced message m to the handler (UnsequencedPassThrough) and
+// completes it, outside the session's order: whatever the ordered messages wait for (a gap, a
+// parked session, an inherited record) does not hold it up, and the state is neither read nor
+// advanced for it. The fence of inOrder still applies before the handler call; with an
+// AtomicStore the handler runs in a transaction that saves the state unchanged (its version check
+// is the fence). A handler that keeps failing dead-letters m (HandlerFailed) whatever the poison
+// policy: an unordered message never parks or blocks the ordered ones.
+func (r *run) passThrough(m *msg) error {
+	if err := r.s.failure(); err != nil {
+		return err
+	}
+	if !r.e.sessionBound {
+		if err := r.s.await(); err != nil {
+			return err
+		}
+	}
+	ok, err := r.handOver(m, func() error {
+		if r.e.atomic == nil {
+			return r.callHandler(r.ctx, m)
+		}
+		stored := r.ver != 0
+		same := r.st.clone()
+		same.pruneSettled(r.s.settled)
+		if err := r.saveWith(m, same); err != nil {
+			return err
+		}
+		if !stored && r.st.pristine() {
+			// The transaction stored a state only to run the handler: a session of unsequenced
+			// messages alone leaves no row behind.
+			return r.deleteState()
+		}
+		return nil
+	})
+	if !ok {
+		return err
+	}
+	return r.s.completeLater(m)
+}
+
+// handOver runs once (one handler call, with its save) through retry and counts m handled once
+// it succeeded. A handler that kept failing meets the poison policy (poison): ok is false, and
+// err is nil when the poison policy has settled m.
+func (r *run) handOver(m *msg, once func() error) (ok bool, err error) {
+	err = r.retry(m, once)
+	var perr *poisonError
+	if errors.As(err, &perr) {
+		return false, r.poison(m, perr.err)
+	}
+	if err != nil {
+		return false, err
+	}
+	r.e.stats.handled.Add(1)
+	r.e.observe(Event{Kind: EventHandled, SessionID: r.id, Sequence: m.seq}) // 0 for an unsequenced m
+	return true, nil
+}
+
+// retry runs once (one handler call, with its save) until it succeeds or the retries are
+// exhausted (*poisonError), re-reading the stored version after each backoff wait (verifyTenure).
+// A retry of an ordered message counts in the state's counters.
+func (r *run) retry(m *msg, once func() error) error {
+	cfg := r.e.cfg
+	for attempt := 1; ; attempt++ {
+		err := once()
+		var herr *handlerError
+		if !errors.As(err, &herr) {
+			return err // nil, or a store failure
+		}
+		if r.ctx.Err() != nil {
+			return fmt.Errorf("sequencer: session %s: handler stopped: %w", r.id, context.Cause(r.ctx))
+		}
+		if attempt >= cfg.Retry.Attempts {
+			return &poisonError{err: herr.err}
+		}
+		if !m.unsequenced {
+			r.st.Counters.Retries++
+			r.dirty = true
+		}
+		r.e.stats.retries.Add(1)
+		r.e.observe(Event{Kind: EventRetry, SessionID: r.id, Sequence: m.seq, Err: herr.err})
+		if d := cfg.Retry.Backoff(attempt); d > 0 {
+			if clock.Sleep(r.ctx, r.e.clock, d) != nil {
+				return fmt.Errorf("sequencer: session %s: retry wait: %w", r.id, context.Cause(r.ctx))
+			}
+			if err := r.verifyTenure(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// handleOnce calls the handler once and, on success, advances the state and (unless m is an
+// entry of the recorded run) saves it; with an AtomicStore both happen in one transaction.
+// Handler errors come back as *handlerError.
+func (r *run) handleOnce(m *msg, how settlement) error {
+	if r.e.atomic != nil {
+		next := r.st.clone()
+		next.pruneSettled(r.s.settled)
+		if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {
+			r.pendingGap = wait
+		}
+		return r.saveWith(m, next)
+	}
+	if err := r.callHandler(r.ctx, m); err != nil {
+		return err
+	}
+	if wait := r.st.handled(m.seq, m.bs, r.now()); wait > 0 {
+		r.pendingGap = wait
+	}
+	if how == completeInRun {
+		r.dirty = true
+		return nil
+	}
+	return r.save()
+}
+
+// verifyTenure checks, after a retry wait in which the engine made no call that would have shown
+// a lost session lock, that the run still holds the session before it hands the message over
+// again: the lock is renewed (a store that is not session-bound cannot tell), and the stored
+// version is re-read; if another holder wrote the state meanwhile (the lock was lost and taken
+// again behind the engine's back, see the package documentation), the engine stops.
+func (r *run) verifyTenure() error {
+	if !r.e.sessionBound {
+		r.e.stats.calls[CallRenewLock].Add(1)
+		if _, err := r.sess.RenewLock(r.ctx); err != nil {
+			return r.s.callErr(CallRenewLock, err)
+		}
+	}
+	r.e.stats.storeCalls.Add(1)
+	_, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.sess})
+	if err != nil {
+		return fmt.Errorf("sequencer: session %s: checking the state after a retry wait: %w", r.id, err)
+	}
+	if ver != r.ver {
+		return fmt.Errorf("sequencer: session %s: the stored state changed during a retry wait (version %d, this run's %d): %w",
+			r.id, ver, r.ver, ErrVersionConflict)
+	}
+	return nil
+}
+
+// poison carries out what the poison policy decided (view.poisonOf) for m, whose handler kept
+// failing with herr.
+func (r *run) poison(m *msg, herr error) error {
+	act := r.view().poisonOf(m)
+	if act == poisonDeadLetter {
+		r.log().WarnContext(r.ctx, "sequencer: handler failed on an unsequenced message, retries exhausted; dead-lettering it",
+			slog.Int64("broker_sequence", m.bs), slog.Any("error", herr))
+		if err := r.s.deadLetter(m, ReasonHandlerFailed, herr.Error()); err != nil {
+			return err
+		}
+		r.e.stats.deadLettered.Add(1)
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Err: herr})
+		return nil
+	}
+	r.log().WarnContext(r.ctx, "sequencer: handler failed, retries exhausted", slog.Int64("sequence", m.seq),
+		slog.String("policy", string(r.e.cfg.Poison)), slog.Any("error", herr))
+	switch act {
+	case poisonBlock:
+		// Record the block (operators list blocked sessions), then give the message back: the
+		// broker delivers it again until it succeeds or its max delivery count dead-letters it.
+		r.st.block(m.seq, m.bs, herr.Error(), r.now())
+		if err := r.save(); err != nil {
+			return err
+		}
+		r.phase = blocked
+		r.e.observe(Event{Kind: EventBlocked, SessionID: r.id, Sequence: m.seq, Err: herr})
+		return r.s.abandon(m)
+	case poisonSkip:
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
+		// Save the skip together with a marker, then dead-letter: a crash in between leaves the
+		// marker, and the redelivered message is dead-lettered instead of completed.
+		r.st.skipPoison(m.seq, m.bs, r.now())
+		if err := r.save(); err != nil {
+			return err
+		}
+		r.e.stats.skipped.Add(1)
+		if !r.indexed(m) && r.view().needsAnchor() {
+			// Like a handled message, the skipped one wakes the session if the drain is cut short.
+			r.s.anchor(m, herr.Error())
+		} else if err := r.s.deadLetterSkipped(m, herr.Error()); err != nil {
+			return err
+		}
+		if !r.st.EndedAt.IsZero() {
+			return r.end()
+		}
+		return nil
+	}
+	// poisonPark
+	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
+	r.st.park(m.seq, m.bs, herr.Error(), r.now())
+	// Save first: a crash before the dead-lettering finds the parked mark and finishes it.
+	if err := r.save(); err != nil {
+		return err
+	}
+	r.e.stats.parked.Add(1)
+	r.phase = parkedHere
+	r.e.observe(Event{Kind: EventParked, SessionID: r.id, Sequence: m.seq, Err: herr})
+	return r.deadLetterParked(m)
+}

@@ -1,0 +1,225 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// settler makes one run's settlements at the broker (complete, defer, dead-letter, abandon) and
+// owns what they share: the completions running in the background (the pipeline), the flag that
+// the session lock is lost, the anchors whose completion waits for a drain, and the messages
+// settled whose index entries the next save removes. The run decides what to settle and when;
+// the settler makes the call, counts it, and keeps the rules every settlement follows:
+//
+//   - nothing is settled once the lock is known to be lost, and the first lost lock cancels the
+//     run (its handler's ctx included);
+//   - every settlement but a background completion first waits for the completions in flight, so
+//     a defer, dead-letter or abandon never overtakes a complete issued before it;
+//   - the first error of a background completion is kept and reported at the next completion,
+//     before the next handler call (failure) and when the run awaits the pipeline.
+//
+// Only the renewal goroutine and the background completions touch lost and cancel concurrently;
+// everything else belongs to the run's goroutine.
+type settler struct {
+	e      *Engine
+	sess   Session
+	id     string
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   atomic.Bool
+	// pipe runs the completions of handled messages in the background (nil: no pipelining).
+	pipe *pipeline
+	// settled maps the application sequence of settled messages that may still have an index
+	// entry (State.Deferred, State.SkippedPoison) to their broker sequence; the next save removes
+	// those entries (State.pruneSettled).
+	settled map[int64]int64
+	// anchors are handled active messages whose completion waits until no handled-but-due
+	// deferred work depends on them to wake the session (see Waking in the package doc).
+	anchors []anchor
+}
+
+// anchor is a handled (or skipped) active message whose settlement waits for the drain.
+type anchor struct {
+	m *msg
+	// deadLetter, when set, is the description of a HandlerFailed dead-lettering (PoisonSkip);
+	// otherwise the anchor is completed.
+	deadLetter string
+}
+
+// init readies s for a run of e on sess: ctx is the run's context, cancel cancels it. (The run
+// holds its settler by value: one allocation less per run.)
+func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *Engine, sess Session) {
+	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
+	s.settled = map[int64]int64{}
+	if n := e.cfg.MaxPendingSettlements; n > 1 {
+		s.pipe = newPipeline(n)
+	}
+}
+
+// markLost records that the session lock is gone: the run is canceled with ErrLockLost, once.
+func (s *settler) markLost() {
+	if s.lost.CompareAndSwap(false, true) {
+		s.cancel(ErrLockLost)
+		s.e.observe(Event{Kind: EventLockLost, SessionID: s.id})
+	}
+}
+
+// callErr wraps the error of a broker call, noting a lost lock.
+func (s *settler) callErr(kind CallKind, err error) error {
+	if errors.Is(err, ErrLockLost) {
+		s.markLost()
+	}
+	return fmt.Errorf("sequencer: session %s: %s: %w", s.id, kind, err)
+}
+
+// settle waits for the background completions, then runs one settlement.
+func (s *settler) settle(kind CallKind, m *msg, fn func(context.Context, *Message) error) error {
+	if err := s.await(); err != nil {
+		return err
+	}
+	return s.settleNow(kind, m, fn)
+}
+
+// settleNow runs one settlement without waiting for the background completions, which call it
+// concurrently with the run.
+func (s *settler) settleNow(kind CallKind, m *msg, fn func(context.Context, *Message) error) error {
+	if s.lost.Load() {
+		return s.callErr(kind, ErrLockLost)
+	}
+	s.e.stats.calls[kind].Add(1)
+	if err := fn(s.ctx, m.raw); err != nil {
+		return s.callErr(kind, err)
+	}
+	return nil
+}
+
+func (s *settler) complete(m *msg) error { return s.settle(CallComplete, m, s.sess.Complete) }
+
+func (s *settler) deferMsg(m *msg) error { return s.settle(CallDefer, m, s.sess.Defer) }
+
+func (s *settler) abandon(m *msg) error { return s.settle(CallAbandon, m, s.sess.Abandon) }
+
+func (s *settler) deadLetter(m *msg, reason, desc string) error {
+	return s.settle(CallDeadLetter, m, func(ctx context.Context, raw *Message) error {
+		return s.sess.DeadLetter(ctx, raw, DeadLetterParams{Reason: reason, Description: desc})
+	})
+}
+
+// deadLetterSkipped dead-letters m, a poison message PoisonSkip skipped; its SkippedPoison entry
+// goes in the next save.
+func (s *settler) deadLetterSkipped(m *msg, desc string) error {
+	if err := s.deadLetter(m, ReasonHandlerFailed, desc); err != nil {
+		return err
+	}
+	s.e.stats.deadLettered.Add(1)
+	s.settled[m.seq] = m.bs
+	return nil
+}
+
+// completeLater completes m, an in-order or duplicate active message whose handling is saved and
+// that no index entry or drain depends on. With pipelining it returns once the completion is
+// started (after waiting for a free slot); its error surfaces at the next completeLater, before
+// the next handler call, or when the pipeline is awaited. Without pipelining it completes m now.
+func (s *settler) completeLater(m *msg) error {
+	p := s.pipe
+	if p == nil {
+		return s.complete(m)
+	}
+	if err := p.failure(); err != nil {
+		return err
+	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-s.ctx.Done():
+		return fmt.Errorf("sequencer: session %s: waiting to complete broker sequence %d: %w", s.id, m.bs, context.Cause(s.ctx))
+	}
+	if s.lost.Load() {
+		<-p.slots
+		return s.callErr(CallComplete, ErrLockLost)
+	}
+	p.wg.Go(func() {
+		defer func() { <-p.slots }()
+		if err := s.settleNow(CallComplete, m, s.sess.Complete); err != nil {
+			p.fail(err)
+		}
+	})
+	return nil
+}
+
+// failure reports the error of a background completion that has already finished.
+func (s *settler) failure() error {
+	if s.pipe == nil {
+		return nil
+	}
+	return s.pipe.failure()
+}
+
+// await waits for every background completion and returns the first error. It runs before every
+// other settlement, at the end of a session and before the session is released.
+func (s *settler) await() error {
+	if s.pipe == nil {
+		return nil
+	}
+	return s.pipe.wait()
+}
+
+// anchor keeps m unsettled until the drain it wakes the session for is durable; deadLetter is the
+// description of a skipped poison message's dead-lettering ("" completes it).
+func (s *settler) anchor(m *msg, deadLetter string) {
+	s.anchors = append(s.anchors, anchor{m: m, deadLetter: deadLetter})
+}
+
+// settleAnchors settles the anchors in the order they were handled; after a failure the rest
+// stay for a later call.
+func (s *settler) settleAnchors() error {
+	for len(s.anchors) > 0 {
+		a := s.anchors[0]
+		if a.deadLetter != "" {
+			if err := s.deadLetterSkipped(a.m, a.deadLetter); err != nil {
+				return err
+			}
+		} else if err := s.complete(a.m); err != nil {
+			return err
+		}
+		s.anchors = s.anchors[1:]
+	}
+	return nil
+}
+
+// pipeline runs the completions of one run in the background, at most cap(slots) at a time, and
+// keeps the first error. Only the run's own goroutine starts completions and waits for them.
+type pipeline struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+
+	mu  sync.Mutex
+	err error
+}
+
+func newPipeline(n int) *pipeline {
+	return &pipeline{slots: make(chan struct{}, n)}
+}
+
+// failure returns the first error of a completion that has finished, if any.
+func (p *pipeline) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+func (p *pipeline) fail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		p.err = err
+	}
+}
+
+// wait blocks until every completion started has finished and returns the first error.
+func (p *pipeline) wait() error {
+	p.wg.Wait()
+	return p.failure()
+}
