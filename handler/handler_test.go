@@ -205,7 +205,7 @@ func TestMiddleware(t *testing.T) {
 	}{
 		{name: "success", h: ok, want: handler.MetricsSnapshot{Calls: 1, Succeeded: 1}},
 		{name: "failure", h: fail, wantErr: "nope", want: handler.MetricsSnapshot{Calls: 1, Failed: 1}},
-		{name: "panic", h: panics, wantErr: "handler panicked: kaboom", wantPanic: true, want: handler.MetricsSnapshot{Calls: 1, Failed: 1, Panics: 1}},
+		{name: "panic", h: panics, wantErr: "handler panic: kaboom", wantPanic: true, want: handler.MetricsSnapshot{Calls: 1, Failed: 1, Panics: 1}},
 		{name: "panic with error", h: panicsErr, wantIs: io.ErrUnexpectedEOF, wantPanic: true, want: handler.MetricsSnapshot{Calls: 1, Failed: 1, Panics: 1}},
 		{name: "timeout", h: slow, wantIs: handler.ErrTimeout, want: handler.MetricsSnapshot{Calls: 1, Failed: 1, Timeouts: 1}},
 	}

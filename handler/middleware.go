@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -47,44 +46,30 @@ func WithTimeout(d time.Duration) Middleware {
 	}
 }
 
-// PanicError is the error a recovered handler panic becomes.
-type PanicError struct {
-	// Value is what the handler panicked with.
-	Value any
-	// Stack is the goroutine stack at the panic.
-	Stack []byte
-}
+// PanicError is the error a recovered handler panic becomes: the engine's own
+// (sequencer.PanicError), so that a panic reads the same wherever it was caught.
+type PanicError = sequencer.PanicError
 
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
-
-// Unwrap returns the panic value when it is an error.
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
-}
-
-// WithRecover turns a panic in the handler into a *PanicError and logs it with its stack, so one
-// bad message is retried (and eventually handled by the poison policy) instead of killing the
-// worker. A nil logger discards the log.
+// WithRecover turns a panic in the handler into a *PanicError (through sequencer.CallHandler,
+// seqbus's one recovery) and logs it with its stack, so one bad message is retried (and
+// eventually handled by the poison policy) instead of killing the worker. A nil logger discards
+// the log.
 func WithRecover(logger *slog.Logger) Middleware {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return func(next sequencer.Handler) sequencer.Handler {
-		return sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) (err error) {
-			defer func() {
-				if v := recover(); v != nil {
-					pe := &PanicError{Value: v, Stack: debug.Stack()}
-					logger.ErrorContext(ctx, "handler: recovered panic",
-						slog.String("session_id", m.SessionID),
-						slog.Int64("sequence", m.Sequence),
-						slog.String("message_id", m.MessageID),
-						slog.Any("panic", v),
-						slog.String("stack", string(pe.Stack)))
-					err = pe
-				}
-			}()
-			return next.Handle(ctx, m)
+		return sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
+			err := sequencer.CallHandler(ctx, next, m)
+			if pe, ok := err.(*PanicError); ok {
+				logger.ErrorContext(ctx, "handler: recovered panic",
+					slog.String("session_id", m.SessionID),
+					slog.Int64("sequence", m.Sequence),
+					slog.String("message_id", m.MessageID),
+					slog.Any("panic", pe.Value),
+					slog.String("stack", string(pe.Stack)))
+			}
+			return err
 		})
 	}
 }

@@ -15,7 +15,7 @@ import (
 func (r *run) startup() error {
 	st := r.st
 	now := r.now()
-	if st.TombstoneExpired(now, r.e.cfg.tombstoneTTL()) && len(st.Deferred) == 0 && len(st.SkippedPoison) == 0 {
+	if st.TombstoneClearable(now, r.e.cfg.tombstoneTTL()) {
 		if err := r.deleteState(); err != nil {
 			return err
 		}

@@ -142,6 +142,13 @@ func (s *State) TombstoneExpired(now time.Time, ttl time.Duration) bool {
 	return !s.EndedAt.IsZero() && now.Sub(s.EndedAt) >= ttl
 }
 
+// TombstoneClearable reports whether s is an expired tombstone (TombstoneExpired) that leaves
+// nothing to settle at the broker (no deferred or skipped poison message recorded): its state may
+// be deleted. The engine does so when such a session runs again, a sweeper when it finds one.
+func (s *State) TombstoneClearable(now time.Time, ttl time.Duration) bool {
+	return s.TombstoneExpired(now, ttl) && len(s.Deferred) == 0 && len(s.SkippedPoison) == 0
+}
+
 // Unpark clears the parked mark and reports whether there was one. With skip, Next moves past
 // the dead-lettered message (and the session ends if it was the last), or, parked on a gap, past
 // the missing sequences to the lowest deferred one; without, the engine waits for the message's

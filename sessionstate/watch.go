@@ -238,7 +238,7 @@ func (w *Watch) clearIfExpired(ctx context.Context, id string, now time.Time) (b
 	if err != nil {
 		return false, fmt.Errorf("read the state of session %q: %w", id, err)
 	}
-	if ver == 0 || !st.TombstoneExpired(now, w.cfg.TombstoneTTL) || len(st.Deferred) > 0 || len(st.SkippedPoison) > 0 {
+	if ver == 0 || !st.TombstoneClearable(now, w.cfg.TombstoneTTL) {
 		return false, nil
 	}
 	err = w.cfg.Store.Delete(ctx, sequencer.DeleteParams{Session: sess, ExpectedVersion: ver})
