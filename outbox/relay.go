@@ -169,6 +169,11 @@ type RelayStats struct {
 	PausedSessions int64
 	// Purged counts messages and sessions the relay's purges forgot.
 	Purged int64
+	// Scans counts the relay's completed looks for sessions with pending messages.
+	Scans int64
+	// Listening reports whether the relay listens for notifications now (LISTEN is active);
+	// while it does not, it finds new messages by polling only.
+	Listening bool
 }
 
 // Relay sends the outbox's messages to Service Bus: each session's in sequence order,
@@ -180,7 +185,8 @@ type Relay struct {
 	log      *slog.Logger
 	started  atomic.Bool
 
-	sent, batches, failures, paused, purged atomic.Int64
+	sent, batches, failures, paused, purged, scans atomic.Int64
+	listening                                      atomic.Bool
 
 	sendersMu sync.Mutex
 	senders   map[string]Sender
@@ -210,6 +216,8 @@ func (r *Relay) Stats() RelayStats {
 		Failures:       r.failures.Load(),
 		PausedSessions: r.paused.Load(),
 		Purged:         r.purged.Load(),
+		Scans:          r.scans.Load(),
+		Listening:      r.listening.Load(),
 	}
 }
 
@@ -301,6 +309,7 @@ func (r *Relay) dispatch(ctx context.Context, wake <-chan struct{}) {
 				r.log.WarnContext(ctx, "outbox relay: scan failed", slog.Int("attempts", scanFailures),
 					slog.Duration("retry_in", next), slog.Any("error", err))
 			case err == nil:
+				r.scans.Add(1)
 				scanFailures = 0
 				if due >= 0 {
 					next = min(next, max(due, 10*time.Millisecond))
@@ -647,6 +656,8 @@ func (r *Relay) listenOnce(ctx context.Context, listening, signal func()) error 
 	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		return err
 	}
+	r.listening.Store(true)
+	defer r.listening.Store(false)
 	listening()
 	for {
 		n, err := conn.WaitForNotification(ctx)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/internal/tcpproxy"
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/outbox"
 	"github.com/seqbus/seqbus/publisher"
 )
@@ -86,9 +87,9 @@ func TestRelay_WakesOnNotify(t *testing.T) {
 	cfg := b.relayConfig(t)
 	cfg.PollInterval = time.Hour
 	cfg.Entities = []string{"wakeup"} // other tests notify for their own entities
-	start(t, cfg)
-	// Let the relay's first scan (which finds nothing) pass, and its LISTEN begin.
-	time.Sleep(300 * time.Millisecond)
+	r := start(t, cfg)
+	// Its LISTEN has begun.
+	require.Eventually(t, func() bool { return r.relay.Stats().Listening }, 10*time.Second, 5*time.Millisecond)
 
 	for i := 1; i <= 3; i++ {
 		enqueue(ctx, t, b.pool, outbox.EnqueueParams{Entity: "wakeup", SessionID: "s", Body: fmt.Appendf(nil, "%d", i)})
@@ -325,12 +326,20 @@ func TestRelay_OnlyItsEntities(t *testing.T) {
 	b := setup(t, 8, "orders", "payments")
 	cfg := b.relayConfig(t)
 	cfg.Entities = []string{"Orders"}
-	start(t, cfg)
+	clk := clock.NewFake(time.Now())
+	cfg.Clock = clk
+	r := start(t, cfg)
 	enqueue(ctx, t, b.pool, outbox.EnqueueParams{Entity: "payments", SessionID: "p"})
 	enqueue(ctx, t, b.pool, outbox.EnqueueParams{Entity: "orders", SessionID: "o"})
 	receiveSessions(ctx, t, b.client, "orders", map[string]int{"o": 1})
-	time.Sleep(cfg.PollInterval + 200*time.Millisecond)
+	// Its poll comes round: a whole scan, which finds no session of its entities to send.
+	scans := r.relay.Stats().Scans
+	require.Eventually(t, func() bool {
+		clk.Advance(cfg.PollInterval) // until the relay's poll timer was set and fired
+		return r.relay.Stats().Scans > scans
+	}, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, int64(1), count(t, b.pool, "SELECT count(*) FROM seqbus_outbox WHERE entity = 'payments'"))
+	require.Equal(t, int64(1), r.relay.Stats().Sent, "the order only")
 }
 
 func TestNewRelay_Invalid(t *testing.T) {
