@@ -43,10 +43,10 @@ func (l *sessionLease) Hold(ctx context.Context) (bool, error) {
 	if l.sess != nil {
 		if _, err := l.sess.RenewLock(ctx); err == nil {
 			return true, nil
-		} else {
-			l.closeLocked(ctx)
-			return false, fmt.Errorf("renew the sweeper lease (session %q): %w", sessionstate.LeaseSessionID, err)
 		}
+		// Lost (an interval longer than the entity's lock duration, a cut connection): try to
+		// take it again at once; another replica may have it by now.
+		l.closeLocked(ctx)
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -98,10 +98,9 @@ func (l *advisoryLease) Hold(ctx context.Context) (bool, error) {
 		// The lock lives as long as its connection: a connection that still answers still holds it.
 		if err := l.conn.Ping(ctx); err == nil {
 			return true, nil
-		} else {
-			l.dropLocked()
-			return false, fmt.Errorf("keep the sweeper lease (advisory lock): %w", err)
 		}
+		// Its connection is gone, and the lock with it: try to take it again at once.
+		l.dropLocked()
 	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
