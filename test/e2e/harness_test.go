@@ -38,7 +38,7 @@ const (
 )
 
 // waitFor polls cond every 20ms until it holds or timeout passes, then fails with msg.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool, msg func() string) {
+func waitFor(t testing.TB, timeout time.Duration, cond func() bool, msg func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -183,10 +183,16 @@ type proc struct {
 
 // startWorker runs the worker binary with env and arguments args; it is killed at cleanup if it
 // is still running, and its stderr is logged when the test failed.
-func startWorker(t *testing.T, name string, env []string, args ...string) *proc {
+func startWorker(t testing.TB, name string, env []string, args ...string) *proc {
+	t.Helper()
+	return startBinary(t, workerBin, name, env, args...)
+}
+
+// startBinary is startWorker with another worker binary (a benchmark's older build).
+func startBinary(t testing.TB, bin, name string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(workerBin, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	require.NoError(t, p.cmd.Start())
@@ -226,7 +232,7 @@ func (p *proc) exited() bool {
 }
 
 // wait waits for the process to end and returns its exit code (-1 when killed by a signal).
-func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+func (p *proc) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -244,7 +250,7 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 //
 // It first waits until the process reports that it runs: a SIGTERM that arrives while the Go
 // runtime still initialises, before the process has taken its signals, kills it (exit -1).
-func (p *proc) stop(t *testing.T) {
+func (p *proc) stop(t testing.TB) {
 	t.Helper()
 	waitFor(t, 30*time.Second, func() bool {
 		out := p.stderr.String()

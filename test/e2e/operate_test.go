@@ -25,7 +25,7 @@ import (
 
 // httpAddr waits for the worker's "running" log line and returns the address its HTTP server
 // listens on.
-func (p *proc) httpAddr(t *testing.T) string {
+func (p *proc) httpAddr(t testing.TB) string {
 	t.Helper()
 	var addr string
 	waitFor(t, 20*time.Second, func() bool {
@@ -47,7 +47,7 @@ func (p *proc) httpAddr(t *testing.T) string {
 }
 
 // scrape reads the worker's /metrics with the Prometheus text parser.
-func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+func scrape(t testing.TB, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)
