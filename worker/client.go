@@ -89,7 +89,7 @@ func New(cfg Config) (*Client, error) {
 		handler.WithRecover(c.log), // the worker's one panic recovery, for either ordering
 		handler.WithTimeout(cfg.HandlerTimeout),
 	}, cfg.Middleware...)...)
-	c.ops = ops{reg: c.reg, interval: cfg.ReadyInterval, check: c.checkReady, readyGauge: c.m.ready, log: c.log}
+	c.ops = ops{reg: c.reg, interval: cfg.ReadyInterval, timeout: managementCallBudget, check: c.checkReady, readyGauge: c.m.ready, log: c.log}
 	c.background = []service{c.ops.service(cfg.Clock)}
 
 	if cfg.Ordering == OrderingNone {
@@ -167,11 +167,18 @@ func (c *Client) probe(ctx context.Context) error {
 	return c.conn.ManagementSource.Probe(ctx)
 }
 
-// checkReady checks the broker and, with Postgres, the database.
+// checkReady checks the broker and, with Postgres, the database. A broker that refuses the probe
+// as too busy (throttled) answered: it is reachable, and the worker's own calls wait and retry,
+// so that is no reason to take the replica out of service. Anything else that fails the probe
+// (connection refused, name not resolved, credentials refused, entity gone) is.
 func (c *Client) checkReady(ctx context.Context) []string {
 	var reasons []string
 	if err := c.probe(ctx); err != nil {
-		reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
+		if sbadapter.IsServerBusy(err) {
+			c.log.DebugContext(ctx, "worker: readiness probe throttled; the broker answered", slog.Any("error", err))
+		} else {
+			reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
+		}
 	}
 	if c.conn.Pool != nil {
 		if err := c.conn.Pool.Ping(ctx); err != nil {
