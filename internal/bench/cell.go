@@ -331,24 +331,52 @@ func publish(ctx context.Context, o Options, conn string, entity sbadapter.Entit
 		if err != nil {
 			return fmt.Errorf("bench: publish session %s: %w", id, err)
 		}
+		// send sends the batch in hand; a session too large for one batch goes in several, in
+		// the order of seqs.
+		send := func() error {
+			if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("bench: publish session %s: %w", id, err)
+			}
+			batch, err = sender.NewMessageBatch(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("bench: publish session %s: %w", id, err)
+			}
+			return nil
+		}
 		now := time.Now().UnixNano()
 		for _, seq := range seqs {
 			sid, mid := id, id+"/"+strconv.FormatInt(seq, 10)
-			if err := batch.AddMessage(&azservicebus.Message{
+			m := &azservicebus.Message{
 				SessionID: &sid, MessageID: &mid, Body: fmt.Appendf(nil, `{"session":%q,"step":%d}`, id, seq),
 				ApplicationProperties: map[string]any{contract.SequenceProperty: seq, contract.LastProperty: seq == int64(o.Messages), publishedAtProperty: now},
-			}, nil); err != nil {
+			}
+			err := batch.AddMessage(m, nil)
+			if errors.Is(err, azservicebus.ErrMessageTooLarge) && batch.NumMessages() > 0 {
+				if err := send(); err != nil {
+					return ignoreEnded(ctx, err)
+				}
+				err = batch.AddMessage(m, nil)
+			}
+			if err != nil {
 				return fmt.Errorf("bench: publish session %s sequence %d: %w", id, seq, err)
 			}
 		}
-		if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("bench: publish session %s: %w", id, err)
+		if err := send(); err != nil {
+			return ignoreEnded(ctx, err)
 		}
 	}
 	return nil
+}
+
+// ignoreEnded returns nil for an error of the cell's end (ctx ended), else err.
+func ignoreEnded(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // cellHandler is the replicas' handler: it fails a share of calls (a transient exception the
