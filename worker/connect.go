@@ -23,21 +23,7 @@ var (
 	// managementRetries are the SDK retries of the client for what holds no session lock
 	// (probes, session listings, the dead-letter queue, sends): a few, so that it reconnects.
 	managementRetries = azservicebus.RetryOptions{MaxRetries: 3, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
-	// managementCallBudget bounds one call on the management client with all its retries: the
-	// SDK's waits (try n waits RetryDelay·(2^n-1), jittered up to 1.3×, at most MaxRetryDelay)
-	// plus a second for the tries themselves. A readiness probe gets at least this long, so
-	// that it ends with the broker's last answer (server-busy, say) rather than its own deadline.
-	managementCallBudget = retryWaits(managementRetries) + time.Second
 )
-
-// retryWaits is the longest the SDK waits between the tries of one call with o.
-func retryWaits(o azservicebus.RetryOptions) time.Duration {
-	var total time.Duration
-	for try := 1; try <= int(o.MaxRetries); try++ {
-		total += min(time.Duration(float64(o.RetryDelay*time.Duration(1<<try-1))*1.3), o.MaxRetryDelay)
-	}
-	return total
-}
 
 // scanConcurrency is how many sessions are read at once when listing sessions with their
 // Service Bus session state, where reading one is a lock, a read and a release.

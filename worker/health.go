@@ -21,8 +21,6 @@ import (
 type ops struct {
 	reg      *prometheus.Registry
 	interval time.Duration
-	// timeout bounds one check (0: one interval); a longer one delays the next check.
-	timeout time.Duration
 	// check returns why the process is not ready (nothing when it is), within ctx.
 	check func(ctx context.Context) []string
 	// readyGauge mirrors the result (seqbus_ready).
@@ -86,7 +84,7 @@ func (o *ops) get() (ok bool, reasons []string, checked time.Time) {
 }
 
 // service checks readiness every interval on clk until it is stopped; each check gets one
-// interval, or timeout when that is longer.
+// interval.
 func (o *ops) service(clk clock.Clock) *base {
 	return newBase("worker: readiness", o.log, func(soft, _ context.Context) error {
 		every(soft, clk, o.interval, func(ctx context.Context) { o.checkOnce(ctx, clk) })
@@ -95,7 +93,7 @@ func (o *ops) service(clk clock.Clock) *base {
 }
 
 func (o *ops) checkOnce(ctx context.Context, clk clock.Clock) {
-	cctx, cancel := context.WithTimeout(ctx, max(o.interval, o.timeout))
+	cctx, cancel := context.WithTimeout(ctx, o.interval)
 	reasons := o.check(cctx)
 	cancel()
 	if ctx.Err() != nil {

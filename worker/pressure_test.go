@@ -103,8 +103,8 @@ func TestReadyWhileThrottledNotWhileUnreachable(t *testing.T) {
 	var logs testio.SyncBuffer
 	w := startWorker(t, srv, func(cfg *worker.Config) {
 		cfg.HTTPAddr = "127.0.0.1:0"
-		// Shorter than the management client's retries of a refused call (up to about 3 s): the
-		// check waits for the broker's last answer all the same.
+		// Shorter than the management client's SDK retries of a refused call (up to about 3 s):
+		// the check takes the broker's answer, not its own deadline.
 		cfg.ReadyInterval = time.Second
 		cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
