@@ -160,10 +160,11 @@ var errorRules = []errorRule{
 	{"busy", amqpCond(condServerBusy, condTimeout), opAny, ClassRetry, ErrTransient},
 }
 
-// isServerBusy reports whether the broker refused a call as too busy (throttled): an AMQP error
-// with condition com.microsoft:server-busy, or a management answer with status 503. Nothing was
-// done, so the call may be repeated on the same link.
-func isServerBusy(err error) bool {
+// IsServerBusy reports whether the broker refused a call as too busy (throttled): an AMQP error
+// with condition com.microsoft:server-busy, or a management answer with status 503, whether err
+// is the SDK's error or one this package returned. Nothing was done, so the call may be repeated
+// on the same link; and the broker answered, so it is reachable.
+func IsServerBusy(err error) bool {
 	if amqpCond(condServerBusy)(err) {
 		return true
 	}

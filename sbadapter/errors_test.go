@@ -97,3 +97,33 @@ func TestClassifyRawSDKErrors(t *testing.T) {
 	require.Equal(t, "lock-lost", ClassLockLost.String())
 	require.False(t, errors.Is(MapError(io.EOF), sequencer.ErrLockLost))
 }
+
+// rpcErr stands for the SDK's $management error, which carries the response status.
+type rpcErr int
+
+func (e rpcErr) Error() string { return fmt.Sprintf("rpc status %d", int(e)) }
+func (e rpcErr) RPCCode() int  { return int(e) }
+
+func TestIsServerBusy(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"link refusal", amqpErr(condServerBusy), true},
+		{"management 503", rpcErr(503), true},
+		{"mapped by the adapter", mapError(opList, "probe q", fmt.Errorf("list: %w", rpcErr(503))), true},
+		{"link timeout", amqpErr(condTimeout), false},
+		{"management 408", rpcErr(408), false},
+		{"unauthorized", amqpErr(amqp.ErrCondUnauthorizedAccess), false},
+		{"connection lost", sbErr(azservicebus.CodeConnectionLost), false},
+		{"nil", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, IsServerBusy(tt.err))
+		})
+	}
+}

@@ -363,7 +363,7 @@ func (s *Session) call(ctx context.Context, fn func(context.Context) error) erro
 			return err
 		}
 		err := fn(ctx)
-		if err == nil || !isServerBusy(err) || attempt >= s.busyAttempts {
+		if err == nil || !IsServerBusy(err) || attempt >= s.busyAttempts {
 			return err
 		}
 		if clock.Sleep(ctx, clock.Real(), s.busy.Delay(attempt)) != nil {

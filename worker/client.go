@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/seqbus/seqbus/backoff"
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/handler"
 	"github.com/seqbus/seqbus/migrations"
 	"github.com/seqbus/seqbus/sbadapter"
@@ -167,11 +168,43 @@ func (c *Client) probe(ctx context.Context) error {
 	return c.conn.ManagementSource.Probe(ctx)
 }
 
-// checkReady checks the broker and, with Postgres, the database.
+// readyRetry spaces the tries of one readiness probe.
+var readyRetry = backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second, Jitter: 0.2}
+
+// probeReady probes the broker for readiness, trying again within ctx (one check) while the
+// broker cannot be reached, so that a connection the SDK recovers on the next call does not
+// fail the check. Its tries are single calls: a broker that refuses one as too busy has
+// answered, and that answer is the result at once, not an SDK retry that the check's deadline
+// cuts short. A fatal answer (credentials refused, entity gone) is the result at once too.
+func (c *Client) probeReady(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		var err error
+		if c.unorderedRecv != nil {
+			err = c.probe(ctx)
+		} else {
+			err = c.conn.Source.Probe(ctx) // the client with the SDK's retries off
+		}
+		if err == nil || sbadapter.IsServerBusy(err) || sbadapter.Classify(err) == sbadapter.ClassFatal {
+			return err
+		}
+		if clock.Sleep(ctx, c.cfg.Clock, readyRetry.Delay(attempt)) != nil {
+			return err
+		}
+	}
+}
+
+// checkReady checks the broker and, with Postgres, the database. A broker that refuses the probe
+// as too busy (throttled) answered: it is reachable, and the worker's own calls wait and retry,
+// so that is no reason to take the replica out of service. Anything else that fails the probe
+// (connection refused, name not resolved, credentials refused, entity gone) is.
 func (c *Client) checkReady(ctx context.Context) []string {
 	var reasons []string
-	if err := c.probe(ctx); err != nil {
-		reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
+	if err := c.probeReady(ctx); err != nil {
+		if sbadapter.IsServerBusy(err) {
+			c.log.DebugContext(ctx, "worker: readiness probe throttled; the broker answered", slog.Any("error", err))
+		} else {
+			reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
+		}
 	}
 	if c.conn.Pool != nil {
 		if err := c.conn.Pool.Ping(ctx); err != nil {

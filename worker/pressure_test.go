@@ -2,8 +2,12 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +18,9 @@ import (
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/internal/demo"
+	"github.com/seqbus/seqbus/internal/testio"
 	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/worker"
 )
 
@@ -81,4 +87,66 @@ func TestClientCompletesWorkUnderThrottle(t *testing.T) {
 	st := w.Stats()
 	t.Logf("emulator %+v; worker: %d handled, %d duplicates, %d broker calls, %d store calls",
 		srv.PressureStats(), st.Handled, st.Duplicates, st.TotalBrokerCalls(), st.StoreCalls)
+}
+
+// A throttled namespace refuses the readiness probe (a session listing, 10 credits) with
+// server-busy: the broker answered, so /readyz stays 200. Once the broker cannot be reached at
+// all (the emulator stopped: connection refused), /readyz turns 503 naming Service Bus.
+func TestReadyWhileThrottledNotWhileUnreachable(t *testing.T) {
+	t.Parallel()
+	// One credit a second: after the first listing the namespace owes nine seconds of credits,
+	// so the management calls that follow are refused.
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues: map[string]broker.EntityProperties{queue: {RequiresSession: true, LockDuration: 10 * time.Second}},
+		Config: emulator.Config{Pressure: emulator.Pressure{CreditsPerSecond: 1}},
+	})
+	var logs testio.SyncBuffer
+	w := startWorker(t, srv, func(cfg *worker.Config) {
+		cfg.HTTPAddr = "127.0.0.1:0"
+		// Shorter than the management client's SDK retries of a refused call (up to about 3 s):
+		// the check takes the broker's answer, not its own deadline.
+		cfg.ReadyInterval = time.Second
+		cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	})
+	readyz := func() (int, readyBody) {
+		resp, err := http.Get("http://" + w.HTTPAddr() + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var b readyBody
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&b))
+		return resp.StatusCode, b
+	}
+	const throttledLog = "readiness probe throttled"
+	var checks []string // the checked_at of each readiness check seen
+	var notReady []readyBody
+	require.Eventually(t, func() bool {
+		code, b := readyz()
+		if b.CheckedAt == "" {
+			return false
+		}
+		if code != http.StatusOK {
+			notReady = append(notReady, b)
+		}
+		if len(checks) == 0 || checks[len(checks)-1] != b.CheckedAt {
+			checks = append(checks, b.CheckedAt)
+		}
+		return len(checks) >= 2 && strings.Contains(logs.String(), throttledLog)
+	}, 30*time.Second, 50*time.Millisecond, "two readiness checks, one of them refused with server-busy")
+	require.Empty(t, notReady, "throttled, not down")
+	require.Positive(t, srv.PressureStats().Throttled)
+
+	require.NoError(t, srv.Close())
+	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusServiceUnavailable },
+		30*time.Second, 50*time.Millisecond, "the broker is gone")
+	_, b := readyz()
+	require.Equal(t, "not ready", b.Status)
+	require.NotEmpty(t, b.Reasons)
+	require.Contains(t, b.Reasons[0], "service bus")
+}
+
+type readyBody struct {
+	Status    string   `json:"status"`
+	CheckedAt string   `json:"checked_at"`
+	Reasons   []string `json:"reasons"`
 }

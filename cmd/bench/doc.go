@@ -15,7 +15,8 @@
 // It writes DIR/results.csv (a header row, one row per cell) and one chart per dimension (SVG, or
 // PNG with -format png):
 // throughput by replicas and by exception rate, p99 latency by replicas, broker calls per
-// message in order and shuffled. A progress bar runs on stderr. -quick runs a small matrix in
+// message in order and shuffled; and on stdout a table of each cell's worker rate, the plain
+// pipelined SDK consumer's rate in the same cell and their ratio. A progress bar runs on stderr. -quick runs a small matrix in
 // under a minute; the dimension flags select subsets. Handler exceptions are transient: the
 // engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts (-retry-base
 // changes the first wait; the worker's default of 1 s would make the exception cells measure

@@ -91,6 +91,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			code = 1
 		}
 	}
+	if err := bench.WriteTable(stdout, results); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		code = 1
+	}
 	fmt.Fprintf(stdout, "%d cells in %s\n", len(results), time.Since(start).Round(time.Second))
 	return code
 }

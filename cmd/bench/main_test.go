@@ -32,6 +32,7 @@ func TestRunWritesOutputs(t *testing.T) {
 		require.Contains(t, stdout.String(), "wrote "+filepath.Join(out, f))
 	}
 	require.Contains(t, stdout.String(), "8 cells in ")
+	require.Contains(t, stdout.String(), "plain msg/s", "the table compares each cell with the plain consumer")
 	csv, err := os.ReadFile(filepath.Join(out, "results.csv"))
 	require.NoError(t, err)
 	require.Len(t, strings.Split(strings.TrimSpace(string(csv)), "\n"), 9, "a header and 8 cells")

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +90,9 @@ func TestRunTinyMatrix(t *testing.T) {
 		require.Positive(t, r.StateWrites)
 		require.Positive(t, r.LatencyP99)
 		require.GreaterOrEqual(t, r.HandlerCalls, uint64(40))
+		require.Positive(t, r.PlainRate, "the plain consumer ran in the same cell")
+		require.Positive(t, r.PlainBrokerCalls)
+		require.InDelta(t, r.Rate/r.PlainRate, r.Ratio(), 1e-9)
 		if r.ExceptionRate > 0 {
 			require.Positive(t, r.HandlerErrors, "a 20%% exception rate over 40+ calls fails some")
 		} else {
@@ -109,6 +116,53 @@ func TestRunTinyMatrix(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, string(b), "<svg")
 	}
+}
+
+// TestTinyCellMeasuresWorkerAndPlainConsumer runs one tiny cell and checks that it yields both
+// rates, each from all of its messages, and that the CSV and the table carry them and the ratio.
+func TestTinyCellMeasuresWorkerAndPlainConsumer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	results, err := Run(ctx, Options{
+		Replicas: []int{1}, Pressures: []Pressure{PressureNone}, ExceptionRates: []float64{0}, Arrivals: []Arrival{ArrivalShuffled},
+		Sessions: 3, Messages: 40, CellTimeout: 45 * time.Second,
+	}, nil)
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	r := results[0]
+	require.NoError(t, r.Err)
+	require.Zero(t, r.Violations)
+	require.Positive(t, r.Rate)
+	require.Positive(t, r.PlainRate)
+	require.Positive(t, r.PlainElapsed)
+	// Every message of the plain consumer's 3 sessions was completed once at least: 120
+	// completions, plus an accept, a receive and a close per session.
+	require.GreaterOrEqual(t, r.PlainBrokerCalls, uint64(120+3*3))
+	require.InDelta(t, r.Rate/r.PlainRate, r.Ratio(), 1e-9)
+
+	var buf bytes.Buffer
+	require.NoError(t, WriteCSV(&buf, results))
+	rows, err := csv.NewReader(&buf).ReadAll()
+	require.NoError(t, err)
+	col := func(name string) string { return rows[1][slices.Index(rows[0], name)] }
+	require.Equal(t, strconv.FormatFloat(r.PlainRate, 'f', 1, 64), col("plain_rate_msg_per_s"))
+	require.Equal(t, strconv.FormatFloat(r.Ratio(), 'f', 3, 64), col("worker_plain_ratio"))
+
+	buf.Reset()
+	require.NoError(t, WriteTable(&buf, results))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 2)
+	require.Contains(t, lines[0], "plain msg/s")
+	require.Contains(t, lines[1], fmt.Sprintf("%.0f", r.PlainRate))
+	require.Contains(t, lines[1], fmt.Sprintf("%.2f", r.Ratio()))
+}
+
+// The plain consumer refuses a configuration it cannot run.
+func TestPlainConsumerNeedsWork(t *testing.T) {
+	t.Parallel()
+	_, err := (&PlainConsumer{SessionsPerClient: 1}).Run(context.Background())
+	require.ErrorContains(t, err, "0 clients")
 }
 
 func TestWriteCSVReportsCellErrors(t *testing.T) {

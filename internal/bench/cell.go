@@ -79,13 +79,29 @@ type Result struct {
 	BrokerCalls, StoreCalls, StateWrites uint64
 	// Duplicates counts copies the engine dropped (redeliveries of handled messages).
 	Duplicates uint64
-	// Throttled and DeliveriesDelayed come from the in-process emulator (emulator.PressureStats).
+	// Throttled and DeliveriesDelayed come from the in-process emulator (emulator.PressureStats),
+	// counted while the replicas ran.
 	Throttled, DeliveriesDelayed uint64
+	// PlainRate is what the plain pipelined SDK consumer (PlainConsumer, as many clients and
+	// sessions at once as the replicas) did with the same sessions in the same cell: messages
+	// completed per second, first publish to last completion. PlainElapsed is that time and
+	// PlainBrokerCalls its calls (accepts, receives, completions, closes).
+	PlainRate        float64
+	PlainElapsed     time.Duration
+	PlainBrokerCalls uint64
 	// Violations counts order violations (must be 0); Incomplete the sessions not finished when
 	// the cell ended (0 unless it timed out).
 	Violations, Incomplete int
 	// Err is what stopped the cell early, if anything.
 	Err error
+}
+
+// Ratio is the worker's rate over the plain consumer's in the same cell (0 without a plain rate).
+func (r Result) Ratio() float64 {
+	if r.PlainRate <= 0 {
+		return 0
+	}
+	return r.Rate / r.PlainRate
 }
 
 // ExceptionRateMeasured is the share of handler calls that failed.
@@ -103,13 +119,15 @@ const publishedAtProperty = "BenchPublishedAt"
 
 // runCell runs one cell: an emulator with the cell's pressure (or the namespace of
 // Options.ConnectionString), the cell's replicas, a publisher keeping a bounded backlog of
-// sessions, until every session was handled or the cell timed out.
+// sessions, until every session was handled or the cell timed out; then the plain consumer with
+// as many sessions of its own, on a queue of its own in the same emulator (or after the
+// replicas stopped, on the same entity).
 func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 	res := Result{Cell: cell, Sessions: o.Sessions, Messages: o.Sessions * o.Messages}
 	ctx, cancel := context.WithTimeout(ctx, o.CellTimeout)
 	defer cancel()
 
-	conn, entity := o.ConnectionString, o.Entity
+	conn, entity, plainEntity := o.ConnectionString, o.Entity, o.Entity
 	var srv *emulator.Server
 	if conn == "" {
 		var err error
@@ -120,14 +138,28 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 		}
 		defer srv.Close()
 		conn = srv.ConnectionString()
-		entity = sbadapter.Entity{Queue: emulatorQueue}
+		entity, plainEntity = sbadapter.Entity{Queue: emulatorQueue}, sbadapter.Entity{Queue: emulatorPlainQueue}
 	}
+	res.Err = runWorkers(ctx, o, index, cell, conn, entity, &res)
+	if srv != nil {
+		ps := srv.PressureStats()
+		res.Throttled, res.DeliveriesDelayed = ps.Throttled, ps.DeliveriesDelayed
+	}
+	if res.Err == nil {
+		res.Err = runPlain(ctx, o, index, cell, conn, plainEntity, &res)
+	}
+	return res
+}
 
+// runWorkers runs the cell's replicas on entity until they handled every session, and fills in
+// their part of res; the replicas are stopped when it returns.
+func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn string, entity sbadapter.Entity, res *Result) error {
 	ids := make([]string, o.Sessions)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-c%02d-s%04d", o.RunID, index, i)
 	}
 	h := newCellHandler(ids, o.Messages, cell.ExceptionRate)
+	var err error
 
 	replicas := make([]*worker.Client, 0, cell.Replicas)
 	regs := make([]*prometheus.Registry, 0, cell.Replicas)
@@ -152,8 +184,7 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 			err = w.Start(context.WithoutCancel(ctx))
 		}
 		if err != nil {
-			res.Err = fmt.Errorf("bench: replica %d: %w", n, err)
-			return res
+			return fmt.Errorf("bench: replica %d: %w", n, err)
 		}
 		replicas = append(replicas, w)
 		regs = append(regs, reg)
@@ -162,13 +193,12 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 	start := time.Now()
 	pubErr := make(chan error, 1)
 	go func() {
-		pubErr <- publish(ctx, o, conn, entity, ids, cell, uint64(index), h, len(replicas)*o.SessionsPerReplica*2)
+		pubErr <- publish(ctx, o, conn, entity, ids, cell, uint64(index), &h.finished, len(replicas)*o.SessionsPerReplica*2)
 	}()
 	select {
 	case <-h.checker.Done():
-	case err := <-pubErr:
+	case err = <-pubErr:
 		if err != nil {
-			res.Err = err
 			break
 		}
 		select {
@@ -178,8 +208,8 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 	case <-ctx.Done():
 	}
 	res.Elapsed = time.Since(start)
-	if res.Err == nil && ctx.Err() != nil {
-		res.Err = fmt.Errorf("bench: cell did not finish within %s", o.CellTimeout)
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("bench: cell did not finish within %s", o.CellTimeout)
 	}
 	handled := h.checker.Handled() - h.checker.Redelivered()
 	res.Rate = float64(handled) / res.Elapsed.Seconds()
@@ -194,15 +224,54 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 		res.Duplicates += st.Duplicates
 		res.StateWrites += counterValue(regs[i], "seqbus_state_saves_total")
 	}
-	if srv != nil {
-		ps := srv.PressureStats()
-		res.Throttled, res.DeliveriesDelayed = ps.Throttled, ps.DeliveriesDelayed
-	}
-	return res
+	return err
 }
 
-// emulatorQueue is the session-enabled queue of the in-process emulator.
-const emulatorQueue = "bench"
+// runPlain runs the plain consumer with the cell's replicas × sessions per replica at once on
+// entity, publishing as runWorkers does, and fills in its part of res.
+func runPlain(ctx context.Context, o Options, index int, cell Cell, conn string, entity sbadapter.Entity, res *Result) error {
+	ids := make([]string, o.Sessions)
+	expect := make(map[string]int, o.Sessions)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-c%02d-p%04d", o.RunID, index, i)
+		expect[ids[i]] = o.Messages
+	}
+	var finished sessionsFinished
+	p := &PlainConsumer{SessionsPerClient: o.SessionsPerReplica, Entity: entity, Expect: expect, Idle: time.Second, SessionDone: finished.add}
+	for range cell.Replicas {
+		c, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: throttledRetries})
+		if err != nil {
+			return fmt.Errorf("bench: plain consumer: %w", err)
+		}
+		defer c.Close(context.WithoutCancel(ctx))
+		p.Clients = append(p.Clients, c)
+	}
+	start := time.Now()
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pubErr := make(chan error, 1)
+	go func() {
+		pubErr <- publish(pctx, o, conn, entity, ids, cell, uint64(index), &finished, cell.Replicas*o.SessionsPerReplica*2)
+	}()
+	st, err := p.Run(ctx)
+	res.PlainElapsed = time.Since(start)
+	res.PlainRate = float64(st.Completed) / res.PlainElapsed.Seconds()
+	res.PlainBrokerCalls = st.BrokerCalls
+	cancel()
+	if perr := <-pubErr; err == nil && perr != nil {
+		err = perr
+	}
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("bench: plain consumer did not finish within %s: %w", o.CellTimeout, err)
+	}
+	return err
+}
+
+// The session-enabled queues of the in-process emulator: the worker's and the plain consumer's.
+const (
+	emulatorQueue      = "bench"
+	emulatorPlainQueue = "bench-plain"
+)
 
 func startEmulator(ctx context.Context, o Options, cell Cell) (*emulator.Server, error) {
 	var p emulator.Pressure
@@ -216,23 +285,27 @@ func startEmulator(ctx context.Context, o Options, cell Cell) (*emulator.Server,
 	if err != nil {
 		return nil, fmt.Errorf("bench: start the emulator: %w", err)
 	}
-	if err := srv.Broker().CreateQueue(emulatorQueue, broker.EntityProperties{
-		RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 100,
-	}); err != nil {
-		_ = srv.Close()
-		return nil, fmt.Errorf("bench: create queue %s: %w", emulatorQueue, err)
+	for _, q := range []string{emulatorQueue, emulatorPlainQueue} {
+		if err := srv.Broker().CreateQueue(q, broker.EntityProperties{
+			RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 100,
+		}); err != nil {
+			_ = srv.Close()
+			return nil, fmt.Errorf("bench: create queue %s: %w", q, err)
+		}
 	}
 	return srv, nil
 }
 
+// throttledRetries are the SDK retries of the bench's own clients (the publisher, the plain
+// consumer): the service asks throttled clients to wait 2 seconds; the SDK's default first wait
+// is 4 s.
+var throttledRetries = azservicebus.RetryOptions{MaxRetries: 30, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
+
 // publish sends each session's messages as one batch, in order or shuffled, keeping at most
-// backlog sessions published but not finished, so that replicas always find work and the
+// backlog sessions published but not finished, so that the consumers always find work and the
 // latency measures the pipeline rather than an ever longer queue.
-func publish(ctx context.Context, o Options, conn string, entity sbadapter.Entity, ids []string, cell Cell, seed uint64, h *cellHandler, backlog int) error {
-	// The service asks throttled clients to wait 2 seconds; the SDK's default first wait is 4 s.
-	client, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: azservicebus.RetryOptions{
-		MaxRetries: 30, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
-	}})
+func publish(ctx context.Context, o Options, conn string, entity sbadapter.Entity, ids []string, cell Cell, seed uint64, finished *sessionsFinished, backlog int) error {
+	client, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: throttledRetries})
 	if err != nil {
 		return fmt.Errorf("bench: publisher: %w", err)
 	}
@@ -244,7 +317,7 @@ func publish(ctx context.Context, o Options, conn string, entity sbadapter.Entit
 	defer sender.Close(context.WithoutCancel(ctx))
 	rng := rand.New(rand.NewPCG(o.Seed, seed))
 	for i, id := range ids {
-		if err := h.waitBacklog(ctx, i, backlog); err != nil {
+		if err := finished.waitBacklog(ctx, i, backlog); err != nil {
 			return nil // the cell ended
 		}
 		seqs := make([]int64, o.Messages)
@@ -258,24 +331,52 @@ func publish(ctx context.Context, o Options, conn string, entity sbadapter.Entit
 		if err != nil {
 			return fmt.Errorf("bench: publish session %s: %w", id, err)
 		}
+		// send sends the batch in hand; a session too large for one batch goes in several, in
+		// the order of seqs.
+		send := func() error {
+			if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("bench: publish session %s: %w", id, err)
+			}
+			batch, err = sender.NewMessageBatch(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("bench: publish session %s: %w", id, err)
+			}
+			return nil
+		}
 		now := time.Now().UnixNano()
 		for _, seq := range seqs {
 			sid, mid := id, id+"/"+strconv.FormatInt(seq, 10)
-			if err := batch.AddMessage(&azservicebus.Message{
+			m := &azservicebus.Message{
 				SessionID: &sid, MessageID: &mid, Body: fmt.Appendf(nil, `{"session":%q,"step":%d}`, id, seq),
 				ApplicationProperties: map[string]any{contract.SequenceProperty: seq, contract.LastProperty: seq == int64(o.Messages), publishedAtProperty: now},
-			}, nil); err != nil {
+			}
+			err := batch.AddMessage(m, nil)
+			if errors.Is(err, azservicebus.ErrMessageTooLarge) && batch.NumMessages() > 0 {
+				if err := send(); err != nil {
+					return ignoreEnded(ctx, err)
+				}
+				err = batch.AddMessage(m, nil)
+			}
+			if err != nil {
 				return fmt.Errorf("bench: publish session %s sequence %d: %w", id, seq, err)
 			}
 		}
-		if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("bench: publish session %s: %w", id, err)
+		if err := send(); err != nil {
+			return ignoreEnded(ctx, err)
 		}
 	}
 	return nil
+}
+
+// ignoreEnded returns nil for an error of the cell's end (ctx ended), else err.
+func ignoreEnded(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // cellHandler is the replicas' handler: it fails a share of calls (a transient exception the
@@ -287,10 +388,10 @@ type cellHandler struct {
 
 	calls, errors, foreign atomic.Uint64
 
+	finished sessionsFinished
+
 	mu        sync.Mutex
 	latencies []time.Duration
-	finished  int // sessions whose last message was handled
-	changed   chan struct{}
 }
 
 func newCellHandler(ids []string, messages int, rate float64) *cellHandler {
@@ -299,7 +400,7 @@ func newCellHandler(ids []string, messages int, rate float64) *cellHandler {
 		known[id] = true
 	}
 	return &cellHandler{checker: demo.NewChecker(ids, messages), known: known, rate: rate,
-		latencies: make([]time.Duration, 0, len(ids)*messages), changed: make(chan struct{}, 1)}
+		latencies: make([]time.Duration, 0, len(ids)*messages)}
 }
 
 // Handle implements sequencer.Handler.
@@ -322,35 +423,54 @@ func (h *cellHandler) Handle(ctx context.Context, m *sequencer.Message) error {
 		lat = time.Since(time.Unix(0, ns))
 	}
 	last := m.IsLast // read by the engine (contract.Parse)
-	h.mu.Lock()
 	if lat >= 0 {
+		h.mu.Lock()
 		h.latencies = append(h.latencies, lat)
+		h.mu.Unlock()
 	}
 	if last {
-		h.finished++
-	}
-	h.mu.Unlock()
-	if last {
-		select {
-		case h.changed <- struct{}{}:
-		default:
-		}
+		h.finished.add()
 	}
 	return nil
 }
 
+// sessionsFinished counts the sessions a consumer finished, for the publisher's backlog. The
+// zero value is ready.
+type sessionsFinished struct {
+	mu      sync.Mutex
+	n       int
+	changed chan struct{} // signaled (not closed) on each add
+}
+
+func (f *sessionsFinished) signal() chan struct{} {
+	if f.changed == nil {
+		f.changed = make(chan struct{}, 1)
+	}
+	return f.changed
+}
+
+func (f *sessionsFinished) add() {
+	f.mu.Lock()
+	f.n++
+	ch := f.signal()
+	f.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // waitBacklog waits until fewer than backlog of the first published sessions are unfinished.
-func (h *cellHandler) waitBacklog(ctx context.Context, published, backlog int) error {
+func (f *sessionsFinished) waitBacklog(ctx context.Context, published, backlog int) error {
 	for {
-		h.mu.Lock()
-		open := published - h.finished
-		h.mu.Unlock()
+		f.mu.Lock()
+		open, ch := published-f.n, f.signal()
+		f.mu.Unlock()
 		if open < backlog {
 			return nil
 		}
 		select {
-		case <-h.changed:
-		case <-time.After(50 * time.Millisecond):
+		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

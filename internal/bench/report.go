@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"text/tabwriter"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -23,7 +24,9 @@ var csvHeader = []string{
 	"rate_msg_per_s", "handler_calls", "handler_errors", "exception_rate_measured",
 	"latency_p50_ms", "latency_p99_ms", "broker_calls_per_msg", "state_calls_per_msg",
 	"state_writes_per_msg", "duplicates", "throttled", "deliveries_delayed",
-	"order_violations", "incomplete_sessions", "error",
+	"order_violations", "incomplete_sessions",
+	"plain_rate_msg_per_s", "plain_elapsed_s", "plain_broker_calls_per_msg", "worker_plain_ratio",
+	"error",
 }
 
 // WriteCSV writes the results as CSV with a header row.
@@ -52,7 +55,9 @@ func WriteCSV(w io.Writer, results []Result) error {
 			f(r.ExceptionRateMeasured(), 4), ms(r, true), ms(r, false),
 			f(r.perMessage(r.BrokerCalls), 2), f(r.perMessage(r.StoreCalls), 2), f(r.perMessage(r.StateWrites), 2),
 			strconv.FormatUint(r.Duplicates, 10), strconv.FormatUint(r.Throttled, 10), strconv.FormatUint(r.DeliveriesDelayed, 10),
-			strconv.Itoa(r.Violations), strconv.Itoa(r.Incomplete), errText,
+			strconv.Itoa(r.Violations), strconv.Itoa(r.Incomplete),
+			f(r.PlainRate, 1), f(r.PlainElapsed.Seconds(), 2), f(r.perMessage(r.PlainBrokerCalls), 2), f(r.Ratio(), 3),
+			errText,
 		}
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("bench: write CSV row for %s: %w", r.Cell, err)
@@ -61,6 +66,21 @@ func WriteCSV(w io.Writer, results []Result) error {
 	cw.Flush()
 	if err := cw.Error(); err != nil {
 		return fmt.Errorf("bench: write CSV: %w", err)
+	}
+	return nil
+}
+
+// WriteTable writes one line per cell for a terminal: the worker's rate, the plain consumer's in
+// the same cell and their ratio, with the calls per message of each.
+func WriteTable(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "replicas\tpressure\texceptions\tarrival\tworker msg/s\tplain msg/s\tratio\tworker calls/msg\tplain calls/msg\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t\n", r.Replicas, r.Pressure, percent(r.ExceptionRate), r.Arrival,
+			r.Rate, r.PlainRate, r.Ratio(), r.perMessage(r.BrokerCalls+r.StoreCalls), r.perMessage(r.PlainBrokerCalls))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: write table: %w", err)
 	}
 	return nil
 }

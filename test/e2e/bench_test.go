@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
+	"github.com/seqbus/seqbus/internal/bench"
 	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/migrations"
 	"github.com/seqbus/seqbus/sbadapter"
@@ -104,85 +104,29 @@ func (e *benchEnv) drained(b *testing.B, queue string) {
 	}
 }
 
-// plainConsume is the baseline: benchConcurrency goroutines accept the next session, receive
-// batches and complete every message, closing the session at its IsLast message; no sequencing
-// and no state. It returns the time to consume the queue and the broker calls made.
+// plainConsume is the baseline: bench.PlainConsumer (the cmd/bench matrix's), benchConcurrency
+// sessions at once on one connection, each receiving its next batch while up to 16 completions
+// are in flight; no sequencing and no state. It returns the time to consume the queue and the
+// broker calls made.
 func (e *benchEnv) plainConsume(b *testing.B, queue string) (time.Duration, uint64) {
 	b.Helper()
-	const total = benchSessions * benchMessages
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var done, calls atomic.Uint64
-	var wg sync.WaitGroup
-	errs := make(chan error, benchConcurrency)
-	client := e.newClient(b)
+	expect := make(map[string]int, benchSessions)
+	for s := range benchSessions {
+		expect[fmt.Sprintf("s-%03d", s)] = benchMessages
+	}
+	p := &bench.PlainConsumer{
+		Clients: []*azservicebus.Client{e.newClient(b)}, SessionsPerClient: benchConcurrency,
+		Entity: sbadapter.Entity{Queue: queue}, Expect: expect,
+	}
 	start := time.Now()
-	var end atomic.Int64 // when the last message was completed (UnixNano)
-	finished := func() {
-		end.Store(time.Now().UnixNano())
-		cancel() // the goroutines still waiting for a session stop at once
+	st, err := p.Run(ctx)
+	elapsed := time.Since(start)
+	if err != nil {
+		b.Fatalf("plain consumer: %d of %d messages: %v", st.Completed, benchSessions*benchMessages, err)
 	}
-	for range benchConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for done.Load() < total && ctx.Err() == nil {
-				actx, acancel := context.WithTimeout(ctx, time.Second)
-				r, err := client.AcceptNextSessionForQueue(actx, queue, nil)
-				acancel()
-				calls.Add(1)
-				if err != nil {
-					var sbErr *azservicebus.Error
-					if errors.As(err, &sbErr) && sbErr.Code == azservicebus.CodeTimeout || errors.Is(err, context.DeadlineExceeded) ||
-						done.Load() == total {
-						continue // no session left for now
-					}
-					errs <- fmt.Errorf("accept: %w", err)
-					return
-				}
-				if err := consumeSession(ctx, r, &done, &calls, finished); err != nil && done.Load() < total {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Duration(end.Load() - start.UnixNano())
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	if done.Load() != total {
-		b.Fatalf("plain consumer: %d of %d messages", done.Load(), total)
-	}
-	return elapsed, calls.Load()
-}
-
-func consumeSession(ctx context.Context, r *azservicebus.SessionReceiver, done, calls *atomic.Uint64, finished func()) error {
-	defer func() {
-		_ = r.Close(context.WithoutCancel(ctx))
-		calls.Add(1)
-	}()
-	for {
-		msgs, err := r.ReceiveMessages(ctx, 32, nil)
-		calls.Add(1)
-		if err != nil {
-			return fmt.Errorf("receive: %w", err)
-		}
-		for _, m := range msgs {
-			if err := r.CompleteMessage(ctx, m, nil); err != nil {
-				return fmt.Errorf("complete: %w", err)
-			}
-			calls.Add(1)
-			if done.Add(1) == benchSessions*benchMessages {
-				finished()
-			}
-			if last, _ := m.ApplicationProperties["IsLast"].(bool); last {
-				return nil
-			}
-		}
-	}
+	return elapsed, st.BrokerCalls
 }
 
 // workerConsume runs the worker's pipeline in-process (sbadapter Source → sequencer.Runner with
@@ -254,7 +198,8 @@ func (e *benchEnv) workerConsumeWith(b *testing.B, queue string, store sequencer
 }
 
 // BenchmarkWorkerVsPlainConsumer measures, on one in-process emulator and in the same run, the
-// throughput of 20 sessions × 100 messages through a plain SDK session consumer and through the
+// throughput of 20 sessions × 100 messages through a plain pipelined SDK session consumer
+// (plainConsume) and through the
 // worker's pipeline (Runner + sbadapter + Service Bus session-state store) with each session
 // published in order and fully reversed, in order with one state save per message
 // (EngineConfig.SaveEachMessage, completions pipelined; fully reversed sessions always take that
