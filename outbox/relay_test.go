@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/internal/tcpproxy"
-	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/outbox"
 	"github.com/seqbus/seqbus/publisher"
 )
