@@ -12,8 +12,9 @@
 //
 // Service Bus does not offer a session whose only messages are deferred to accept-next. The
 // worker's sweeper (package worker) finds such sessions from their stored state: in Service Bus
-// mode through sessionstate.ScanLister over [Source.ListSessionsWithState] (the SDK's
-// list-sessions pager, available since azservicebus v1.11), reading each state under a brief lock.
+// mode through a sessionstate.Watch over [Source.ListSessionsWithStateAfter] (the SDK's
+// list-sessions pager with SessionStateUpdatedAfter, available since azservicebus v1.11), reading
+// the state of each session that changed under a brief lock.
 //
 // # Lock tenure
 //

@@ -177,8 +177,7 @@ func (s *Source) ListSessions(ctx context.Context) ([]string, error) {
 }
 
 // ListSessionsWithState returns the ids of the entity's sessions that have stored session
-// state, whatever their messages. A stranded session always has state (its deferred entries), so
-// this is the sweeper's candidate list in Service Bus mode.
+// state, whatever their messages (the operator's listing in Service Bus mode).
 func (s *Source) ListSessionsWithState(ctx context.Context) ([]string, error) {
 	return s.ListSessionsWithStateAfter(ctx, time.Time{})
 }

@@ -12,6 +12,9 @@
 // sessions by what their state says, and [ScanLister], the Lister of stores that keep the state
 // in the session itself (each session is locked briefly to read it). The postgres and memory
 // stores list with a query of their own; storetest.RunLister checks every Lister the same way.
+// [Watch] is the sweeper's view for such stores: it reads only the sessions whose state changed
+// since its last look, keeps those that need a sweeper, and clears expired tombstones;
+// [LeaseSessionID] is the session whose lock makes one replica the sweeper.
 //
 // Stores import sequencer (for the contract) and their own driver; nothing under sequencer/ may
 // import them.

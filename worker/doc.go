@@ -16,8 +16,8 @@
 //
 // Every long-running part has one lifecycle (Start; Stop lets the work in hand finish, canceling
 // it when the context ends; StopAndCancel; Stopped) and gets the logger and the clock of its
-// Service settings: the runner, the unordered consumer, the sweeper, the tombstone purge, the
-// readiness checks and the relay. Client and Relay stop them in order; Service.SoftStopTimeout
+// Service settings: the runner, the unordered consumer, the sweeper (with the Postgres tombstone
+// purge), the readiness checks and the relay. Client and Relay stop them in order; Service.SoftStopTimeout
 // turns a graceful stop into a hard one, and Stop then reports [ErrSoftStopTimeout]. [Connect]
 // builds the Service Bus clients, the database pool, the state store and the session lister
 // with one set of knobs, for the worker, the relay and the operator commands alike.
@@ -28,12 +28,14 @@
 //     and restores each one's order with the engine's policy (the sequencing fields of Config).
 //   - The handler chain: tracing (one span per call), metrics, panic recovery and a timeout
 //     around Config.Handler (or the journal handler with Postgres).
-//   - The sweeper, every Config.SweepInterval, lists the sessions whose state says they are
-//     parked, waiting on a gap or stranded (sessionstate.Lister: a query with Postgres, a scan
-//     of the session states with Service Bus), wakes those the broker will not offer (stranded on
-//     deferred messages; past their gap timeout), refreshes the session gauges, warns about gaps
-//     open for 1 min, 10 min and 1 h. With Postgres a purge deletes expired tombstones at the
-//     same interval.
+//   - The sweeper, every Config.SweepInterval, on the one replica that holds the entity's lease
+//     (a Postgres advisory lock, or the lock of the reserved session sessionstate.LeaseSessionID):
+//     it finds the sessions whose state says they are parked, blocked, waiting on a gap or
+//     stranded (a query with Postgres; with Service Bus a sessionstate.Watch that reads only the
+//     sessions whose state changed since the last sweep), wakes those the broker will not offer
+//     (stranded on deferred messages; past their gap timeout), refreshes the session gauges, warns
+//     about gaps open for 1 min, 10 min and 1 h, and clears tombstones older than
+//     Config.TombstoneTTL. The other replicas report 0 in the session gauges.
 //   - Readiness checks every Config.ReadyInterval: the broker (a management call) and, with
 //     Postgres, the database.
 //
@@ -62,6 +64,8 @@
 //	seqbus_broker_calls_total{op}           Service Bus calls by operation
 //	seqbus_lock_lost_total                  session runs stopped by a lost lock
 //	seqbus_sweeper_wakes_total              sessions the sweeper handed to the runner
+//	seqbus_sweeper_lease                    1 on the replica that holds the sweeper lease
+//	seqbus_sweep_broker_calls_total{op}     the sweeper's and its lease's Service Bus calls
 //	seqbus_ready                            1 when the last readiness check passed
 //
 // plus the Go and process collectors.
