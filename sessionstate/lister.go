@@ -194,14 +194,29 @@ func (l *ScanLister) read(ctx context.Context, id string) (Entry, error) {
 // readState locks session id on source, loads its state from store and releases it, each
 // within perSession. A session another receiver holds is Busy.
 func readState(ctx context.Context, source sequencer.SessionSource, store sequencer.StateStore, perSession time.Duration, id string) (Entry, error) {
+	e := Entry{SessionID: id}
+	busy, err := withLock(ctx, source, perSession, id, func(ctx context.Context, sess sequencer.Session) error {
+		var err error
+		if e.State, e.Version, err = store.Load(ctx, sequencer.LoadParams{Session: sess}); err != nil {
+			return fmt.Errorf("sessionstate: read the state of session %q: %w", id, err)
+		}
+		return nil
+	})
+	e.Busy = busy
+	return e, err
+}
+
+// withLock locks session id on source and runs fn with it, then releases it; all within
+// perSession. busy reports that another receiver holds the session (fn did not run).
+func withLock(ctx context.Context, source sequencer.SessionSource, perSession time.Duration, id string, fn func(context.Context, sequencer.Session) error) (busy bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, perSession)
 	defer cancel()
 	sess, err := source.Accept(ctx, id)
 	if errors.Is(err, sequencer.ErrSessionLocked) {
-		return Entry{SessionID: id, Busy: true}, nil
+		return true, nil
 	}
 	if err != nil {
-		return Entry{}, fmt.Errorf("sessionstate: lock session %q to read its state: %w", id, err)
+		return false, fmt.Errorf("sessionstate: lock session %q: %w", id, err)
 	}
 	defer func() {
 		// Release the lock even when ctx has ended, but never wait on a hung connection longer
@@ -210,9 +225,5 @@ func readState(ctx context.Context, source sequencer.SessionSource, store sequen
 		defer ccancel()
 		_ = sess.Close(cctx)
 	}()
-	st, ver, err := store.Load(ctx, sequencer.LoadParams{Session: sess})
-	if err != nil {
-		return Entry{}, fmt.Errorf("sessionstate: read the state of session %q: %w", id, err)
-	}
-	return Entry{SessionID: id, State: st, Version: ver}, nil
+	return false, fn(ctx, sess)
 }

@@ -220,35 +220,26 @@ func (w *Watch) expire(ctx context.Context, now time.Time, stats *SweepStats) er
 // nothing left to settle, deletes it through the version check. A session a worker holds is
 // left to it.
 func (w *Watch) clearIfExpired(ctx context.Context, id string, now time.Time) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.PerSession)
-	defer cancel()
-	sess, err := w.cfg.Source.Accept(ctx, id)
-	if errors.Is(err, sequencer.ErrSessionLocked) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("lock session %q: %w", id, err)
-	}
-	defer func() {
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.PerSession)
-		defer ccancel()
-		_ = sess.Close(cctx)
-	}()
-	st, ver, err := w.cfg.Store.Load(ctx, sequencer.LoadParams{Session: sess})
-	if err != nil {
-		return false, fmt.Errorf("read the state of session %q: %w", id, err)
-	}
-	if ver == 0 || !st.TombstoneClearable(now, w.cfg.TombstoneTTL) {
-		return false, nil
-	}
-	err = w.cfg.Store.Delete(ctx, sequencer.DeleteParams{Session: sess, ExpectedVersion: ver})
-	switch {
-	case errors.Is(err, sequencer.ErrVersionConflict):
-		return false, nil // it changed meanwhile: not a tombstone to clear
-	case err != nil:
-		return false, fmt.Errorf("clear the expired tombstone of session %q: %w", id, err)
-	}
-	return true, nil
+	cleared := false
+	_, err := withLock(ctx, w.cfg.Source, w.cfg.PerSession, id, func(ctx context.Context, sess sequencer.Session) error {
+		st, ver, err := w.cfg.Store.Load(ctx, sequencer.LoadParams{Session: sess})
+		if err != nil {
+			return fmt.Errorf("read the state of session %q: %w", id, err)
+		}
+		if ver == 0 || !st.TombstoneClearable(now, w.cfg.TombstoneTTL) {
+			return nil
+		}
+		err = w.cfg.Store.Delete(ctx, sequencer.DeleteParams{Session: sess, ExpectedVersion: ver})
+		switch {
+		case errors.Is(err, sequencer.ErrVersionConflict):
+			return nil // it changed meanwhile: not a tombstone to clear
+		case err != nil:
+			return fmt.Errorf("clear the expired tombstone of session %q: %w", id, err)
+		}
+		cleared = true
+		return nil
+	})
+	return cleared, err
 }
 
 // idHash is a session id's 64-bit FNV-1a hash.
