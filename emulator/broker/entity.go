@@ -46,6 +46,7 @@ type Entity struct {
 	orderDead int
 	avail     seqHeap // available messages of a non-session entity
 	sessions  map[string]*session
+	index     sessionIndex // the sessions ordered for listing (sessionindex.go)
 	ready     sessionHeap // sessions accept-next can take (see sessionChangedLocked)
 	locks     map[lockKey]*stored
 	sizeBytes int64
