@@ -47,7 +47,7 @@ type Entity struct {
 	avail     seqHeap // available messages of a non-session entity
 	sessions  map[string]*session
 	index     sessionIndex // the sessions ordered for listing (sessionindex.go)
-	ready     sessionHeap // sessions accept-next can take (see sessionChangedLocked)
+	ready     sessionHeap  // sessions accept-next can take (see sessionChangedLocked)
 	locks     map[lockKey]*stored
 	sizeBytes int64
 	scheduled int64 // count of scheduled messages
