@@ -56,11 +56,14 @@ const (
 	// EventGapOpened: a run released the session while waiting for the missing sequence
 	// (Sequence) that a later one (Lowest) waits behind.
 	EventGapOpened
+	// EventReleasedRetry: the handler of the message for Next (Sequence) failed again (Err) and
+	// the session was released until its next attempt, due at At (EngineConfig.RetryReleaseAfter).
+	EventReleasedRetry
 )
 
 var eventKindNames = [...]string{"handled", "held", "deferred", "duplicate", "invalid", "dead_lettered",
 	"retry", "parked", "skipped", "gap_resolved", "session_ended", "session_released", "lock_lost", "blocked",
-	"gap_opened"}
+	"gap_opened", "released_retry"}
 
 // String returns the snake_case name of the event kind, for logs and metrics labels.
 func (k EventKind) String() string {
@@ -83,6 +86,8 @@ type Event struct {
 	// Lowest is, for EventGapOpened, the lowest sequence waiting behind the gap (0 when the
 	// waiting messages are only known as held in memory).
 	Lowest int64
+	// At is, for EventReleasedRetry, when the next attempt is due.
+	At time.Time
 }
 
 // Observer receives engine events synchronously; it must be fast and safe for concurrent use.
@@ -109,8 +114,11 @@ type Stats struct {
 	Invalid      uint64
 	DeadLettered uint64
 	Retries      uint64
-	Parked       uint64
-	Skipped      uint64
+	// ReleasedRetries counts the releases of a session until the next attempt of a failing
+	// message (EngineConfig.RetryReleaseAfter).
+	ReleasedRetries uint64
+	Parked          uint64
+	Skipped         uint64
 	// StoreCalls counts StateStore calls (Load, Save, SaveWith, Delete).
 	StoreCalls uint64
 	// Runs counts the runs of in-order messages recorded with one save (State.InFlight).
@@ -132,27 +140,28 @@ func (s Stats) TotalBrokerCalls() uint64 {
 
 type statsCounters struct {
 	sessions, handled, held, deferred, duplicates, invalid, deadLettered atomic.Uint64
-	retries, parked, skipped, storeCalls, runs                           atomic.Uint64
+	retries, parked, skipped, storeCalls, runs, releasedRetries          atomic.Uint64
 	gapWait                                                              atomic.Int64
 	calls                                                                [numCallKinds]atomic.Uint64
 }
 
 func (c *statsCounters) snapshot() Stats {
 	s := Stats{
-		Sessions:     c.sessions.Load(),
-		Handled:      c.handled.Load(),
-		Held:         c.held.Load(),
-		Deferred:     c.deferred.Load(),
-		Duplicates:   c.duplicates.Load(),
-		Invalid:      c.invalid.Load(),
-		DeadLettered: c.deadLettered.Load(),
-		Retries:      c.retries.Load(),
-		Parked:       c.parked.Load(),
-		Skipped:      c.skipped.Load(),
-		StoreCalls:   c.storeCalls.Load(),
-		Runs:         c.runs.Load(),
-		GapWait:      time.Duration(c.gapWait.Load()),
-		BrokerCalls:  make(map[string]uint64, numCallKinds),
+		Sessions:        c.sessions.Load(),
+		Handled:         c.handled.Load(),
+		Held:            c.held.Load(),
+		Deferred:        c.deferred.Load(),
+		Duplicates:      c.duplicates.Load(),
+		Invalid:         c.invalid.Load(),
+		DeadLettered:    c.deadLettered.Load(),
+		Retries:         c.retries.Load(),
+		ReleasedRetries: c.releasedRetries.Load(),
+		Parked:          c.parked.Load(),
+		Skipped:         c.skipped.Load(),
+		StoreCalls:      c.storeCalls.Load(),
+		Runs:            c.runs.Load(),
+		GapWait:         time.Duration(c.gapWait.Load()),
+		BrokerCalls:     make(map[string]uint64, numCallKinds),
 	}
 	for k := range numCallKinds {
 		s.BrokerCalls[k.String()] = c.calls[k].Load()

@@ -1,0 +1,156 @@
+package sequencer_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// releaseConfig retries in place once, then spends each wait released: 1s, 2s, 4s, 4s, …
+func releaseConfig(attempts int) sequencer.EngineConfig {
+	return sequencer.EngineConfig{
+		Retry:             sequencer.RetryPolicy{Attempts: attempts, Base: time.Second, Cap: 4 * time.Second},
+		RetryReleaseAfter: 1,
+	}
+}
+
+func TestEngineReleasedRetryKeepsOrderAndFreesTheSession(t *testing.T) {
+	t.Parallel()
+	for _, bound := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own store", true: "session state"}[bound], func(t *testing.T) {
+			t.Parallel()
+			b := setupStore(t, releaseConfig(6), bound)
+			failing := true
+			calls := map[int64]int{}
+			b.setFail(func(m *sequencer.Message) error {
+				calls[m.Sequence]++
+				if m.Sequence == 2 && failing {
+					return errors.New("partner down")
+				}
+				return nil
+			})
+			publish(b, "s", []int64{1, 2, 3, 4}, 0)
+			start := b.clock.Now()
+
+			out, ok := b.runNext(t)
+			require.True(t, ok)
+			require.Equal(t, sequencer.OutcomeRetrying, out)
+			require.Equal(t, []int64{1}, b.got("s"))
+			require.Equal(t, 1, calls[2], "one attempt in place, then released")
+			st, _ := b.store.Get("s")
+			require.NotNil(t, st.Retrying)
+			require.Equal(t, int64(2), st.Retrying.Sequence)
+			require.Equal(t, uint64(1), st.Retrying.Attempts)
+			require.Equal(t, "partner down", st.Retrying.Reason)
+			require.Equal(t, start.Add(time.Second), st.Retrying.At)
+			require.Contains(t, st.Deferred, int64(2), "the message waits deferred, indexed")
+			require.False(t, st.NeedsWake(), "not stranded: woken at its time")
+			require.False(t, st.RetryDue(b.clock.Now()))
+			require.True(t, st.RetryDue(st.Retrying.At))
+			active, deferred := b.broker.Pending("s")
+			require.Equal(t, 0, active, "nothing left for accept-next: idle replicas do not take it")
+			require.Equal(t, 3, deferred, "2 and the later 3, 4 wait deferred")
+			_, ok = b.runNext(t)
+			require.False(t, ok, "the broker does not offer the cooling session")
+
+			// A wake before the attempt is due changes nothing and receives nothing.
+			require.Equal(t, sequencer.OutcomeRetrying, b.runByID(t, "s", &sequencer.RunOptions{Woken: true}))
+			require.Equal(t, 1, calls[2])
+
+			// A message that arrives meanwhile is taken, deferred, and the session let go at once.
+			publish(b, "s", []int64{5}, 5)
+			out, ok = b.runNext(t)
+			require.True(t, ok)
+			require.Equal(t, sequencer.OutcomeRetrying, out)
+			require.Equal(t, 1, calls[2])
+			require.Equal(t, []int64{1}, b.got("s"))
+			active, deferred = b.broker.Pending("s")
+			require.Equal(t, 0, active)
+			require.Equal(t, 4, deferred)
+
+			// Due: the next attempt fails too, the wait doubles.
+			b.clock.Advance(time.Second)
+			require.Equal(t, sequencer.OutcomeRetrying, b.runByID(t, "s", &sequencer.RunOptions{Woken: true}))
+			require.Equal(t, 2, calls[2])
+			st, _ = b.store.Get("s")
+			require.Equal(t, uint64(2), st.Retrying.Attempts)
+			require.Equal(t, b.clock.Now().Add(2*time.Second), st.Retrying.At)
+
+			// The downstream is back: the attempt at the planned time succeeds, the rest follows.
+			failing = false
+			b.clock.Advance(2 * time.Second)
+			require.Equal(t, sequencer.OutcomeEnded, b.runByID(t, "s", &sequencer.RunOptions{Woken: true}))
+			require.Equal(t, seqs(1, 5), b.got("s"))
+			require.Zero(t, b.broker.Len())
+			require.Empty(t, b.broker.DeadLetters())
+			st, _ = b.store.Get("s")
+			require.Nil(t, st.Retrying)
+			require.Empty(t, st.Deferred)
+			require.Equal(t, uint64(2), st.Counters.Retries)
+			require.Len(t, b.eventsOf(sequencer.EventReleasedRetry), 2)
+			require.Equal(t, uint64(2), b.engine.Stats().ReleasedRetries)
+		})
+	}
+}
+
+func TestEngineReleasedRetryThenPoisonPolicy(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []sequencer.PoisonPolicy{sequencer.PoisonPark, sequencer.PoisonSkip} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			cfg := releaseConfig(3)
+			cfg.Poison = policy
+			b := setup(t, cfg)
+			calls := 0
+			b.setFail(func(m *sequencer.Message) error {
+				if m.Sequence == 1 {
+					calls++
+					return errors.New("always")
+				}
+				return nil
+			})
+			publish(b, "s", []int64{1, 2}, 2)
+			require.Equal(t, []sequencer.Outcome{sequencer.OutcomeRetrying}, b.runAll(t))
+			for range 2 {
+				st, _ := b.store.Get("s")
+				require.NotNil(t, st.Retrying)
+				b.clock.Set(st.Retrying.At)
+				b.runByID(t, "s", &sequencer.RunOptions{Woken: true})
+			}
+			require.Equal(t, 3, calls, "every attempt counted across the releases")
+			require.Len(t, b.broker.DeadLetters(), 1)
+			st, _ := b.store.Get("s")
+			require.Nil(t, st.Retrying)
+			if policy == sequencer.PoisonPark {
+				require.NotNil(t, st.Parked)
+				require.Empty(t, b.got("s"))
+				return
+			}
+			require.Equal(t, []int64{2}, b.got("s"))
+			require.False(t, st.EndedAt.IsZero())
+		})
+	}
+}
+
+func TestEngineConfigRetryReleaseAfter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  sequencer.EngineConfig
+		want string
+	}{
+		{"negative", sequencer.EngineConfig{RetryReleaseAfter: -1}, "must not be negative"},
+		{"not below the attempts", sequencer.EngineConfig{Retry: sequencer.RetryPolicy{Attempts: 3}, RetryReleaseAfter: 3}, "must be below Retry.Attempts 3"},
+		{"block", sequencer.EngineConfig{RetryReleaseAfter: 1, Poison: sequencer.PoisonBlock}, "does not go with PoisonBlock"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.ErrorContains(t, tc.cfg.WithDefaults().Validate(), tc.want)
+		})
+	}
+	require.NoError(t, sequencer.EngineConfig{RetryReleaseAfter: 4}.WithDefaults().Validate(), "below the default 5 attempts")
+}
