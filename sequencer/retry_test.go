@@ -2,6 +2,9 @@ package sequencer_test
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -153,4 +156,80 @@ func TestEngineConfigRetryReleaseAfter(t *testing.T) {
 		})
 	}
 	require.NoError(t, sequencer.EngineConfig{RetryReleaseAfter: 4}.WithDefaults().Validate(), "below the default 5 attempts")
+}
+
+// withReleasedRetries turns a property case into one whose failing handlers spend their waits
+// released (State.Retrying): after one in-place attempt with growing waits, or after two with no
+// wait at all (the retry is due at once), chosen by the seed.
+func withReleasedRetries(c *propCase, seed uint64) *propCase {
+	if seed%2 == 0 {
+		c.cfg.Retry = sequencer.RetryPolicy{Attempts: 3, Base: time.Second, Cap: 4 * time.Second}
+		c.cfg.RetryReleaseAfter = 1
+	} else {
+		c.cfg.Retry = sequencer.RetryPolicy{Attempts: 3}
+		c.cfg.RetryReleaseAfter = 2
+	}
+	return c
+}
+
+// TestPropertyReleasedRetries runs the property test's random cases (crashes, injected errors,
+// lock expiries, stops, poison and flaky messages) with released retries: every sequence handled
+// once in order, every poison message dead-lettered after all its attempts, nothing left.
+func TestPropertyReleasedRetries(t *testing.T) {
+	t.Parallel()
+	n := 600
+	if testing.Short() {
+		n = 150
+	}
+	base := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SEQBUS_PROP_SEED"); s != "" {
+		base, _ = strconv.ParseUint(s, 10, 64)
+		n = 1
+	}
+	t.Logf("base seed %d (rerun one case with SEQBUS_PROP_SEED)", base)
+	var tot propTotals
+	for i := range n {
+		seed := base + uint64(i)
+		runCase(t, seed, withReleasedRetries(newPropCase(seed), seed), &tot)
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%d cases: %+v", n, tot)
+	require.Positive(t, tot.retries, "the cases retried")
+}
+
+// TestReleasedRetryCrashAtEveryStep crashes (or fails) a process at each call in turn in
+// scenarios with poison and flaky messages whose waits are spent released, and checks the
+// property test's invariants: the plan survives every crash and resumes from the stored state.
+func TestReleasedRetryCrashAtEveryStep(t *testing.T) {
+	t.Parallel()
+	for _, seed := range []uint64{24, 37, 43, 50} { // poison and flaky messages, park and skip
+		for _, crash := range []bool{true, false} {
+			t.Run(fmt.Sprintf("seed=%d/crash=%v", seed, crash), func(t *testing.T) {
+				t.Parallel()
+				scenario := func() *propCase { return withReleasedRetries(newPropCase(seed), seed) }
+				var tot propTotals
+				if k, err := strconv.Atoi(os.Getenv("SEQBUS_PROP_FAULT")); err == nil {
+					c := scenario()
+					c.faultPlan, c.crashPlan = []int{k}, crash
+					runCase(t, seed, c, &tot)
+					return
+				}
+				clean := scenario()
+				clean.faultPlan = []int{}
+				n := runCase(t, seed, clean, &tot)
+				require.Positive(t, tot.retries, "the scenario retries")
+				for k := 1; k <= n; k++ {
+					c := scenario()
+					c.faultPlan, c.crashPlan = []int{k}, crash
+					runCase(t, seed, c, &tot)
+					if t.Failed() {
+						t.Logf("fault at call %d (rerun it with SEQBUS_PROP_FAULT=%d)", k, k)
+						return
+					}
+				}
+			})
+		}
+	}
 }
