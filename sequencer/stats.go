@@ -114,11 +114,8 @@ type Stats struct {
 	Invalid      uint64
 	DeadLettered uint64
 	Retries      uint64
-	// ReleasedRetries counts the releases of a session until the next attempt of a failing
-	// message (EngineConfig.RetryReleaseAfter).
-	ReleasedRetries uint64
-	Parked          uint64
-	Skipped         uint64
+	Parked       uint64
+	Skipped      uint64
 	// StoreCalls counts StateStore calls (Load, Save, SaveWith, Delete).
 	StoreCalls uint64
 	// Runs counts the runs of in-order messages recorded with one save (State.InFlight).
@@ -127,6 +124,9 @@ type Stats struct {
 	BrokerCalls map[string]uint64
 	// GapWait is the total time Next was waited for while later messages were waiting.
 	GapWait time.Duration
+	// ReleasedRetries counts the releases of a session until the next attempt of a failing
+	// message (EngineConfig.RetryReleaseAfter).
+	ReleasedRetries uint64
 }
 
 // TotalBrokerCalls sums BrokerCalls.
@@ -140,29 +140,30 @@ func (s Stats) TotalBrokerCalls() uint64 {
 
 type statsCounters struct {
 	sessions, handled, held, deferred, duplicates, invalid, deadLettered atomic.Uint64
-	retries, parked, skipped, storeCalls, runs, releasedRetries          atomic.Uint64
+	retries, parked, skipped, storeCalls, runs                           atomic.Uint64
 	gapWait                                                              atomic.Int64
+	releasedRetries                                                      atomic.Uint64
 	calls                                                                [numCallKinds]atomic.Uint64
 }
 
 func (c *statsCounters) snapshot() Stats {
 	s := Stats{
-		Sessions:        c.sessions.Load(),
-		Handled:         c.handled.Load(),
-		Held:            c.held.Load(),
-		Deferred:        c.deferred.Load(),
-		Duplicates:      c.duplicates.Load(),
-		Invalid:         c.invalid.Load(),
-		DeadLettered:    c.deadLettered.Load(),
-		Retries:         c.retries.Load(),
-		ReleasedRetries: c.releasedRetries.Load(),
-		Parked:          c.parked.Load(),
-		Skipped:         c.skipped.Load(),
-		StoreCalls:      c.storeCalls.Load(),
-		Runs:            c.runs.Load(),
-		GapWait:         time.Duration(c.gapWait.Load()),
-		BrokerCalls:     make(map[string]uint64, numCallKinds),
+		Sessions:     c.sessions.Load(),
+		Handled:      c.handled.Load(),
+		Held:         c.held.Load(),
+		Deferred:     c.deferred.Load(),
+		Duplicates:   c.duplicates.Load(),
+		Invalid:      c.invalid.Load(),
+		DeadLettered: c.deadLettered.Load(),
+		Retries:      c.retries.Load(),
+		Parked:       c.parked.Load(),
+		Skipped:      c.skipped.Load(),
+		StoreCalls:   c.storeCalls.Load(),
+		Runs:         c.runs.Load(),
+		GapWait:      time.Duration(c.gapWait.Load()),
+		BrokerCalls:  make(map[string]uint64, numCallKinds),
 	}
+	s.ReleasedRetries = c.releasedRetries.Load()
 	for k := range numCallKinds {
 		s.BrokerCalls[k.String()] = c.calls[k].Load()
 	}

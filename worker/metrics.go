@@ -22,10 +22,11 @@ const (
 	OutcomeDeadLettered = "dead_lettered"
 	OutcomeRetried      = "retried"
 	OutcomeBlocked      = "blocked"
-	// OutcomeReleasedRetry: a failed handler call whose next attempt waits with the session
-	// released (SEQBUS_RETRY_RELEASE_AFTER); it counts as retried too.
-	OutcomeReleasedRetry = "released_retry"
 )
+
+// OutcomeReleasedRetry of seqbus_messages_total: a failed handler call whose next attempt waits
+// with the session released (SEQBUS_RETRY_RELEASE_AFTER); it counts as retried too.
+const OutcomeReleasedRetry = "released_retry"
 
 var outcomes = []string{OutcomeHandled, OutcomeHeld, OutcomeDeferred, OutcomeDuplicate, OutcomeInvalid,
 	OutcomeDeadLettered, OutcomeRetried, OutcomeBlocked, OutcomeReleasedRetry}
@@ -35,23 +36,23 @@ var outcomes = []string{OutcomeHandled, OutcomeHeld, OutcomeDeferred, OutcomeDup
 type metrics struct {
 	messages *prometheus.CounterVec
 	// outcome holds the counter of each outcome, looked up once.
-	outcome          map[string]prometheus.Counter
-	handlerDuration  prometheus.Histogram
-	handlerErrors    prometheus.Counter
-	sessionsParked   prometheus.Gauge
-	sessionsBlocked  prometheus.Gauge
-	sessionsRetrying prometheus.Gauge
-	gapWait          prometheus.Histogram
-	gapOldest        prometheus.Gauge
-	gapsOpened       prometheus.Counter
-	stateSaves       prometheus.Counter
-	stateConflicts   prometheus.Counter
-	stateSaveTime    prometheus.Histogram
-	lockLost         prometheus.Counter
-	sweeperWakes     prometheus.Counter
-	sweeperLease     prometheus.Gauge
-	sweepCalls       *prometheus.CounterVec
-	ready            prometheus.Gauge
+	outcome         map[string]prometheus.Counter
+	handlerDuration prometheus.Histogram
+	handlerErrors   prometheus.Counter
+	sessionsParked  prometheus.Gauge
+	sessionsBlocked prometheus.Gauge
+	retrying        prometheus.Gauge // seqbus_sessions_retrying
+	gapWait         prometheus.Histogram
+	gapOldest       prometheus.Gauge
+	gapsOpened      prometheus.Counter
+	stateSaves      prometheus.Counter
+	stateConflicts  prometheus.Counter
+	stateSaveTime   prometheus.Histogram
+	lockLost        prometheus.Counter
+	sweeperWakes    prometheus.Counter
+	sweeperLease    prometheus.Gauge
+	sweepCalls      *prometheus.CounterVec
+	ready           prometheus.Gauge
 }
 
 // newMetrics registers the worker's metrics, and the Go and process collectors, in reg.
@@ -79,7 +80,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 			Name: "seqbus_sessions_blocked",
 			Help: "Sessions blocked by the poison policy block, retrying a failing message until the broker dead-letters it (as of the last sweep; every session of the entity).",
 		}),
-		sessionsRetrying: prometheus.NewGauge(prometheus.GaugeOpts{
+		retrying: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seqbus_sessions_retrying",
 			Help: "Sessions released until the next attempt of a failing message (SEQBUS_RETRY_RELEASE_AFTER), the later messages waiting behind it (as of the last sweep; every session of the entity).",
 		}),
@@ -135,7 +136,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 		Help: "Sessions this worker is handling now.",
 	}, activeSessions)
 	for _, c := range []prometheus.Collector{
-		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked, m.sessionsRetrying,
+		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked, m.retrying,
 		m.gapWait, m.gapOldest, m.gapsOpened, m.stateSaves, m.stateConflicts, m.stateSaveTime, m.lockLost,
 		m.sweeperWakes, m.sweeperLease, m.sweepCalls, m.ready, &brokerCallsCollector{calls: brokerCalls},
 	} {

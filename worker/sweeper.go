@@ -106,7 +106,7 @@ func (s *sweeper) tick(ctx context.Context) {
 			s.planRetries(nil) // the new holder wakes them
 			s.m.sessionsParked.Set(0)
 			s.m.sessionsBlocked.Set(0)
-			s.m.sessionsRetrying.Set(0)
+			s.m.retrying.Set(0)
 			s.m.gapOldest.Set(0)
 			return
 		case !held:
@@ -220,7 +220,7 @@ func (s *sweeper) sweep(ctx context.Context) error {
 	}
 	s.m.sessionsParked.Set(float64(parked))
 	s.m.sessionsBlocked.Set(float64(blocked))
-	s.m.sessionsRetrying.Set(float64(retrying))
+	s.m.retrying.Set(float64(retrying))
 	s.m.gapOldest.Set(oldest.Seconds())
 	s.m.sweeperWakes.Add(float64(wakes))
 	if wakes > 0 {

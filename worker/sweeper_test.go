@@ -170,7 +170,7 @@ func TestSweepWakesReleasedRetriesOnTime(t *testing.T) {
 
 	b.sweep(t)
 	require.Equal(t, []string{"due"}, b.woken)
-	require.Equal(t, 3.0, testutil.ToFloat64(b.s.m.sessionsRetrying))
+	require.Equal(t, 3.0, testutil.ToFloat64(b.s.m.retrying))
 
 	b.woken = nil
 	b.clk.Advance(20*time.Second - time.Millisecond)
