@@ -331,7 +331,8 @@ func (w *propWorld) drain() {
 }
 
 // sweep plays the sweeper and the operator: stranded sessions are accepted by id, sessions with
-// a released retry are woken at its time, parked ones are resumed with a skip. It reports whether it found anything to do.
+// a released retry are woken at its time, parked ones are resumed with a skip. It reports
+// whether it found anything to do.
 func (w *propWorld) sweep() bool {
 	did := false
 	ids := w.store.SessionIDs()

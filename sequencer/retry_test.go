@@ -1,16 +1,20 @@
 package sequencer_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
 
 // releaseConfig retries in place once, then spends each wait released: 1s, 2s, 4s, 4s, …
@@ -232,4 +236,74 @@ func TestReleasedRetryCrashAtEveryStep(t *testing.T) {
 			})
 		}
 	}
+}
+
+// The Runner that released a session wakes it when its retry is due, without a sweeper, and the
+// slot is free meanwhile: another session is handled while the first one waits.
+func TestRunnerWakesItsReleasedRetry(t *testing.T) {
+	t.Parallel()
+	const wait = 300 * time.Millisecond
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
+	var (
+		mu    sync.Mutex
+		calls = map[string][]time.Time{}
+		got   = map[string][]int64{}
+	)
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source: broker.NewClient(nil),
+		Store:  sequencertest.NewStore().Client(nil),
+		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[m.SessionID] = append(calls[m.SessionID], time.Now())
+			if m.SessionID == "failing" && len(calls["failing"]) <= 2 {
+				return errors.New("partner down")
+			}
+			got[m.SessionID] = append(got[m.SessionID], m.Sequence)
+			return nil
+		}),
+		Engine: sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond, RetryReleaseAfter: 1,
+			Retry: sequencer.RetryPolicy{Attempts: 5, Base: wait, Cap: wait}},
+		MaxConcurrentSessions: 1,
+		AcceptTimeout:         time.Hour, // only a wake ends an accept-next wait early
+	})
+	require.NoError(t, err)
+	for s := int64(1); s <= 3; s++ {
+		broker.PublishSeq("failing", s, s == 3)
+	}
+	require.NoError(t, r.Start(t.Context()))
+	t.Cleanup(func() { _ = r.StopAndCancel(context.Background()) })
+	waitUntil := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(calls["failing"])
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		require.True(t, time.Now().Before(waitUntil), "first attempt")
+		time.Sleep(5 * time.Millisecond)
+	}
+	for s := int64(1); s <= 2; s++ {
+		broker.PublishSeq("other", s, s == 2)
+	}
+	for {
+		mu.Lock()
+		done := len(got["failing"]) == 3
+		mu.Unlock()
+		if done {
+			break
+		}
+		require.True(t, time.Now().Before(waitUntil), "the released session was never woken")
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int64{1, 2, 3}, got["failing"])
+	require.Equal(t, []int64{1, 2}, got["other"], "the one slot served another session during the wait")
+	require.Less(t, calls["other"][0].Sub(calls["failing"][0]), wait, "during the first wait")
+	for i := 1; i < 3; i++ {
+		require.GreaterOrEqual(t, calls["failing"][i].Sub(calls["failing"][i-1]), wait, "attempt %d not before its time", i+1)
+	}
+	require.Equal(t, uint64(2), r.Stats().ReleasedRetries)
 }

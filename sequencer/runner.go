@@ -98,9 +98,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 }
 
 // wakeAt wakes session id at the time its released retry is due: the runner that released it
-// knows the time at once, where a sweeper learns it at its next sweep (it wakes the session too,
-// should this process be gone by then; a second wake finds the session busy, or not due, and
-// costs one accept).
+// knows the time at once, where a sweeper learns it at its next sweep. The sweeper wakes the
+// session as well, which covers a process gone by then; the second wake finds the session busy,
+// or not due, and costs an accept.
 func (r *Runner) wakeAt(id string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
