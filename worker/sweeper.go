@@ -56,7 +56,8 @@ type sweeper struct {
 
 // attention finds the sessions whose state may need the sweeper.
 type attention interface {
-	// sessions returns the sessions that are parked, blocked, on a gap or stranded, as of now.
+	// sessions returns the sessions that are parked, blocked, on a gap, stranded or waiting for
+	// a released retry, as of now.
 	sessions(ctx context.Context, now time.Time) ([]sessionstate.Entry, error)
 	// reset forgets what it learnt: this replica lost the lease (or takes it anew).
 	reset()
@@ -168,7 +169,8 @@ func purge(pg *postgres.Store, ttl time.Duration, clk clock.Clock, log *slog.Log
 	}
 }
 
-// sweep looks at every session that is parked, blocked, waiting on a gap or stranded, once.
+// sweep looks at every session that is parked, blocked, waiting on a gap, stranded or waiting
+// for a released retry, once.
 func (s *sweeper) sweep(ctx context.Context) error {
 	if s.before != nil {
 		s.before(ctx)
