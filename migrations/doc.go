@@ -27,6 +27,8 @@
 //     sessions waiting on a missing sequence.
 //   - 005_session_blocked: seqbus_session_state.blocked, the state's Blocked mark (the poison
 //     policy block holds the session on a failing message), indexed for the blocked sessions.
+//   - 006_session_retry: seqbus_session_state.retry_at, the time of a released retry's next
+//     attempt (State.Retrying.At, SEQBUS_RETRY_RELEASE_AFTER), indexed for the sessions to wake.
 //
 // Up applies every pending migration, or up to UpOptions.TargetVersion, at most MaxSteps; Down
 // rolls back one migration unless told otherwise (DownOptions.TargetVersion, -1 for everything,

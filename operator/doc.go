@@ -19,10 +19,13 @@
 //   - [Operator.Skip]: the parked sequence, the missing sequences of a gap, or everything below a
 //     given sequence is given up and the session continues after it; what was skipped is
 //     returned and logged.
+//   - [Operator.RetryNow]: a session released until the next attempt of a failing message
+//     (State.Retrying, SEQBUS_RETRY_RELEASE_AFTER; listed with ListParams.Retrying) has that
+//     attempt made due now (State.RetryNow); the workers' sweeper wakes it at its next sweep.
 //
 // # Safety: the session lock and the version check
 //
-// A change never races a worker. Resume and Skip first lock the session by id (Accept, the
+// A change never races a worker. Resume, Skip and RetryNow first lock the session by id (Accept, the
 // lock a worker would need to run it), then load its state, change it and save it through the
 // store with the version check (reloading on a conflict), then release the lock. While a worker
 // holds the session the operation waits for it, up to its Wait bound, and says so on

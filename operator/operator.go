@@ -100,6 +100,8 @@ var (
 	ErrUnknownSession = errors.New("unknown session")
 	// ErrNotParked: resume was asked for a session that is neither parked nor blocked.
 	ErrNotParked = errors.New("session is not parked")
+	// ErrNotRetrying: retry-now was asked for a session that waits for no released retry.
+	ErrNotRetrying = errors.New("session is not waiting for a retry")
 	// ErrNothingToSkip: the session is neither parked nor waiting on a gap, and no --to was given.
 	ErrNothingToSkip = errors.New("nothing to skip")
 	// ErrSessionEnded: the session has ended (its state is a tombstone).

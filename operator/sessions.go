@@ -36,6 +36,12 @@ type SessionInfo struct {
 	Blocked *BlockedInfo `json:"blocked,omitempty"`
 	// GapSince is when the session started waiting for a missing Next while later sequences wait.
 	GapSince *time.Time `json:"gap_since,omitempty"`
+	// RetryAt, Attempts and LastError are set while the handler of the message for Next keeps
+	// failing and the session is released until its next attempt (SEQBUS_RETRY_RELEASE_AFTER):
+	// when that attempt is due, how many handler calls were made so far, and the last error.
+	RetryAt   *time.Time `json:"retry_at,omitempty"`
+	Attempts  uint64     `json:"attempts,omitempty"`
+	LastError string     `json:"last_error,omitempty"`
 	// Stranded: the session needs a run the broker will not start (State.NeedsWake); the
 	// workers' sweeper wakes it.
 	Stranded bool `json:"stranded,omitempty"`
@@ -111,6 +117,9 @@ func sessionInfo(id string, st *sequencer.State, version int64) SessionInfo {
 			DeadLettered: c.DeadLettered, Retries: c.Retries, Skipped: c.Skipped},
 	}
 	info.LowestDeferred = st.LowestDeferredAbove(0)
+	if rt := st.Retrying; rt != nil {
+		info.RetryAt, info.Attempts, info.LastError = timePtr(rt.At), rt.Attempts, rt.Reason
+	}
 	return info
 }
 
@@ -120,6 +129,8 @@ type ListParams struct {
 	Parked, Gap, Stranded bool
 	// Blocked selects sessions the poison policy block holds on a failing message.
 	Blocked bool
+	// Retrying selects sessions released until the next attempt of a failing message.
+	Retrying bool
 	// Ended includes the tombstones of ended sessions.
 	Ended bool
 	// After starts the list after this session id (the NextAfter of the page before).
@@ -132,11 +143,11 @@ type ListParams struct {
 // later messages deferred, so its state records a gap as well (State.GapSince); Gap leaves it
 // out, as the workers' gap warnings do: it waits for an operator, not for a missing message.
 func (p ListParams) match(st *sequencer.State) bool {
-	if !p.Parked && !p.Gap && !p.Stranded && !p.Blocked {
+	if !p.Parked && !p.Gap && !p.Stranded && !p.Blocked && !p.Retrying {
 		return true
 	}
 	return (p.Parked && st.Parked != nil) || (p.Gap && !st.GapSince.IsZero() && st.Parked == nil) || (p.Stranded && st.NeedsWake()) ||
-		(p.Blocked && st.Blocked != nil)
+		(p.Blocked && st.Blocked != nil) || (p.Retrying && st.Retrying != nil)
 }
 
 // ListResult is what List found, ordered by session id.
@@ -159,7 +170,7 @@ func (o *Operator) List(ctx context.Context, p ListParams) (*ListResult, error) 
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%w: limit must not be negative, got %d", ErrInvalidInput, p.Limit)
 	}
-	f := sessionstate.Filter{Parked: p.Parked, Gap: p.Gap, Stranded: p.Stranded, Blocked: p.Blocked, Ended: p.Ended}
+	f := sessionstate.Filter{Parked: p.Parked, Gap: p.Gap, Stranded: p.Stranded, Blocked: p.Blocked, Retrying: p.Retrying, Ended: p.Ended}
 	res := &ListResult{Sessions: []SessionInfo{}}
 	after := p.After
 	for {
@@ -508,6 +519,56 @@ func (o *Operator) Skip(ctx context.Context, p SkipParams) (*SkipResult, error) 
 		slog.Int64("from", res.SkippedFrom), slog.Int64("to", res.SkippedTo),
 		slog.Any("dropped_deferred", res.DroppedDeferred), slog.Bool("was_parked", res.Unparked != nil),
 		slog.Bool("was_blocked", res.Unblocked != nil), slog.Bool("ended", res.Ended))
+	return res, nil
+}
+
+// RetryNowParams name the session RetryNow makes retry at once.
+type RetryNowParams struct {
+	SessionID string
+	// Wait bounds the wait for a worker to release the session (0 tries once).
+	Wait time.Duration
+}
+
+// RetryNowResult is the released retry RetryNow brought forward.
+type RetryNowResult struct {
+	SessionID string `json:"session_id"`
+	// Sequence is the message whose next attempt is now due; Attempts the handler calls made so
+	// far and LastError the last one's error.
+	Sequence  int64  `json:"sequence"`
+	Attempts  uint64 `json:"attempts"`
+	LastError string `json:"last_error"`
+	// WasDue is when the attempt was planned; RetryAt when it is due now.
+	WasDue  time.Time `json:"was_due"`
+	RetryAt time.Time `json:"retry_at"`
+}
+
+// RetryNow ends the wait of a session released until the next attempt of a failing message
+// (SEQBUS_RETRY_RELEASE_AFTER): while holding the session lock it makes the attempt due now,
+// through the store's version check; the workers' sweeper then wakes the session at its next
+// sweep. The attempt still counts against SEQBUS_MAX_HANDLER_ATTEMPTS.
+func (o *Operator) RetryNow(ctx context.Context, p RetryNowParams) (*RetryNowResult, error) {
+	if err := checkSessionID(p.SessionID); err != nil {
+		return nil, err
+	}
+	var res *RetryNowResult
+	_, err := o.change(ctx, p.SessionID, o.waitUntil(p.Wait), func(st *sequencer.State, _ int64) error {
+		if !st.EndedAt.IsZero() {
+			return fmt.Errorf("session %q: %w (at %s)", p.SessionID, ErrSessionEnded, st.EndedAt.UTC().Format(time.RFC3339))
+		}
+		rt := st.Retrying
+		if rt == nil {
+			return fmt.Errorf("session %q: %w (next expected sequence %d); nothing to retry", p.SessionID, ErrNotRetrying, st.Next)
+		}
+		res = &RetryNowResult{SessionID: p.SessionID, Sequence: rt.Sequence, Attempts: rt.Attempts, LastError: rt.Reason, WasDue: rt.At}
+		st.RetryNow(o.cfg.Clock.Now())
+		res.RetryAt = st.Retrying.At
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	o.log.InfoContext(ctx, "operator: retry now", slog.String("session_id", p.SessionID), slog.Int64("sequence", res.Sequence),
+		slog.Uint64("attempts", res.Attempts), slog.Time("was_due", res.WasDue))
 	return res, nil
 }
 

@@ -75,7 +75,7 @@ type skipPlan struct {
 	Ends bool
 }
 
-// defaultSkipTarget is where skip goes without --to: past the parked or blocked message, past
+// defaultSkipTarget is where skip goes without --to: past the parked, blocked or retrying message, past
 // the missing sequences of a gap (to the lowest deferred sequence) when the session waits on one
 // or was parked on one by the gap policy. 0 when there is nothing to skip.
 func defaultSkipTarget(st *sequencer.State) int64 {
@@ -87,6 +87,9 @@ func defaultSkipTarget(st *sequencer.State) int64 {
 	}
 	if b := st.Blocked; b != nil && b.Sequence == st.Next {
 		return b.Sequence + 1
+	}
+	if r := st.Retrying; r != nil && r.Sequence == st.Next {
+		return r.Sequence + 1 // give up the message that keeps failing (its deferred copy is completed)
 	}
 	if _, due := st.Deferred[st.Next]; due {
 		return 0

@@ -163,6 +163,17 @@ func TestSkipState(t *testing.T) {
 		{name: "parked: --to into a gap", state: parkedState, to: 5, wantFrom: 3, wantTo: 5,
 			wantDropped: []int64{4}, wantSkipped: 2, wantWake: true, wantGapSince: opNow},
 		{name: "gap: the missing sequences", state: gapState, wantFrom: 2, wantTo: 5, wantSkipped: 3, wantWake: true},
+		{
+			name: "retrying: the message that keeps failing",
+			state: func() *sequencer.State {
+				st := sequencer.NewState()
+				st.Next = 4
+				st.Deferred = map[int64]int64{4: 40, 5: 50}
+				st.Retrying = &sequencer.Retrying{Sequence: 4, BrokerSequence: 40, At: opNow.Add(time.Minute), Attempts: 3, Reason: "503"}
+				return st
+			},
+			wantFrom: 4, wantTo: 5, wantDropped: []int64{4}, wantSkipped: 1, wantWake: true,
+		},
 		{name: "gap: past a deferred one", state: gapState, to: 6, wantFrom: 2, wantTo: 6, wantDropped: []int64{5},
 			wantSkipped: 4, wantWake: true, wantGapSince: opNow},
 		{

@@ -16,7 +16,7 @@ import (
 //	version    1 byte   1
 //	flags      uv       bit 0: Parked present, bit 1: EndedAt set, bit 2: GapSince set,
 //	                    bit 3: UpdatedAt set, bit 4: SkippedPoison present, bit 5: InFlight present,
-//	                    bit 6: Blocked present
+//	                    bit 6: Blocked present, bit 7: Retrying present
 //	next       sv
 //	last       sv
 //	counters   7 × uv   Handled, Deferred, Duplicates, Invalid, DeadLettered, Retries, Skipped
@@ -31,9 +31,12 @@ import (
 //	in flight  if flag 5: InFlight, encoded like deferred
 //	blocked    if flag 6: sequence sv, broker sequence sv, since time, times uv, reason (uv length +
 //	           bytes)
+//	retrying   if flag 7: sequence sv, broker sequence sv, at time, attempts uv, reason (uv length +
+//	           bytes)
 //
 // Flags a decoder does not know make the state unreadable to it: a state with Blocked (written by
-// a worker that uses PoisonBlock) cannot be read by a worker from before Blocked existed.
+// a worker that uses PoisonBlock) cannot be read by a worker from before Blocked existed, nor one
+// with Retrying (RetryReleaseAfter) by a worker from before Retrying existed.
 //
 // A time is sv seconds since the Unix epoch followed by uv nanoseconds (< 1e9), decoded in UTC.
 // Sorted application sequences are usually consecutive and broker sequence numbers grow with them,
@@ -50,7 +53,8 @@ const (
 	flagSkipped  = 1 << 4
 	flagInFlight = 1 << 5
 	flagBlocked  = 1 << 6
-	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight | flagBlocked
+	flagRetrying = 1 << 7
+	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight | flagBlocked | flagRetrying
 	maxReasonLen = 4096
 )
 
@@ -81,6 +85,9 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	}
 	if s.Blocked != nil {
 		flags |= flagBlocked
+	}
+	if s.Retrying != nil {
+		flags |= flagRetrying
 	}
 	b := make([]byte, 0, 64+len(s.Deferred)*4)
 	b = append(b, codecMagic0, codecMagic1, codecVersion)
@@ -119,6 +126,13 @@ func (s *State) MarshalBinary() ([]byte, error) {
 		b = appendTime(b, bl.Since)
 		b = binary.AppendUvarint(b, bl.Times)
 		b = appendReason(b, bl.Reason)
+	}
+	if rt := s.Retrying; rt != nil {
+		b = binary.AppendVarint(b, rt.Sequence)
+		b = binary.AppendVarint(b, rt.BrokerSequence)
+		b = appendTime(b, rt.At)
+		b = binary.AppendUvarint(b, rt.Attempts)
+		b = appendReason(b, rt.Reason)
 	}
 	return b, nil
 }
@@ -192,6 +206,15 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		bl.Times = d.uvarint("blocked.times")
 		bl.Reason = d.reason("blocked.reason")
 		out.Blocked = bl
+	}
+	if flags&flagRetrying != 0 {
+		rt := &Retrying{}
+		rt.Sequence = d.varint("retrying.sequence")
+		rt.BrokerSequence = d.varint("retrying.broker_sequence")
+		rt.At = d.time("retrying.at")
+		rt.Attempts = d.uvarint("retrying.attempts")
+		rt.Reason = d.reason("retrying.reason")
+		out.Retrying = rt
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))

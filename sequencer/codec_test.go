@@ -45,7 +45,13 @@ func sampleStates() map[string]*sequencer.State {
 		Deferred: map[int64]int64{11: 400},
 		Parked:   &sequencer.Parked{Sequence: 9, Reason: "gap timeout: sequence 9 missing", At: at},
 	}
+	retrying := &sequencer.State{
+		Next:     6,
+		Deferred: map[int64]int64{6: 88, 7: 90},
+		Retrying: &sequencer.Retrying{Sequence: 6, BrokerSequence: 88, At: at.Add(30 * time.Second), Attempts: 4, Reason: "partner API: 503"},
+	}
 	return map[string]*sequencer.State{
+		"retrying":   retrying,
 		"new":        sequencer.NewState(),
 		"full":       full,
 		"extreme":    extreme,
@@ -98,6 +104,16 @@ func requireStateEqual(t *testing.T, want, got *sequencer.State) {
 		require.Equal(t, want.Blocked.Reason, got.Blocked.Reason)
 		require.Equal(t, want.Blocked.Times, got.Blocked.Times)
 		require.True(t, want.Blocked.Since.Equal(got.Blocked.Since))
+	}
+	if want.Retrying == nil {
+		require.Nil(t, got.Retrying)
+	} else {
+		require.NotNil(t, got.Retrying)
+		require.Equal(t, want.Retrying.Sequence, got.Retrying.Sequence)
+		require.Equal(t, want.Retrying.BrokerSequence, got.Retrying.BrokerSequence)
+		require.Equal(t, want.Retrying.Attempts, got.Retrying.Attempts)
+		require.Equal(t, want.Retrying.Reason, got.Retrying.Reason)
+		require.True(t, want.Retrying.At.Equal(got.Retrying.At))
 	}
 	if want.Parked == nil {
 		require.Nil(t, got.Parked)

@@ -96,6 +96,15 @@ type EngineConfig struct {
 	// Retry is the handler retry policy (when entirely zero: 5 attempts, 1s base, 30s cap; a
 	// zero Base means no wait between attempts).
 	Retry RetryPolicy
+	// RetryReleaseAfter, when positive, spends the waits after the first RetryReleaseAfter handler
+	// attempts with the session released (default 0: every attempt waits in place, holding the
+	// session and its slot). Once that many attempts of the message for Next have failed, the
+	// engine records the next attempt's time in the state (State.Retrying), defers the message,
+	// and releases the session; the later messages wait behind it, and a sweeper wakes the
+	// session when the attempt is due. Retry still counts and spaces every attempt. It must be
+	// below Retry.Attempts, and does not go with PoisonBlock (whose last attempt gives the
+	// message back to the broker, which a deferred message does not get).
+	RetryReleaseAfter int
 	// Poison is the policy once retries are exhausted (default PoisonPark).
 	Poison PoisonPolicy
 	// IdleTimeout is how long a receive waits before the session counts as idle and is released
@@ -187,6 +196,14 @@ func (c EngineConfig) Validate() error {
 	case PoisonPark, PoisonSkip, PoisonBlock:
 	default:
 		errs = append(errs, fmt.Errorf("Poison %q: want park, skip or block", c.Poison))
+	}
+	switch {
+	case c.RetryReleaseAfter < 0:
+		errs = append(errs, fmt.Errorf("RetryReleaseAfter %d must not be negative", c.RetryReleaseAfter))
+	case c.RetryReleaseAfter > 0 && c.RetryReleaseAfter >= c.Retry.Attempts:
+		errs = append(errs, fmt.Errorf("RetryReleaseAfter %d must be below Retry.Attempts %d", c.RetryReleaseAfter, c.Retry.Attempts))
+	case c.RetryReleaseAfter > 0 && c.Poison == PoisonBlock:
+		errs = append(errs, errors.New("RetryReleaseAfter does not go with PoisonBlock"))
 	}
 	switch c.GapPolicy {
 	case GapWait, GapSkip, GapPark:

@@ -176,6 +176,9 @@ type view struct {
 	st        *State
 	w         *window
 	resolving bool
+	// cooling: the message for Next waits for a released retry (State.Retrying) that is not due,
+	// or that this run has just planned: nothing is handed over, what arrives is held.
+	cooling bool
 }
 
 // decide returns what to do with m, from the state, the window and m alone. The checks run in
@@ -216,7 +219,7 @@ func (v view) decide(m *msg) action {
 	}
 	a := action{kind: actHold, learnsLast: m.last && st.Last == 0}
 	gapParked := st.Parked != nil && st.Parked.OnGap() && st.Parked.Sequence == m.seq
-	if m.seq == st.Next && (st.Parked == nil || gapParked) && !v.awaitsRecord(m) {
+	if m.seq == st.Next && (st.Parked == nil || gapParked) && !v.awaitsRecord(m) && !v.cooling {
 		a.kind, a.unparks = actHandle, gapParked
 	}
 	return a
@@ -329,13 +332,15 @@ func (v view) awaitsRecord(m *msg) bool {
 // the session again after a crash.
 func (v view) needsAnchor() bool {
 	_, due := v.st.Deferred[v.st.Next]
-	return due && !v.w.missing[v.st.Next] && v.st.Parked == nil
+	// A released retry is woken at its time by a sweeper: no active message needs to wait for it.
+	return due && !v.w.missing[v.st.Next] && v.st.Parked == nil && v.st.Retrying == nil
 }
 
 // gapWaiting reports whether later messages wait while Next is missing.
 func (v view) gapWaiting() bool {
 	st := v.st
-	if st.Parked != nil || !st.EndedAt.IsZero() || v.resolving {
+	// A released retry is no gap: the message for Next is here, deferred until its attempt.
+	if st.Parked != nil || !st.EndedAt.IsZero() || v.resolving || st.Retrying != nil {
 		return false
 	}
 	if len(v.w.held) > 0 {
@@ -370,7 +375,8 @@ func (v view) lowestWaiting() int64 {
 // overflow returns the held messages to defer so that at most limit messages and WindowBytes of
 // bodies stay in the window, those furthest ahead first. It never picks the message for Next
 // (held only when a stop cut the drain short: deferred, it would strand the session until a
-// sweeper came by) nor an entry of an inherited record, and while such a record is unresolved
+// sweeper came by; while a released retry waits, the sweeper wakes it at its time) nor an entry
+// of an inherited record, and while such a record is unresolved
 // one held message stays at least: the real Next may be among them and every entry may be gone,
 // so it acts as the anchor that makes the broker offer the session again.
 func (v view) overflow(limit int) []*msg {
@@ -388,7 +394,7 @@ func (v view) overflow(limit int) []*msg {
 	var evict []*msg
 	for i := len(keys) - 1; i >= 0 && over(); i-- {
 		m := v.w.held[keys[i]]
-		if v.recorded(m) || (m.seq == v.st.Next && v.st.Parked == nil) {
+		if v.recorded(m) || (m.seq == v.st.Next && v.st.Parked == nil && !v.cooling) {
 			continue
 		}
 		evict = append(evict, m)

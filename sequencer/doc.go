@@ -32,6 +32,7 @@
 //	                    an inherited run record
 //	session_inorder.go  an in-order message: handler → save → settle, or an entry of a recorded
 //	                    run; an unsequenced one; the retry (backoff, tenure check); the poison policy
+//	session_retry.go    a retry whose wait is spent with the session released (State.Retrying)
 //	session_drain.go    the drain of what became due (window, then deferred fetched by number),
 //	                    the bound of the window, the gap clock and the gap policy
 //	session_end.go      the end of a session (tombstone or delete) and the release of a run
@@ -188,6 +189,31 @@
 // → abandon, and the run releases the session; the broker redelivers the message until it
 // succeeds (handling it clears State.Blocked) or its max delivery count dead-letters it (the mark
 // stays, for an operator: State.Unblock, State.SkipTo). The mark is a report, not a gate.
+//
+// # Released retries
+//
+// With EngineConfig.RetryReleaseAfter = N > 0 the first N attempts of a failing in-order message
+// wait in place as above; after that each wait is spent with the session released:
+// save(State.Retrying{sequence, broker sequence, At, Attempts, Reason} and Deferred[seq]) →
+// defer → release (OutcomeRetrying, EventReleasedRetry). The later messages of the session wait
+// behind it (deferred), so nothing overtakes; the session holds no lock and no runner slot, and
+// the broker does not offer it (all its messages are deferred). At Retrying.At a sweeper wakes
+// it (State.RetryDue; the Runner that released it wakes it then too, Runner.Wake), and the run
+// fetches the message by its broker sequence number and calls the handler once: on success
+// Retrying goes with the save of Next+1; on failure the next wait is planned the same way,
+// Retry.Backoff(attempts) after now; once Retry.Attempts calls have failed the poison policy acts
+// as ever (park clears the plan; PoisonBlock does not go with released retries). The attempts
+// count across runs and processes, from the stored state.
+//
+// A run of such a session before its time hands nothing over (view.cooling): a message that
+// arrives is held, and the run ends after that receive batch, deferring it; a run started for a
+// wake (RunOptions.Woken) ends at once. A crash between the save and the defer leaves the
+// message active with its index entry: redelivered, it is recognised by its broker sequence
+// number and held until the plan is due (then deferred, or handed over). A crash after the defer,
+// or during a woken attempt, leaves the plan, which the next run follows. The deferral costs no
+// delivery (Service Bus counts a delivery at an abandon or a lock's expiry, not at a defer): a
+// message waits any number of released retries without reaching the entity's max delivery
+// count; only a process that dies during an attempt (its locks expire) counts one.
 //
 // # End
 //

@@ -32,9 +32,13 @@ const (
 	OutcomeCanceled
 	// OutcomeFailed: a store or broker call failed; the session was released unsettled.
 	OutcomeFailed
+	// OutcomeRetrying: the handler of the message for Next keeps failing and the wait before its
+	// next attempt is spent with the session released (EngineConfig.RetryReleaseAfter); the
+	// state says when the attempt is due (State.Retrying).
+	OutcomeRetrying
 )
 
-var outcomeNames = [...]string{"idle", "ended", "parked", "blocked", "stopped", "lock_lost", "canceled", "failed"}
+var outcomeNames = [...]string{"idle", "ended", "parked", "blocked", "stopped", "lock_lost", "canceled", "failed", "retrying"}
 
 // String returns the snake_case name of the outcome, for logs and metrics labels.
 func (o Outcome) String() string {
@@ -115,6 +119,10 @@ type RunOptions struct {
 	Stop context.Context
 	// Resume, when set, clears the session's parked mark before anything else.
 	Resume *ResumeOptions
+	// Woken says the session was accepted by id for a wake (a sweeper, a planned retry), not
+	// offered by the broker: a session whose released retry is not due yet is then released at
+	// once, without waiting in a receive (the broker offers it again should messages arrive).
+	Woken bool
 }
 
 // ResumeOptions say how a parked session resumes.
@@ -137,6 +145,7 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 		ctx:    rctx,
 		stop:   cmp.Or[context.Context](opts.Stop, context.Background()),
 		resume: opts.Resume,
+		woken:  opts.Woken,
 		sess:   sess,
 		id:     sess.ID(),
 		w:      newWindow(),

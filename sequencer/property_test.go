@@ -330,8 +330,9 @@ func (w *propWorld) drain() {
 	w.t.Fatal("accept-next never ran dry")
 }
 
-// sweep plays the sweeper and the operator: stranded sessions are accepted by id, parked ones
-// are resumed with a skip. It reports whether it found anything to do.
+// sweep plays the sweeper and the operator: stranded sessions are accepted by id, sessions with
+// a released retry are woken at its time, parked ones are resumed with a skip. It reports
+// whether it found anything to do.
 func (w *propWorld) sweep() bool {
 	did := false
 	ids := w.store.SessionIDs()
@@ -346,6 +347,12 @@ func (w *propWorld) sweep() bool {
 		case st.Parked != nil:
 			opts = &sequencer.RunOptions{Resume: &sequencer.ResumeOptions{Skip: true}}
 			w.resumes++
+		case st.Retrying != nil && st.Parked == nil && st.EndedAt.IsZero():
+			// A released retry: the sweeper wakes it at its time.
+			if at := st.Retrying.At; w.clock.Now().Before(at) {
+				w.clock.Set(at)
+			}
+			opts = &sequencer.RunOptions{Woken: true}
 		case st.DueDeferred() && w.strandable[id]:
 		default:
 			continue
@@ -366,6 +373,8 @@ type propTotals struct {
 	// pipelined counts the cases run with background completions, perMessage those with a save
 	// after each handler call (the others record runs), runs the runs recorded.
 	pipelined, perMessage, runs int
+	// retries sums the tombstones' retry counters.
+	retries int
 }
 
 func runPropCase(t *testing.T, seed uint64, tot *propTotals) {
@@ -485,6 +494,8 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 		require.Equal(t, n+1, st.Next, "seed %d: session %s tombstone's next", seed, id)
 		require.Empty(t, st.InFlight, "seed %d: session %s tombstone's run record", seed, id)
 		require.Nil(t, st.Parked, "seed %d: session %s tombstone parked", seed, id)
+		require.Nil(t, st.Retrying, "seed %d: session %s tombstone retrying", seed, id)
+		tot.retries += int(st.Counters.Retries)
 	}
 	return w.totalCalls
 }

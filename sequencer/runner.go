@@ -45,6 +45,9 @@ type Runner struct {
 	waking  map[string]bool
 	// waiting holds the cancel functions of the AcceptNext waits in progress: a Wake ends one.
 	waiting map[*context.CancelCauseFunc]struct{}
+	// retryWakes are the timers that wake a session this runner released until its next attempt
+	// (EventReleasedRetry), by session id; a stop stops them.
+	retryWakes map[string]clock.Timer
 
 	softCtx    context.Context
 	softCancel context.CancelFunc
@@ -73,15 +76,60 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, fmt.Errorf("sequencer: RunnerConfig: MaxConcurrentSessions %d must be positive, timeouts not negative",
 			cfg.MaxConcurrentSessions)
 	}
+	r := &Runner{cfg: cfg, log: cfg.Logger, waking: map[string]bool{},
+		waiting: map[*context.CancelCauseFunc]struct{}{}, retryWakes: map[string]clock.Timer{}, done: make(chan struct{}),
+		errorBackoff: backoff.Policy{Base: cfg.ErrorBackoff, Max: cfg.ErrorBackoff}}
 	e, err := NewEngine(cfg.Engine, EngineDeps{
-		Store: cfg.Store, Handler: cfg.Handler, Clock: cfg.Clock, Logger: cfg.Logger, Observer: cfg.Observer,
+		Store: cfg.Store, Handler: cfg.Handler, Clock: cfg.Clock, Logger: cfg.Logger,
+		Observer: ObserverFunc(func(ev Event) {
+			if ev.Kind == EventReleasedRetry {
+				r.wakeAt(ev.SessionID, ev.At)
+			}
+			if cfg.Observer != nil {
+				cfg.Observer.Observe(ev)
+			}
+		}),
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, engine: e, log: cfg.Logger, waking: map[string]bool{},
-		waiting: map[*context.CancelCauseFunc]struct{}{}, done: make(chan struct{}),
-		errorBackoff: backoff.Policy{Base: cfg.ErrorBackoff, Max: cfg.ErrorBackoff}}, nil
+	r.engine = e
+	return r, nil
+}
+
+// wakeAt wakes session id at the time its released retry is due: the runner that released it
+// knows the time at once, where a sweeper learns it at its next sweep. The sweeper wakes the
+// session as well, which covers a process gone by then; the second wake finds the session busy,
+// or not due, and costs an accept.
+func (r *Runner) wakeAt(id string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.softCtx != nil && r.softCtx.Err() != nil {
+		return // stopping: the sweeper of a replica still running wakes it
+	}
+	if t, ok := r.retryWakes[id]; ok {
+		t.Stop()
+	}
+	var t clock.Timer
+	t = r.cfg.Clock.AfterFunc(max(at.Sub(r.cfg.Clock.Now()), 0), func() {
+		r.mu.Lock()
+		if r.retryWakes[id] == t {
+			delete(r.retryWakes, id)
+		}
+		r.mu.Unlock()
+		r.Wake(id)
+	})
+	r.retryWakes[id] = t
+}
+
+// stopRetryWakes stops the planned wakes (a stop).
+func (r *Runner) stopRetryWakes() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, t := range r.retryWakes {
+		t.Stop()
+		delete(r.retryWakes, id)
+	}
 }
 
 // Engine returns the runner's engine.
@@ -125,6 +173,7 @@ func (r *Runner) Stop(ctx context.Context) error {
 	}
 	r.softCancel()
 	r.mu.Unlock()
+	r.stopRetryWakes()
 	select {
 	case <-r.done:
 		r.hardCancel()
@@ -148,6 +197,7 @@ func (r *Runner) StopAndCancel(ctx context.Context) error {
 	r.softCancel()
 	r.hardCancel()
 	r.mu.Unlock()
+	r.stopRetryWakes()
 	select {
 	case <-r.done:
 		return nil
@@ -219,7 +269,7 @@ func (r *Runner) nextWake() (string, bool) {
 func (r *Runner) worker(n int) {
 	log := r.log.With(slog.Int("worker", n))
 	for r.softCtx.Err() == nil {
-		sess, pause, err := r.accept()
+		sess, woken, pause, err := r.accept()
 		if err != nil {
 			if !pause || r.softCtx.Err() != nil {
 				continue
@@ -231,7 +281,7 @@ func (r *Runner) worker(n int) {
 			continue
 		}
 		r.active.Add(1)
-		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx}) // the engine logs errors
+		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx, Woken: woken}) // the engine logs errors
 		r.active.Add(-1)
 		log.DebugContext(r.softCtx, "sequencer: session released", slog.String("session_id", sess.ID()),
 			slog.String("outcome", out.String()))
@@ -247,20 +297,20 @@ func (r *Runner) pause() {
 	_ = clock.Sleep(r.softCtx, r.cfg.Clock, r.errorBackoff.Delay(1))
 }
 
-// accept serves a queued wake or waits for the next session. pause says the worker should wait
-// before trying again (an error, or a source that returned without waiting).
-func (r *Runner) accept() (sess Session, pause bool, err error) {
+// accept serves a queued wake (woken) or waits for the next session. pause says the worker
+// should wait before trying again (an error, or a source that returned without waiting).
+func (r *Runner) accept() (sess Session, woken, pause bool, err error) {
 	r.engine.stats.calls[CallAccept].Add(1)
 	if id, ok := r.nextWake(); ok {
 		sess, err = r.cfg.Source.Accept(r.softCtx, id)
-		return sess, err != nil && !errors.Is(err, ErrSessionLocked), err
+		return sess, true, err != nil && !errors.Is(err, ErrSessionLocked), err
 	}
 	ctx, cancel := context.WithCancelCause(r.softCtx)
 	defer cancel(nil)
 	r.mu.Lock()
 	if len(r.wakes) > 0 {
 		r.mu.Unlock()
-		return nil, false, ErrNoSession // a wake came in meanwhile: serve it first
+		return nil, false, false, ErrNoSession // a wake came in meanwhile: serve it first
 	}
 	r.waiting[&cancel] = struct{}{}
 	r.mu.Unlock()
@@ -273,10 +323,10 @@ func (r *Runner) accept() (sess Session, pause bool, err error) {
 	defer t.Stop()
 	sess, err = r.cfg.Source.AcceptNext(ctx)
 	if err == nil {
-		return sess, false, nil // even if woken meanwhile: the wake stays queued for the next accept
+		return sess, false, false, nil // even if woken meanwhile: the wake stays queued for the next accept
 	}
 	if ctx.Err() != nil {
-		return nil, false, fmt.Errorf("%w: %w", ErrNoSession, err) // waited the full timeout, or woken
+		return nil, false, false, fmt.Errorf("%w: %w", ErrNoSession, err) // waited the full timeout, or woken
 	}
-	return nil, true, err
+	return nil, false, true, err
 }

@@ -34,6 +34,10 @@ const (
 	// ended: this run handled (or skipped) the last message and settled what was left; the
 	// session is released.
 	ended
+	// retryingHere: the handler of the message for Next keeps failing and its next attempt waits
+	// with the session released (State.Retrying), or such a wait is not over; the rest of the
+	// batch is decided (and held), what is held is deferred, and the session is released.
+	retryingHere
 )
 
 // outcome returns the outcome of a run in a final phase.
@@ -45,6 +49,8 @@ func (p phase) outcome() (Outcome, bool) {
 		return OutcomeParked, true
 	case ended:
 		return OutcomeEnded, true
+	case retryingHere:
+		return OutcomeRetrying, true
 	}
 	return 0, false
 }
@@ -56,8 +62,10 @@ type run struct {
 	ctx    context.Context
 	stop   context.Context
 	resume *ResumeOptions
-	sess   Session
-	id     string
+	// woken: accepted by id for a wake (RunOptions.Woken).
+	woken bool
+	sess  Session
+	id    string
 	// s makes the run's settlements and holds the lost-lock flag, the background completions,
 	// the anchors and the settled messages whose index entries the next save removes.
 	s settler
@@ -91,7 +99,7 @@ func (r *run) now() time.Time { return r.e.clock.Now() }
 func (r *run) log() *slog.Logger { return r.e.log.With(slog.String("session_id", r.id)) }
 
 func (r *run) view() view {
-	return view{cfg: &r.e.cfg, st: r.st, w: &r.w, resolving: r.phase == resolving}
+	return view{cfg: &r.e.cfg, st: r.st, w: &r.w, resolving: r.phase == resolving, cooling: r.cooling()}
 }
 
 // run processes the session and settles what it may before the release: it never returns
@@ -119,6 +127,7 @@ func (r *run) loop() (Outcome, error) {
 	if err := r.drain(); err != nil {
 		return 0, err
 	}
+	r.releaseIfCooling(r.woken)
 	for {
 		if r.ctx.Err() != nil {
 			return 0, context.Cause(r.ctx)
@@ -140,6 +149,7 @@ func (r *run) loop() (Outcome, error) {
 			if err := r.take(batch); err != nil {
 				return 0, err
 			}
+			r.releaseIfCooling(true)
 		} else {
 			// Nothing more at the broker: the session idles, unless that resolves an inherited
 			// record or a gap timed out.

@@ -15,9 +15,9 @@ import (
 // drain hands over everything that is now in order: from the window first, then deferred
 // messages fetched by broker sequence number, one receive-deferred call per consecutive run.
 // A stop ends it after the message in hand; the anchors then stay unsettled and wake the session
-// later.
+// later. A released retry that is not due (cooling) holds it up.
 func (r *run) drain() error {
-	for r.phase != blocked && r.st.Parked == nil && r.st.EndedAt.IsZero() && r.stop.Err() == nil {
+	for r.phase != blocked && r.st.Parked == nil && r.st.EndedAt.IsZero() && r.stop.Err() == nil && !r.cooling() {
 		next := r.st.Next
 		if h, ok := r.w.held[next]; ok && !r.view().awaitsRecord(h) {
 			if err := r.step(r.w.unhold(next)); err != nil {

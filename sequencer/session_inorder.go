@@ -124,6 +124,10 @@ func (r *run) handOver(m *msg, once func() error) (ok bool, err error) {
 	if errors.As(err, &perr) {
 		return false, r.poison(m, perr.err)
 	}
+	var rerr *releaseError
+	if errors.As(err, &rerr) {
+		return false, r.releaseRetry(m, rerr) // session_retry.go
+	}
 	if err != nil {
 		return false, err
 	}
@@ -134,10 +138,12 @@ func (r *run) handOver(m *msg, once func() error) (ok bool, err error) {
 
 // retry runs once (one handler call, with its save) until it succeeds or the retries are
 // exhausted (*poisonError), re-reading the stored version after each backoff wait (verifyTenure).
-// A retry of an ordered message counts in the state's counters.
+// A retry of an ordered message counts in the state's counters. The attempts count on from an
+// earlier run's released retry, and once the in-place ones are used up the wait is spent with the
+// session released (*releaseError, session_retry.go).
 func (r *run) retry(m *msg, once func() error) error {
 	cfg := r.e.cfg
-	for attempt := 1; ; attempt++ {
+	for attempt := r.attemptsBefore(m) + 1; ; attempt++ {
 		err := once()
 		var herr *handlerError
 		if !errors.As(err, &herr) {
@@ -148,6 +154,9 @@ func (r *run) retry(m *msg, once func() error) error {
 		}
 		if attempt >= cfg.Retry.Attempts {
 			return &poisonError{err: herr.err}
+		}
+		if r.releases(m, attempt) {
+			return &releaseError{err: herr.err, attempts: attempt}
 		}
 		if !m.unsequenced {
 			r.st.Counters.Retries++

@@ -22,6 +22,11 @@ type State struct {
 	// Blocked is set while the poison policy PoisonBlock holds the session on a failing message,
 	// which the broker delivers again until it succeeds or its max delivery count dead-letters it.
 	Blocked *Blocked
+	// Retrying is set while the handler of the message for Next keeps failing and the engine
+	// spends the wait before its next attempt with the session released
+	// (EngineConfig.RetryReleaseAfter): the message is deferred at the broker (its index entry
+	// is in Deferred), and a sweeper wakes the session at Retrying.At.
+	Retrying *Retrying
 	// EndedAt is set once the last message was handled: the state is then a tombstone that makes
 	// late copies of the ended sequence duplicates until it expires.
 	EndedAt time.Time
@@ -74,6 +79,19 @@ type Blocked struct {
 	Times uint64
 }
 
+// Retrying records the planned next attempt of a message whose handler keeps failing, while the
+// session is released (EngineConfig.RetryReleaseAfter). It is always about the message for Next.
+type Retrying struct {
+	// Sequence and BrokerSequence name the message (deferred at the broker meanwhile).
+	Sequence, BrokerSequence int64
+	// At is when the next attempt is due.
+	At time.Time
+	// Attempts counts the handler calls made so far, the in-place ones included.
+	Attempts uint64
+	// Reason is the last handler error text.
+	Reason string
+}
+
 // Counters are per-session running totals.
 type Counters struct {
 	Handled      uint64
@@ -94,16 +112,17 @@ func NewState() *State {
 func (s *State) pristine() bool {
 	return s.Next == 1 && s.Last == 0 && s.Counters == (Counters{}) && len(s.Deferred) == 0 &&
 		len(s.SkippedPoison) == 0 && len(s.InFlight) == 0 && s.Parked == nil && s.Blocked == nil &&
-		s.EndedAt.IsZero() && s.GapSince.IsZero()
+		s.Retrying == nil && s.EndedAt.IsZero() && s.GapSince.IsZero()
 }
 
 // DueDeferred reports whether the session needs a run although the broker may not offer it to
 // accept-next: the message for Next is deferred (and the session is not parked), or the deferred
 // index still lists messages that were handled (below Next) or lie beyond the last sequence, whose
 // settlement a crash interrupted. A sweeper accepts such sessions by id, since the broker does not
-// offer a session that has only deferred messages to accept-next.
+// offer a session that has only deferred messages to accept-next. The message for Next that waits
+// for a released retry (State.Retrying) is not due here: it is due at Retrying.At (RetryDue).
 func (s *State) DueDeferred() bool {
-	if _, ok := s.Deferred[s.Next]; ok && s.Parked == nil {
+	if _, ok := s.Deferred[s.Next]; ok && s.Parked == nil && !s.retryingOn(s.Next) {
 		return true
 	}
 	for k := range s.Deferred {
@@ -126,6 +145,35 @@ func (s *State) NeedsWake() bool {
 		}
 	}
 	return s.DueDeferred()
+}
+
+// retryingOn reports whether a released retry waits on sequence seq.
+func (s *State) retryingOn(seq int64) bool { return s.Retrying != nil && s.Retrying.Sequence == seq }
+
+// RetryDue reports whether the released retry of the message for Next is due at now: a sweeper
+// wakes such a session (Runner.Wake), as it wakes a stranded one. A session whose retry is not
+// due yet needs nothing: its message is deferred, later ones wait behind it.
+func (s *State) RetryDue(now time.Time) bool {
+	return s.Retrying != nil && s.Parked == nil && s.EndedAt.IsZero() && !now.Before(s.Retrying.At)
+}
+
+// RetryWaiting reports whether a released retry waits at now (not due yet): the message for Next
+// stays deferred, and nothing later is handed over.
+func (s *State) RetryWaiting(now time.Time) bool {
+	return s.Retrying != nil && now.Before(s.Retrying.At)
+}
+
+// RetryNow makes the released retry due at now (an operator's retry-now) and reports whether
+// there was one; the session then needs a wake (RetryDue).
+func (s *State) RetryNow(now time.Time) bool {
+	if s.Retrying == nil {
+		return false
+	}
+	if s.Retrying.At.After(now) {
+		s.Retrying.At = now
+	}
+	s.UpdatedAt = now
+	return true
 }
 
 // GapExpired reports whether the engine has waited at least timeout for Next while later
@@ -228,6 +276,9 @@ func (s *State) pass(seq int64, now time.Time) {
 	if b := s.Blocked; b != nil && b.Sequence <= seq {
 		s.Blocked = nil // the message it was blocked on is done with
 	}
+	if r := s.Retrying; r != nil && r.Sequence <= seq {
+		s.Retrying = nil // the message it waited to retry is done with
+	}
 }
 
 // handled records that the handler took the in-order message (seq, broker sequence bs). It
@@ -262,6 +313,9 @@ func (s *State) skipTo(seq int64, now time.Time) (uint64, time.Duration) {
 	if b := s.Blocked; b != nil && b.Sequence < seq {
 		s.Blocked = nil
 	}
+	if r := s.Retrying; r != nil && r.Sequence < seq {
+		s.Retrying = nil
+	}
 	return n, wait
 }
 
@@ -269,7 +323,7 @@ func (s *State) skipTo(seq int64, now time.Time) (uint64, time.Duration) {
 // dead-lettered.
 func (s *State) park(seq, bs int64, reason string, now time.Time) {
 	s.Parked = &Parked{Sequence: seq, BrokerSequence: bs, Reason: reason, At: now}
-	s.Blocked = nil
+	s.Blocked, s.Retrying = nil, nil
 	s.Counters.DeadLettered++
 }
 
@@ -282,6 +336,7 @@ func (s *State) parkOnGap(reason string, now time.Time) {
 
 // block records that PoisonBlock holds the session on the message (seq, broker sequence bs).
 func (s *State) block(seq, bs int64, reason string, now time.Time) {
+	s.Retrying = nil
 	b := s.Blocked
 	if b == nil || b.Sequence != seq {
 		b = &Blocked{Sequence: seq, BrokerSequence: bs, Since: now}
@@ -317,6 +372,9 @@ func (s *State) recordDeferral(seq, bs int64) {
 func (s *State) passRecorded() {
 	if b := s.Blocked; b != nil && b.Sequence <= s.Next {
 		s.Blocked = nil
+	}
+	if r := s.Retrying; r != nil && r.Sequence <= s.Next {
+		s.Retrying = nil
 	}
 	delete(s.InFlight, s.Next)
 	s.Next++
@@ -367,6 +425,10 @@ func (s *State) clone() *State {
 	if s.Blocked != nil {
 		b := *s.Blocked
 		c.Blocked = &b
+	}
+	if s.Retrying != nil {
+		r := *s.Retrying
+		c.Retrying = &r
 	}
 	return &c
 }

@@ -56,11 +56,14 @@ const (
 	// EventGapOpened: a run released the session while waiting for the missing sequence
 	// (Sequence) that a later one (Lowest) waits behind.
 	EventGapOpened
+	// EventReleasedRetry: the handler of the message for Next (Sequence) failed again (Err) and
+	// the session was released until its next attempt, due at At (EngineConfig.RetryReleaseAfter).
+	EventReleasedRetry
 )
 
 var eventKindNames = [...]string{"handled", "held", "deferred", "duplicate", "invalid", "dead_lettered",
 	"retry", "parked", "skipped", "gap_resolved", "session_ended", "session_released", "lock_lost", "blocked",
-	"gap_opened"}
+	"gap_opened", "released_retry"}
 
 // String returns the snake_case name of the event kind, for logs and metrics labels.
 func (k EventKind) String() string {
@@ -83,6 +86,8 @@ type Event struct {
 	// Lowest is, for EventGapOpened, the lowest sequence waiting behind the gap (0 when the
 	// waiting messages are only known as held in memory).
 	Lowest int64
+	// At is, for EventReleasedRetry, when the next attempt is due.
+	At time.Time
 }
 
 // Observer receives engine events synchronously; it must be fast and safe for concurrent use.
@@ -119,6 +124,9 @@ type Stats struct {
 	BrokerCalls map[string]uint64
 	// GapWait is the total time Next was waited for while later messages were waiting.
 	GapWait time.Duration
+	// ReleasedRetries counts the releases of a session until the next attempt of a failing
+	// message (EngineConfig.RetryReleaseAfter).
+	ReleasedRetries uint64
 }
 
 // TotalBrokerCalls sums BrokerCalls.
@@ -134,6 +142,7 @@ type statsCounters struct {
 	sessions, handled, held, deferred, duplicates, invalid, deadLettered atomic.Uint64
 	retries, parked, skipped, storeCalls, runs                           atomic.Uint64
 	gapWait                                                              atomic.Int64
+	releasedRetries                                                      atomic.Uint64
 	calls                                                                [numCallKinds]atomic.Uint64
 }
 
@@ -154,6 +163,7 @@ func (c *statsCounters) snapshot() Stats {
 		GapWait:      time.Duration(c.gapWait.Load()),
 		BrokerCalls:  make(map[string]uint64, numCallKinds),
 	}
+	s.ReleasedRetries = c.releasedRetries.Load()
 	for k := range numCallKinds {
 		s.BrokerCalls[k.String()] = c.calls[k].Load()
 	}

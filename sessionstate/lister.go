@@ -35,12 +35,15 @@ type Filter struct {
 	Gap bool
 	// Stranded: the session needs a run the broker will not start (State.NeedsWake).
 	Stranded bool
+	// Retrying: the session waits, released, for the next attempt of a failing message
+	// (State.Retrying).
+	Retrying bool
 	// Ended includes the tombstones of ended sessions.
 	Ended bool
 }
 
 // any reports whether f selects on the state at all.
-func (f Filter) any() bool { return f.Parked || f.Gap || f.Stranded || f.Blocked }
+func (f Filter) any() bool { return f.Parked || f.Gap || f.Stranded || f.Blocked || f.Retrying }
 
 // Match reports whether st passes f.
 func (f Filter) Match(st *sequencer.State) bool {
@@ -51,7 +54,7 @@ func (f Filter) Match(st *sequencer.State) bool {
 		return true
 	}
 	return (f.Parked && st.Parked != nil) || (f.Gap && !st.GapSince.IsZero()) || (f.Stranded && st.NeedsWake()) ||
-		(f.Blocked && st.Blocked != nil)
+		(f.Blocked && st.Blocked != nil) || (f.Retrying && st.Retrying != nil)
 }
 
 // ListParams are the arguments of Lister.List.

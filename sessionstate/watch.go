@@ -46,7 +46,7 @@ type WatchConfig struct {
 }
 
 // Watch keeps the sweeper's view of the sessions that need it (Filter: parked, blocked, on a
-// gap, stranded) for stores that keep the state in the session itself, where reading a state
+// gap, stranded, retrying) for stores that keep the state in the session itself, where reading a state
 // locks the session. Each Sweep reads only the sessions whose state changed since the last one
 // (ChangedIDs), those busy the last time, and a bounded share of a full rescan while one runs;
 // the sessions it keeps are answered from memory until they change again. An ended session

@@ -145,6 +145,13 @@ type Config struct {
 	// RetryMax) (RetryBase 0: no wait).
 	RetryBase time.Duration `envconfig:"RETRY_BASE"`
 	RetryMax  time.Duration `envconfig:"RETRY_MAX"`
+	// RetryReleaseAfter, when positive, spends the waits after that many in-place handler
+	// attempts of a message with the session released (0: every wait in place, holding the session
+	// and its slot): the next attempt's time is stored in the session's state, the message is
+	// deferred, the later messages wait behind it, and the sweeper wakes the session when the
+	// attempt is due (see sequencer.EngineConfig.RetryReleaseAfter). It must be below
+	// MaxHandlerAttempts and does not go with PoisonPolicy block.
+	RetryReleaseAfter int `envconfig:"RETRY_RELEASE_AFTER"`
 	// SaveEachMessage saves the state after every handler call instead of once per run of
 	// in-order messages in hand (see sequencer.EngineConfig.SaveEachMessage).
 	SaveEachMessage bool `envconfig:"SAVE_EACH_MESSAGE"`
@@ -235,6 +242,7 @@ func (c Config) engine() sequencer.EngineConfig {
 		ReceiveBatch:      c.Prefetch,
 		DeferredBatch:     c.DrainBatch,
 		Retry:             sequencer.RetryPolicy{Attempts: c.MaxHandlerAttempts, Base: c.RetryBase, Cap: c.RetryMax},
+		RetryReleaseAfter: c.RetryReleaseAfter,
 		Poison:            c.PoisonPolicy,
 		IdleTimeout:       c.SessionIdleTimeout,
 		GapTimeout:        c.GapTimeout,
@@ -394,6 +402,15 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryMax < c.RetryBase {
 		p.add("RetryMax", "must be at least %s (%s), got %s", p.v("RetryBase"), c.RetryBase, c.RetryMax)
+	}
+	switch {
+	case c.RetryReleaseAfter < 0:
+		p.add("RetryReleaseAfter", "must not be negative (0 retries in place), got %d", c.RetryReleaseAfter)
+	case c.RetryReleaseAfter > 0 && c.RetryReleaseAfter >= c.MaxHandlerAttempts:
+		p.add("RetryReleaseAfter", "must be below %s (%d): the attempts after the first %d are the released ones, got %d",
+			p.v("MaxHandlerAttempts"), c.MaxHandlerAttempts, c.RetryReleaseAfter, c.RetryReleaseAfter)
+	case c.RetryReleaseAfter > 0 && c.PoisonPolicy == sequencer.PoisonBlock:
+		p.add("RetryReleaseAfter", "does not go with %s=block (block gives the message back to the broker after the attempts; a released retry keeps it deferred): use park or skip", p.v("PoisonPolicy"))
 	}
 	if c.ReorderWindow < 0 {
 		p.add("ReorderWindow", "must not be negative (0 turns the window off), got %d", c.ReorderWindow)

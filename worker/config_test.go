@@ -72,6 +72,10 @@ func TestValidate(t *testing.T) {
 			c.Ordering, c.StateStore, c.DatabaseURL = "none", "postgres", "postgres://u:p@h/db"
 		}, "SEQBUS_ORDERING: none keeps no state"},
 		{"no retry wait", func(c *Config) { c.RetryBase, c.RetryMax = 0, 0 }, ""},
+		{"released retries", func(c *Config) { c.RetryReleaseAfter = 2 }, ""},
+		{"negative release after", func(c *Config) { c.RetryReleaseAfter = -1 }, "SEQBUS_RETRY_RELEASE_AFTER: must not be negative"},
+		{"release after every attempt", func(c *Config) { c.RetryReleaseAfter = 5 }, "SEQBUS_RETRY_RELEASE_AFTER: must be below SEQBUS_MAX_HANDLER_ATTEMPTS (5)"},
+		{"released retries with block", func(c *Config) { c.RetryReleaseAfter, c.PoisonPolicy = 1, "block" }, "SEQBUS_RETRY_RELEASE_AFTER: does not go with SEQBUS_POISON_POLICY=block"},
 		{"tombstone off", func(c *Config) { c.TombstoneTTL = 0 }, ""},
 		{"http off", func(c *Config) { c.HTTPAddr = "off" }, ""},
 		{"http on a host", func(c *Config) { c.HTTPAddr = "127.0.0.1:0" }, ""},
@@ -324,6 +328,17 @@ func TestEngineConfigFollowsTheSettings(t *testing.T) {
 	require.Equal(t, sequencer.GapPark, e.GapPolicy)
 	require.Equal(t, sequencer.UnsequencedPassThrough, e.Unsequenced)
 	require.Equal(t, sequencer.PoisonBlock, e.Poison)
+	require.NoError(t, e.WithDefaults().Validate())
+	require.Zero(t, e.RetryReleaseAfter, "retries wait in place unless told otherwise")
+
+	t.Setenv("SEQBUS_POISON_POLICY", "park")
+	t.Setenv("SEQBUS_RETRY_RELEASE_AFTER", "2")
+	t.Setenv("SEQBUS_MAX_HANDLER_ATTEMPTS", "30")
+	cfg, err = load()
+	require.NoError(t, err)
+	e = cfg.engine()
+	require.Equal(t, 2, e.RetryReleaseAfter)
+	require.Equal(t, 30, e.Retry.Attempts)
 	require.NoError(t, e.WithDefaults().Validate())
 }
 

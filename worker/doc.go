@@ -30,10 +30,13 @@
 //     around Config.Handler (or the journal handler with Postgres).
 //   - The sweeper, every Config.SweepInterval, on the one replica that holds the entity's lease
 //     (a Postgres advisory lock, or the lock of the reserved session sessionstate.LeaseSessionID):
-//     it finds the sessions whose state says they are parked, blocked, waiting on a gap or
-//     stranded (a query with Postgres; with Service Bus a sessionstate.Watch that reads only the
-//     sessions whose state changed since the last sweep), wakes those the broker will not offer
-//     (stranded on deferred messages; past their gap timeout), refreshes the session gauges, warns
+//     it finds the sessions whose state says they are parked, blocked, waiting on a gap,
+//     stranded or waiting for a released retry (a query with Postgres; with Service Bus a
+//     sessionstate.Watch that reads only the sessions whose state changed since the last sweep),
+//     wakes those the broker will not offer (stranded on deferred messages; past their gap
+//     timeout; due for their released retry, the ones not due yet on time by a timer armed for the
+//     earliest; the runner that released a session wakes it at its time too), refreshes the
+//     session gauges, warns
 //     about gaps open for 1 min, 10 min and 1 h, and clears tombstones older than
 //     Config.TombstoneTTL. The other replicas report 0 in the session gauges.
 //   - Readiness checks every Config.ReadyInterval: the broker (a management call) and, with
@@ -49,12 +52,13 @@
 //
 // The names and labels are part of the interface; no label ever carries a session id:
 //
-//	seqbus_messages_total{outcome}          handled, held, deferred, duplicate, invalid, dead_lettered, retried, blocked
+//	seqbus_messages_total{outcome}          handled, held, deferred, duplicate, invalid, dead_lettered, retried, blocked, released_retry
 //	seqbus_handler_duration_seconds         histogram of handler calls
 //	seqbus_handler_errors_total             failed, panicked or timed-out handler calls
 //	seqbus_sessions_active                  sessions this worker handles now
 //	seqbus_sessions_parked                  parked sessions of the entity (as of the last sweep)
 //	seqbus_sessions_blocked                 blocked sessions of the entity (as of the last sweep)
+//	seqbus_sessions_retrying                sessions released until a retry (as of the last sweep)
 //	seqbus_gap_wait_seconds                 histogram of gap waits, observed when a gap closes
 //	seqbus_gap_oldest_seconds               age of the oldest open gap (as of the last sweep)
 //	seqbus_gaps_opened_total                sessions released idle with a sequence missing

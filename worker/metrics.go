@@ -24,8 +24,12 @@ const (
 	OutcomeBlocked      = "blocked"
 )
 
+// OutcomeReleasedRetry of seqbus_messages_total: a failed handler call whose next attempt waits
+// with the session released (SEQBUS_RETRY_RELEASE_AFTER); it counts as retried too.
+const OutcomeReleasedRetry = "released_retry"
+
 var outcomes = []string{OutcomeHandled, OutcomeHeld, OutcomeDeferred, OutcomeDuplicate, OutcomeInvalid,
-	OutcomeDeadLettered, OutcomeRetried, OutcomeBlocked}
+	OutcomeDeadLettered, OutcomeRetried, OutcomeBlocked, OutcomeReleasedRetry}
 
 // metrics holds the worker's Prometheus metrics. Their names and labels are part of the worker's
 // interface (dashboards and alerts depend on them); no label ever carries a session id.
@@ -37,6 +41,7 @@ type metrics struct {
 	handlerErrors   prometheus.Counter
 	sessionsParked  prometheus.Gauge
 	sessionsBlocked prometheus.Gauge
+	retrying        prometheus.Gauge // seqbus_sessions_retrying
 	gapWait         prometheus.Histogram
 	gapOldest       prometheus.Gauge
 	gapsOpened      prometheus.Counter
@@ -56,7 +61,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqbus_messages_total",
-			Help: "Messages by what the worker did with them: handled, held (in the reorder window), deferred, duplicate, invalid, dead_lettered, retried (a failed handler call that is tried again), blocked (given back to the broker by the poison policy block).",
+			Help: "Messages by what the worker did with them: handled, held (in the reorder window), deferred, duplicate, invalid, dead_lettered, retried (a failed handler call that is tried again), blocked (given back to the broker by the poison policy block), released_retry (a failed handler call whose next attempt waits with the session released).",
 		}, []string{"outcome"}),
 		handlerDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "seqbus_handler_duration_seconds",
@@ -74,6 +79,10 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 		sessionsBlocked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seqbus_sessions_blocked",
 			Help: "Sessions blocked by the poison policy block, retrying a failing message until the broker dead-letters it (as of the last sweep; every session of the entity).",
+		}),
+		retrying: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_sessions_retrying",
+			Help: "Sessions released until the next attempt of a failing message (SEQBUS_RETRY_RELEASE_AFTER), the later messages waiting behind it (as of the last sweep; every session of the entity).",
 		}),
 		gapWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "seqbus_gap_wait_seconds",
@@ -107,7 +116,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 		}),
 		sweeperWakes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqbus_sweeper_wakes_total",
-			Help: "Sessions the sweeper handed to the runner by id: stranded on deferred messages, or past their gap timeout.",
+			Help: "Sessions the sweeper handed to the runner by id: stranded on deferred messages, past their gap timeout, or due for a released retry.",
 		}),
 		sweeperLease: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seqbus_sweeper_lease",
@@ -127,7 +136,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 		Help: "Sessions this worker is handling now.",
 	}, activeSessions)
 	for _, c := range []prometheus.Collector{
-		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked,
+		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked, m.retrying,
 		m.gapWait, m.gapOldest, m.gapsOpened, m.stateSaves, m.stateConflicts, m.stateSaveTime, m.lockLost,
 		m.sweeperWakes, m.sweeperLease, m.sweepCalls, m.ready, &brokerCallsCollector{calls: brokerCalls},
 	} {
@@ -169,6 +178,8 @@ func (m *metrics) Observe(e sequencer.Event) {
 		m.outcome[OutcomeRetried].Inc()
 	case sequencer.EventBlocked:
 		m.outcome[OutcomeBlocked].Inc()
+	case sequencer.EventReleasedRetry:
+		m.outcome[OutcomeReleasedRetry].Inc()
 	case sequencer.EventGapResolved:
 		m.gapWait.Observe(e.Duration.Seconds())
 	case sequencer.EventGapOpened:

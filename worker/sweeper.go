@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/seqbus/seqbus/clock"
@@ -16,11 +17,13 @@ import (
 var gapWarnings = []time.Duration{time.Minute, 10 * time.Minute, time.Hour}
 
 // sweeper looks, every interval, at the sessions whose state says they may need attention
-// (parked, blocked, waiting on a gap, stranded on deferred messages): it hands the runner those
-// the broker will not offer (stranded; past their gap timeout when the gap policy skips or
-// parks), refreshes the session gauges, and warns about gaps open for long. One replica per
-// entity sweeps: the one that holds the lease (every replica tries each interval); the others
-// report 0 in the session gauges.
+// (parked, blocked, waiting on a gap, stranded on deferred messages, waiting for a released
+// retry): it hands the runner those the broker will not offer (stranded; past their gap timeout
+// when the gap policy skips or parks; due for their released retry), refreshes the session
+// gauges, and warns about gaps open for long. A released retry that is not due yet is woken on
+// time by a timer armed for the earliest such retry the last sweep saw, not at the next sweep.
+// One replica per entity sweeps: the one that holds the lease (every replica tries each
+// interval); the others report 0 in the session gauges.
 type sweeper struct {
 	attention attention
 	// lease, when set, makes this replica sweep only while it holds it.
@@ -42,11 +45,19 @@ type sweeper struct {
 	// warned holds, per session with an open gap, how many gapWarnings were logged, and since
 	// when the gap is open (a new gap starts over).
 	warned map[string]gapWarned
+
+	// retries holds the released retries the last sweep saw that were not due yet (session id →
+	// when due); retryTimer fires at the earliest of them. The timer's goroutine and the sweep
+	// share them under retryMu.
+	retryMu    sync.Mutex
+	retries    map[string]time.Time
+	retryTimer clock.Timer
 }
 
 // attention finds the sessions whose state may need the sweeper.
 type attention interface {
-	// sessions returns the sessions that are parked, blocked, on a gap or stranded, as of now.
+	// sessions returns the sessions that are parked, blocked, on a gap, stranded or waiting for
+	// a released retry, as of now.
 	sessions(ctx context.Context, now time.Time) ([]sessionstate.Entry, error)
 	// reset forgets what it learnt: this replica lost the lease (or takes it anew).
 	reset()
@@ -71,6 +82,7 @@ const pageSize = 500
 func (s *sweeper) service() *base {
 	return newBase("worker: sweeper", s.log, func(soft, _ context.Context) error {
 		every(soft, s.clock, s.interval, s.tick)
+		s.planRetries(nil)
 		if s.lease != nil {
 			s.lease.Release(soft)
 		}
@@ -92,8 +104,10 @@ func (s *sweeper) tick(ctx context.Context) {
 			s.holding = false
 			s.attention.reset()
 			clear(s.warned)
+			s.planRetries(nil) // the new holder wakes them
 			s.m.sessionsParked.Set(0)
 			s.m.sessionsBlocked.Set(0)
+			s.m.retrying.Set(0)
 			s.m.gapOldest.Set(0)
 			return
 		case !held:
@@ -124,7 +138,7 @@ func (a listerAttention) sessions(ctx context.Context, _ time.Time) ([]sessionst
 	after := ""
 	for {
 		page, err := a.lister.List(ctx, sessionstate.ListParams{
-			Filter: sessionstate.Filter{Parked: true, Blocked: true, Gap: true, Stranded: true},
+			Filter: sessionstate.Filter{Parked: true, Blocked: true, Gap: true, Stranded: true, Retrying: true},
 			After:  after, Limit: pageSize,
 		})
 		if err != nil {
@@ -155,7 +169,8 @@ func purge(pg *postgres.Store, ttl time.Duration, clk clock.Clock, log *slog.Log
 	}
 }
 
-// sweep looks at every session that is parked, blocked, waiting on a gap or stranded, once.
+// sweep looks at every session that is parked, blocked, waiting on a gap, stranded or waiting
+// for a released retry, once.
 func (s *sweeper) sweep(ctx context.Context) error {
 	if s.before != nil {
 		s.before(ctx)
@@ -166,10 +181,11 @@ func (s *sweeper) sweep(ctx context.Context) error {
 		return fmt.Errorf("worker: sweep: %w", err)
 	}
 	var (
-		parked, blocked, wakes int
-		oldest                 time.Duration
+		parked, blocked, retrying, wakes int
+		oldest                           time.Duration
 	)
 	seen := map[string]bool{}
+	retries := map[string]time.Time{}
 	for _, e := range entries {
 		if e.Busy {
 			continue // a worker holds it: it is being handled
@@ -187,11 +203,18 @@ func (s *sweeper) sweep(ctx context.Context) error {
 			seen[e.SessionID] = true
 			s.warnGap(ctx, e, age)
 		}
-		if st.NeedsWake() || (s.gapActs && st.GapExpired(now, s.gapTimeout)) {
+		if st.Retrying != nil && st.Parked == nil && st.EndedAt.IsZero() {
+			retrying++
+			if !st.RetryDue(now) {
+				retries[e.SessionID] = st.Retrying.At
+			}
+		}
+		if st.NeedsWake() || (s.gapActs && st.GapExpired(now, s.gapTimeout)) || st.RetryDue(now) {
 			s.wake(e.SessionID)
 			wakes++
 		}
 	}
+	s.planRetries(retries)
 	for id := range s.warned {
 		if !seen[id] {
 			delete(s.warned, id) // the gap closed
@@ -199,6 +222,7 @@ func (s *sweeper) sweep(ctx context.Context) error {
 	}
 	s.m.sessionsParked.Set(float64(parked))
 	s.m.sessionsBlocked.Set(float64(blocked))
+	s.m.retrying.Set(float64(retrying))
 	s.m.gapOldest.Set(oldest.Seconds())
 	s.m.sweeperWakes.Add(float64(wakes))
 	if wakes > 0 {
@@ -227,4 +251,49 @@ func (s *sweeper) warnGap(ctx context.Context, e sessionstate.Entry, age time.Du
 	}
 	w.n = n
 	s.warned[e.SessionID] = w
+}
+
+// planRetries replaces the released retries to wake on time with retries (nil: none; the lease is
+// gone or the sweeper stops) and arms the timer for the earliest.
+func (s *sweeper) planRetries(retries map[string]time.Time) {
+	s.retryMu.Lock()
+	defer s.retryMu.Unlock()
+	s.retries = retries
+	s.armLocked()
+}
+
+// armLocked arms the retry timer for the earliest planned retry (stopping the one armed before).
+func (s *sweeper) armLocked() {
+	if s.retryTimer != nil {
+		s.retryTimer.Stop()
+		s.retryTimer = nil
+	}
+	var first time.Time
+	for _, at := range s.retries {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if first.IsZero() {
+		return
+	}
+	s.retryTimer = s.clock.AfterFunc(max(first.Sub(s.clock.Now()), 0), s.wakeDueRetries)
+}
+
+// wakeDueRetries wakes the planned retries that are due and arms the timer for the next one. A
+// retry planned anew since the last sweep (another attempt failed, an operator's retry-now) is
+// seen at the next sweep; the runner that released it wakes it on time meanwhile.
+func (s *sweeper) wakeDueRetries() {
+	s.retryMu.Lock()
+	defer s.retryMu.Unlock()
+	now, n := s.clock.Now(), 0
+	for id, at := range s.retries {
+		if !now.Before(at) {
+			delete(s.retries, id)
+			s.wake(id)
+			n++
+		}
+	}
+	s.m.sweeperWakes.Add(float64(n))
+	s.armLocked()
 }

@@ -152,3 +152,40 @@ func TestSweepForgetsClosedGaps(t *testing.T) {
 	b.sweep(t)
 	require.Equal(t, 2, strings.Count(b.logs.String(), "still waiting"))
 }
+
+// A released retry is woken when due: at once by the sweep that finds it due, on time by the
+// timer for one not due yet (not at the next sweep), and not woken as stranded before.
+func TestSweepWakesReleasedRetriesOnTime(t *testing.T) {
+	t.Parallel()
+	b := newSweepBundle(t, 0, sequencer.GapWait)
+	retry := func(at time.Time) *sequencer.State {
+		st := sequencer.NewState()
+		st.Next, st.Deferred[3], st.Deferred[4] = 3, 30, 40
+		st.Retrying = &sequencer.Retrying{Sequence: 3, BrokerSequence: 30, At: at, Attempts: 2, Reason: "503"}
+		return st
+	}
+	b.save(t, "due", retry(b.now.Add(-time.Second)))
+	b.save(t, "later", retry(b.now.Add(20*time.Second)))
+	b.save(t, "latest", retry(b.now.Add(45*time.Second)))
+
+	b.sweep(t)
+	require.Equal(t, []string{"due"}, b.woken)
+	require.Equal(t, 3.0, testutil.ToFloat64(b.s.m.retrying))
+
+	b.woken = nil
+	b.clk.Advance(20*time.Second - time.Millisecond)
+	require.Empty(t, b.woken, "not before its time")
+	b.clk.Advance(time.Millisecond)
+	require.Equal(t, []string{"later"}, b.woken, "woken at its time by the timer, between sweeps")
+	b.clk.Advance(25 * time.Second)
+	require.Equal(t, []string{"later", "latest"}, b.woken, "the timer is armed again for the next one")
+	require.Equal(t, 3.0, testutil.ToFloat64(b.s.m.sweeperWakes))
+
+	// Losing the lease forgets the plan: the new holder wakes them.
+	b.save(t, "again", retry(b.now.Add(time.Hour)))
+	b.sweep(t)
+	b.s.planRetries(nil)
+	b.woken = nil
+	b.clk.Advance(2 * time.Hour)
+	require.Empty(t, b.woken)
+}

@@ -18,16 +18,17 @@ const usage = `usage: worker [run | relay | migrate up|down|status | sessions â€
 
   run (default)   run the worker; configured by SEQBUS_* environment variables
   relay           publish the Postgres outbox to Service Bus in each session's order
-  migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL), 001 to 005
+  migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL), 001 to 006
   migrate down    roll back the latest migration
   migrate status  list migrations and whether they are applied
     up and down take [--target-version N] [--max-steps N] [--dry-run] (prints the SQL)
 
 operator commands (the worker's SEQBUS_* settings; a table, or --json; -h for each one's flags):
-  sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N] [--after ID]
+  sessions list [--parked] [--gap] [--stranded] [--blocked] [--retrying] [--ended] [--limit N] [--after ID]
   sessions show ID                 the state, the messages at the broker and the dead letters
   sessions resume ID | --all-parked   a parked session continues where it stopped
   sessions skip ID [--to N]        give up the parked or missing sequence (or all below N)
+  sessions retry-now ID            a session waiting for a released retry attempts it now
   dlq list [--session ID] [--reason R]
   dlq replay --session ID | --all [--reason R] [--target ENTITY] [--dry-run]
 `

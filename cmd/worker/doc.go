@@ -4,9 +4,9 @@
 //	worker [run]                    run the worker (configured by SEQBUS_* variables)
 //	worker relay                    publish the Postgres outbox to Service Bus in session order
 //	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL): migrations
-//	                                001 to 005; up and down take [--target-version N]
+//	                                001 to 006; up and down take [--target-version N]
 //	                                [--max-steps N] [--dry-run] (prints the SQL, changes nothing)
-//	worker sessions list|show|resume|skip   operator commands on the entity's sessions
+//	worker sessions list|show|resume|skip|retry-now   operator commands on the entity's sessions
 //	worker dlq list|replay          operator commands on the entity's dead-letter queue
 //
 // Logs are JSON on stderr; the log handler writes handled messages to stdout. The first SIGINT or
@@ -33,6 +33,10 @@
 //	SEQBUS_MAX_HANDLER_ATTEMPTS     handler calls before the poison policy applies (default 5)
 //	SEQBUS_RETRY_BASE               wait after the first failed call (default 1s), doubling…
 //	SEQBUS_RETRY_MAX                …up to this (default 30s)
+//	SEQBUS_RETRY_RELEASE_AFTER      0 (default): every retry waits in place, holding the session;
+//	                                N: after N in-place attempts each wait is spent with the
+//	                                session released, the next attempt's time in its state (below
+//	                                SEQBUS_MAX_HANDLER_ATTEMPTS; not with the poison policy block)
 //	SEQBUS_POISON_POLICY            park (default), skip or block
 //	SEQBUS_GAP_TIMEOUT              how long a missing sequence is waited for while later ones
 //	                                wait (default 0: forever, reported by metrics and warnings)
@@ -95,14 +99,15 @@
 // store, the connection and the message contract are what they use) and print a table, or JSON
 // with --json; -h after a command lists its flags:
 //
-//	sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N] [--after ID]
+//	sessions list [--parked] [--gap] [--stranded] [--blocked] [--retrying] [--ended] [--limit N] [--after ID]
 //	sessions show ID [--wait D] [--max-messages N]
 //	sessions resume ID | --all-parked [--wait D]
 //	sessions skip ID [--to N] [--wait D]
+//	sessions retry-now ID [--wait D]
 //	dlq list [--session ID] [--reason R] [--limit N]
 //	dlq replay --session ID | --all [--reason R] [--target ENTITY] [--dry-run] [--wait D]
 //
-// resume and skip lock the session by id, change its state through the store's version check and
+// resume, skip and retry-now lock the session by id, change its state through the store's version check and
 // release it; while a worker holds the session they wait up to --wait (default 30s) and say so on
 // stderr. replay sends each session's dead letters back in sequence order and completes each one
 // only after its copy was sent (a subscription's need --target). The operator package

@@ -126,6 +126,8 @@ func (c *cli) operatorCommand(ctx context.Context, group string, args []string) 
 		return runCommand(ctx, c, name, args, &sessionsResumeOpts{}, func(b opBase) command[*sessionsResumeOpts] { return &sessionsResume{b} })
 	case "sessions skip":
 		return runCommand(ctx, c, name, args, &sessionsSkipOpts{}, func(b opBase) command[*sessionsSkipOpts] { return &sessionsSkip{b} })
+	case "sessions retry-now":
+		return runCommand(ctx, c, name, args, &sessionsRetryNowOpts{}, func(b opBase) command[*sessionsRetryNowOpts] { return &sessionsRetryNow{b} })
 	case "dlq list":
 		return runCommand(ctx, c, name, args, &dlqListOpts{}, func(b opBase) command[*dlqListOpts] { return &dlqList{b} })
 	case "dlq replay":
@@ -189,12 +191,13 @@ func (e *commandUsageError) Unwrap() error { return e.err }
 
 // commandUsage is each command's synopsis, for -h and usage errors.
 var commandUsage = map[string]string{
-	"sessions list":   "sessions list [--parked] [--gap] [--stranded] [--blocked] [--ended] [--limit N] [--after ID] [--json]",
-	"sessions show":   "sessions show ID [--wait D] [--max-messages N] [--json]",
-	"sessions resume": "sessions resume ID | --all-parked [--wait D] [--json]",
-	"sessions skip":   "sessions skip ID [--to N] [--wait D] [--json]",
-	"dlq list":        "dlq list [--session ID] [--reason R] [--limit N] [--json]",
-	"dlq replay":      "dlq replay --session ID | --all [--reason R] [--target ENTITY] [--dry-run] [--wait D] [--json]",
+	"sessions list":      "sessions list [--parked] [--gap] [--stranded] [--blocked] [--retrying] [--ended] [--limit N] [--after ID] [--json]",
+	"sessions show":      "sessions show ID [--wait D] [--max-messages N] [--json]",
+	"sessions resume":    "sessions resume ID | --all-parked [--wait D] [--json]",
+	"sessions skip":      "sessions skip ID [--to N] [--wait D] [--json]",
+	"sessions retry-now": "sessions retry-now ID [--wait D] [--json]",
+	"dlq list":           "dlq list [--session ID] [--reason R] [--limit N] [--json]",
+	"dlq replay":         "dlq replay --session ID | --all [--reason R] [--target ENTITY] [--dry-run] [--wait D] [--json]",
 }
 
 // operatorSettings are what the operator commands add to the worker's settings: a test hook.

@@ -22,9 +22,9 @@ const defaultWait = 30 * time.Second
 
 type sessionsListOpts struct {
 	outputOpts
-	Parked, Gap, Stranded, Blocked, Ended bool
-	After                                 string
-	Limit                                 int
+	Parked, Gap, Stranded, Blocked, Retrying, Ended bool
+	After                                           string
+	Limit                                           int
 }
 
 // defaultListLimit is the page sessions list prints unless told otherwise: its memory and, with
@@ -37,6 +37,7 @@ func (o *sessionsListOpts) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Gap, "gap", false, "sessions waiting for a missing sequence while later ones wait")
 	fs.BoolVar(&o.Stranded, "stranded", false, "sessions that need a run the broker will not start (the sweeper wakes them)")
 	fs.BoolVar(&o.Blocked, "blocked", false, "sessions the poison policy block holds on a failing message")
+	fs.BoolVar(&o.Retrying, "retrying", false, "sessions released until the next attempt of a failing message (SEQBUS_RETRY_RELEASE_AFTER)")
 	fs.BoolVar(&o.Ended, "ended", false, "include the tombstones of ended sessions")
 	fs.StringVar(&o.After, "after", "", "list the sessions after this session id (the next page: what the last page printed)")
 	fs.IntVar(&o.Limit, "limit", defaultListLimit, "list at most N sessions, a page (0: all)")
@@ -59,7 +60,7 @@ type sessionsList struct{ opBase }
 // Run lists the sessions, one line each.
 func (c *sessionsList) Run(ctx context.Context, o *sessionsListOpts) error {
 	res, err := c.Op.List(ctx, operator.ListParams{Parked: o.Parked, Gap: o.Gap, Stranded: o.Stranded, Blocked: o.Blocked,
-		Ended: o.Ended, After: o.After, Limit: o.Limit})
+		Retrying: o.Retrying, Ended: o.Ended, After: o.After, Limit: o.Limit})
 	if err != nil {
 		return err
 	}
@@ -95,6 +96,8 @@ func status(s operator.SessionInfo) string {
 		return fmt.Sprintf("blocked at %d (%d times): %s", s.Blocked.Sequence, s.Blocked.Times, clip(s.Blocked.Reason, 50))
 	case s.EndedAt != nil:
 		return "ended"
+	case s.RetryAt != nil:
+		return fmt.Sprintf("retrying %d at %s (%d attempts): %s", s.Next, fmtTime(s.RetryAt), s.Attempts, clip(s.LastError, 50))
 	case s.Stranded:
 		return "stranded: the sweeper wakes it"
 	case s.GapSince != nil:
@@ -167,6 +170,10 @@ func (c *sessionsShow) Run(ctx context.Context, o *sessionsShowOpts) error {
 				row("blocked", "at sequence %d (broker sequence %d) since %s, given back %d times", b.Sequence, b.BrokerSequence,
 					fmtTime(&b.Since), b.Times)
 				row("blocked reason", "%s", b.Reason)
+			}
+			if s.RetryAt != nil {
+				row("retrying", "sequence %d at %s, %d attempts so far", s.Next, fmtTime(s.RetryAt), s.Attempts)
+				row("last error", "%s", s.LastError)
 			}
 			row("gap since", "%s", fmtTime(s.GapSince))
 			row("ended at", "%s", fmtTime(s.EndedAt))
@@ -352,5 +359,43 @@ func (c *sessionsSkip) Run(ctx context.Context, o *sessionsSkipOpts) error {
 			_, _ = fmt.Fprintf(w, "  that was the last sequence: the session has ended\n")
 		}
 		return nil
+	})
+}
+
+// ---- sessions retry-now ----
+
+type sessionsRetryNowOpts struct {
+	outputOpts
+	SessionID string
+	Wait      time.Duration
+}
+
+func (o *sessionsRetryNowOpts) bind(fs *flag.FlagSet) {
+	o.bindOutput(fs)
+	fs.DurationVar(&o.Wait, "wait", defaultWait, "how long to wait for a worker to release the session (0: try once)")
+}
+
+func (o *sessionsRetryNowOpts) setArgs(args []string) error { return oneID(args, &o.SessionID) }
+
+func (o *sessionsRetryNowOpts) Validate() error {
+	if o.Wait < 0 {
+		return errors.New("--wait must not be negative")
+	}
+	return checkID(o.SessionID)
+}
+
+type sessionsRetryNow struct{ opBase }
+
+// Run makes the session's released retry due now and says what happens next.
+func (c *sessionsRetryNow) Run(ctx context.Context, o *sessionsRetryNowOpts) error {
+	res, err := c.Op.RetryNow(ctx, operator.RetryNowParams{SessionID: o.SessionID, Wait: o.Wait})
+	if err != nil {
+		return err
+	}
+	return c.print(o.JSON, res, func(w io.Writer) error {
+		_, _ = fmt.Fprintf(w, "retry now %s: sequence %d is due (was due %s; %d attempts so far, last error: %s)\n",
+			res.SessionID, res.Sequence, fmtTime(&res.WasDue), res.Attempts, clip(res.LastError, 80))
+		_, err := fmt.Fprintf(w, "  a worker's sweeper wakes the session at its next sweep (SEQBUS_SWEEP_INTERVAL)\n")
+		return err
 	})
 }

@@ -10,7 +10,8 @@
 // # Sweeper and tombstones
 //
 // Besides the encoded state, each row mirrors next_seq, last_seq, parked, due_deferred, ended_at,
-// gap_since (migration 004) and blocked (migration 005), indexed for [Store.ListStranded] (sessions a sweeper must
+// gap_since (migration 004), blocked (migration 005) and retry_at (migration 006: when a released
+// retry's next attempt is due), indexed for [Store.ListStranded] (sessions a sweeper must
 // accept because the broker will not offer them), [Store.List] (sessionstate.Lister: sessions by
 // what their state says, for sweepers and operators) and [Store.PurgeTombstones] (ended sessions
 // whose tombstone has expired).

@@ -91,14 +91,18 @@ func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int6
 	}
 	st := p.State
 	endedAt, gapSince := nullTime(st.EndedAt), nullTime(st.GapSince)
+	var retryAt *time.Time
+	if st.Retrying != nil {
+		retryAt = nullTime(st.Retrying.At)
+	}
 
 	var version int64
 	if p.ExpectedVersion == 0 {
 		err = db.QueryRow(ctx, sqlInsert, s.entity, id, blob, st.Next, st.Last, st.Parked != nil,
-			st.NeedsWake(), endedAt, gapSince, st.Blocked != nil).Scan(&version)
+			st.NeedsWake(), endedAt, gapSince, st.Blocked != nil, retryAt).Scan(&version)
 	} else {
 		err = db.QueryRow(ctx, sqlUpdate, s.entity, id, p.ExpectedVersion, blob, st.Next, st.Last,
-			st.Parked != nil, st.NeedsWake(), endedAt, gapSince, st.Blocked != nil).Scan(&version)
+			st.Parked != nil, st.NeedsWake(), endedAt, gapSince, st.Blocked != nil, retryAt).Scan(&version)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("postgres state store: %s: expected version %d is not stored: %w",
@@ -142,8 +146,8 @@ func (s *Store) List(ctx context.Context, p sessionstate.ListParams) ([]sessions
 	if limit <= 0 {
 		limit = math.MaxInt64
 	}
-	rows, err := s.pool.Query(ctx, sqlList, s.entity, p.After, f.Ended, f.Parked || f.Gap || f.Stranded || f.Blocked,
-		f.Parked, f.Gap, f.Stranded, limit, f.Blocked)
+	rows, err := s.pool.Query(ctx, sqlList, s.entity, p.After, f.Ended, f.Parked || f.Gap || f.Stranded || f.Blocked || f.Retrying,
+		f.Parked, f.Gap, f.Stranded, limit, f.Blocked, f.Retrying)
 	if err != nil {
 		return nil, interpretError("list sessions", err)
 	}

@@ -5,15 +5,15 @@ const (
 	sqlLoad = `SELECT version, state FROM seqbus_session_state WHERE entity = $1 AND session_id = $2`
 
 	sqlInsert = `INSERT INTO seqbus_session_state
-    (entity, session_id, version, state, next_seq, last_seq, parked, due_deferred, ended_at, gap_since, blocked, updated_at)
-VALUES ($1, $2, nextval('seqbus_session_state_version_seq'), $3, $4, $5, $6, $7, $8, $9, $10, now())
+    (entity, session_id, version, state, next_seq, last_seq, parked, due_deferred, ended_at, gap_since, blocked, retry_at, updated_at)
+VALUES ($1, $2, nextval('seqbus_session_state_version_seq'), $3, $4, $5, $6, $7, $8, $9, $10, $11, now())
 ON CONFLICT (entity, session_id) DO NOTHING
 RETURNING version`
 
 	sqlUpdate = `UPDATE seqbus_session_state SET
     version = nextval('seqbus_session_state_version_seq'),
     state = $4, next_seq = $5, last_seq = $6, parked = $7, due_deferred = $8, ended_at = $9,
-    gap_since = $10, blocked = $11, updated_at = now()
+    gap_since = $10, blocked = $11, retry_at = $12, updated_at = now()
 WHERE entity = $1 AND session_id = $2 AND version = $3
 RETURNING version`
 
@@ -35,11 +35,12 @@ LIMIT $2`
 
 	// sqlList lists sessions after a cursor, ordered by id. $3 includes ended sessions; $4 says
 	// whether any of the filters $5 (parked), $6 (gap), $7 (stranded: due_deferred holds
-	// State.NeedsWake), $9 (blocked) applies.
+	// State.NeedsWake), $9 (blocked), $10 (retrying: retry_at holds State.Retrying.At) applies.
 	sqlList = `SELECT session_id, version, state FROM seqbus_session_state
 WHERE entity = $1 AND session_id > $2
   AND ($3 OR ended_at IS NULL)
-  AND (NOT $4 OR ($5 AND parked) OR ($6 AND gap_since IS NOT NULL) OR ($7 AND due_deferred) OR ($9 AND blocked))
+  AND (NOT $4 OR ($5 AND parked) OR ($6 AND gap_since IS NOT NULL) OR ($7 AND due_deferred) OR ($9 AND blocked)
+       OR ($10 AND retry_at IS NOT NULL))
 ORDER BY session_id
 LIMIT $8`
 

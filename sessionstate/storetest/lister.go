@@ -57,6 +57,12 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 			st.Blocked = &sequencer.Blocked{Sequence: 6, BrokerSequence: 60, Reason: "downstream 503", Since: now, Times: 2}
 			return st
 		},
+		"g-retrying": func() *sequencer.State {
+			st := stateWithNext(4)
+			st.Deferred[4] = 40 // deferred until its next attempt: not stranded, woken at its time
+			st.Retrying = &sequencer.Retrying{Sequence: 4, BrokerSequence: 40, At: now.Add(30 * time.Second), Attempts: 3, Reason: "partner down"}
+			return st
+		},
 		"e-ended": func() *sequencer.State {
 			st := stateWithNext(9)
 			st.Last, st.EndedAt = 8, now
@@ -91,7 +97,7 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 		versions := seed(t, f)
 		got, err := f.Lister.List(ctx(t), sessionstate.ListParams{})
 		require.NoError(t, err)
-		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "f-blocked"}, ids(got))
+		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "f-blocked", "g-retrying"}, ids(got))
 		for _, e := range got {
 			require.False(t, e.Busy)
 			require.Equal(t, versions[e.SessionID], e.Version, e.SessionID)
@@ -99,7 +105,7 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 		}
 		got, err = f.Lister.List(ctx(t), sessionstate.ListParams{Filter: sessionstate.Filter{Ended: true}})
 		require.NoError(t, err)
-		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "e-ended", "f-blocked"}, ids(got), "tombstones on request")
+		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "e-ended", "f-blocked", "g-retrying"}, ids(got), "tombstones on request")
 	})
 
 	t.Run("Filters", func(t *testing.T) {
@@ -117,6 +123,8 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 			{sessionstate.Filter{Parked: true, Ended: true}, []string{"b-parked"}},
 			{sessionstate.Filter{Blocked: true}, []string{"f-blocked"}},
 			{sessionstate.Filter{Blocked: true, Parked: true}, []string{"b-parked", "f-blocked"}},
+			{sessionstate.Filter{Retrying: true}, []string{"g-retrying"}},
+			{sessionstate.Filter{Retrying: true, Stranded: true}, []string{"d-stranded", "g-retrying"}},
 		}
 		for _, tt := range tests {
 			got, err := f.Lister.List(ctx(t), sessionstate.ListParams{Filter: tt.filter})
@@ -142,7 +150,7 @@ func RunLister(t *testing.T, newFixture NewListerFunc) {
 			all = append(all, ids(got)...)
 			after = got[len(got)-1].SessionID
 		}
-		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "e-ended", "f-blocked"}, all)
+		require.Equal(t, []string{"a-plain", "b-parked", "c-gap", "d-stranded", "e-ended", "f-blocked", "g-retrying"}, all)
 	})
 
 	t.Run("SeesTheLatestSave", func(t *testing.T) {

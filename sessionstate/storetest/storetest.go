@@ -340,6 +340,12 @@ func requireStateEqual(t *testing.T, want, got *sequencer.State) {
 		require.Equal(t, want.Blocked.Times, got.Blocked.Times, "Blocked.Times")
 		requireTimeEqual(t, want.Blocked.Since, got.Blocked.Since, "Blocked.Since")
 	}
+	if want.Retrying == nil {
+		require.Nil(t, got.Retrying, "Retrying")
+	} else {
+		require.NotNil(t, got.Retrying, "Retrying")
+		require.Equal(t, *want.Retrying, *got.Retrying, "Retrying")
+	}
 	if want.Parked == nil {
 		require.Nil(t, got.Parked, "Parked")
 		return
