@@ -44,7 +44,7 @@ func WriteCSV(w io.Writer, reports []Report) error {
 	for k := range Slices {
 		header = append(header, fmt.Sprintf("rate_slice_%d_msg_per_s", k+1))
 	}
-	header = append(header, "engine_calls_per_msg", "state_saves_per_msg", "sweep_calls_per_msg", "sweep_catch_up_s", "credits_per_msg",
+	header = append(header, "engine_calls_per_msg", "state_saves_per_msg", "sweep_calls_per_msg", "database_saves_per_msg", "sweep_catch_up_s", "credits_per_msg",
 		"peak_rss_bytes", "idle_calls_per_interval", "idle_sweep_calls_per_interval", "idle_credits_per_interval",
 		"order_violations", "duplicates", "missing")
 	if err := cw.Write(header); err != nil {
@@ -61,7 +61,7 @@ func WriteCSV(w io.Writer, reports []Report) error {
 			peaks = append(peaks, strconv.FormatInt(p, 10))
 		}
 		row = append(row, f(r.PerMessage(r.EngineCalls), 3), f(r.PerMessage(r.StateSaves), 3), f(r.PerMessage(r.SweepCalls), 3),
-			f(r.CatchUp.Seconds(), 1), f(r.PerMessage(r.Credits), 3), fmt.Sprint(peaks), f(r.IdleCalls, 1), f(r.IdleSweepCalls, 1), f(r.IdleCredits, 1),
+			f(r.PerMessage(r.DatabaseSaves), 3), f(r.CatchUp.Seconds(), 1), f(r.PerMessage(r.Credits), 3), fmt.Sprint(peaks), f(r.IdleCalls, 1), f(r.IdleSweepCalls, 1), f(r.IdleCredits, 1),
 			strconv.Itoa(r.Violations), strconv.Itoa(r.Duplicates), strconv.Itoa(r.Missing))
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("soak: write CSV: %w", err)

@@ -115,11 +115,13 @@ type Report struct {
 	// SliceRates are the messages per second handled in each tenth of the messages.
 	SliceRates [Slices]float64
 	// Calls are the replicas' own counts over the run: the engine's broker calls
-	// (seqbus_broker_calls_total), the state saves (seqbus_state_saves_total) and the sweeper's
+	// (seqbus_broker_calls_total), the state saves at the broker (seqbus_state_saves_total with
+	// the Service Bus store; 0 with Postgres, whose saves are DatabaseSaves) and the sweeper's
 	// calls (seqbus_sweep_broker_calls_total, until the idle measurement begins: it reads the
 	// sessions the run changed after their last change); Credits what the emulator charged (a message
 	// operation 1, a management operation 10: Standard-tier credits).
 	EngineCalls, StateSaves, SweepCalls, Credits float64
+	DatabaseSaves                                float64
 	// PeakRSS is each replica's peak resident set (VmHWM), in bytes.
 	PeakRSS []int64
 	// CatchUp is how long the sweeper went on reading the run's changes after the last message
@@ -209,7 +211,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.EngineCalls, rep.StateSaves = counts.engine, counts.saves
+	rep.EngineCalls = counts.engine
+	if o.Store == StorePostgres {
+		rep.DatabaseSaves = counts.saves
+	} else {
+		rep.StateSaves = counts.saves
+	}
 	rep.Credits = float64(srv.PressureStats().Credits - c0)
 	for _, r := range replicas {
 		rep.PeakRSS = append(rep.PeakRSS, r.peakRSS())
@@ -255,7 +262,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	n := float64(o.IdleIntervals)
-	rep.IdleCalls = (i1.engine + i1.saves - i0.engine - i0.saves) / n
+	rep.IdleCalls = (i1.engine - i0.engine) / n
+	if o.Store != StorePostgres {
+		rep.IdleCalls += (i1.saves - i0.saves) / n
+	}
 	rep.IdleSweepCalls = (i1.sweep - i0.sweep) / n
 	rep.IdleCredits = float64(srv.PressureStats().Credits-ic0) / n
 	for i, r := range replicas {
