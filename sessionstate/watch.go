@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/seqbus/seqbus/sequencer"
@@ -34,6 +35,9 @@ type WatchConfig struct {
 	// RescanPerSweep bounds the sessions a full rescan reads per Sweep (default 200), and so
 	// the expired tombstones cleared per Sweep: both are spread over Sweeps, never all at once.
 	RescanPerSweep int
+	// ReadPerSweep bounds the states one Sweep reads (default 2,000); what is left is read at
+	// the next Sweeps, before what changes meanwhile.
+	ReadPerSweep int
 	// TombstoneTTL, when positive, makes the Watch clear the state of a session that ended
 	// longer ago than it (its tombstone), under the session lock through the version check, as
 	// the engine does when such a session runs again. It finds them without remembering ended
@@ -82,6 +86,7 @@ func NewWatch(cfg WatchConfig) *Watch {
 	cfg.PerSession = cmp.Or(cfg.PerSession, 10*time.Second)
 	cfg.Margin = cmp.Or(cfg.Margin, 5*time.Second)
 	cfg.RescanPerSweep = cmp.Or(cfg.RescanPerSweep, 200)
+	cfg.ReadPerSweep = cmp.Or(cfg.ReadPerSweep, 2000)
 	cfg.ExpiryEvery = cmp.Or(cfg.ExpiryEvery, cfg.TombstoneTTL/4)
 	return &Watch{cfg: cfg, kept: map[string]Entry{}, again: map[string]bool{}}
 }
@@ -93,6 +98,8 @@ type SweepStats struct {
 	Changed, Read, Rescanning int
 	// Listed is how many ids the listings returned in all (the broker pages them by 100).
 	Listed int
+	// Carried is how many sessions to read were left to the next Sweep (ReadPerSweep).
+	Carried int
 	// Expired is how many tombstones were cleared; Expiring how many candidates are left.
 	Expired, Expiring int
 }
@@ -134,8 +141,7 @@ func (w *Watch) Sweep(ctx context.Context, now time.Time) ([]Entry, SweepStats, 
 	for _, id := range w.rescan[:n] {
 		toRead[id] = true
 	}
-	ids := slices.Sorted(maps.Keys(toRead))
-	ids = slices.DeleteFunc(ids, Reserved)
+	ids := w.bound(toRead, &stats)
 	entries, err := readStates(ctx, ids, w.cfg.Concurrency, func(ctx context.Context, id string) (Entry, error) {
 		return readState(ctx, w.cfg.Source, w.cfg.Store, w.cfg.PerSession, id)
 	})
@@ -164,6 +170,31 @@ func (w *Watch) Sweep(ctx context.Context, now time.Time) ([]Entry, SweepStats, 
 		return w.entries(), stats, fmt.Errorf("sessionstate: watch: tombstone expiry: %w", err)
 	}
 	return w.entries(), stats, nil
+}
+
+// bound returns the ids of toRead to read in this Sweep: at most ReadPerSweep, those carried
+// over from earlier Sweeps first, each part ordered by id. The rest are carried over (again), so
+// that a burst of changes is read over several Sweeps while each Sweep still answers in about
+// the same time: the sweeper goes on waking sessions and arming timers meanwhile.
+func (w *Watch) bound(toRead map[string]bool, stats *SweepStats) []string {
+	ids := slices.DeleteFunc(slices.Collect(maps.Keys(toRead)), Reserved)
+	slices.SortFunc(ids, func(a, b string) int {
+		if w.again[a] != w.again[b] {
+			if w.again[a] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	if len(ids) > w.cfg.ReadPerSweep {
+		for _, id := range ids[w.cfg.ReadPerSweep:] {
+			w.again[id] = true
+		}
+		stats.Carried = len(ids) - w.cfg.ReadPerSweep
+		ids = ids[:w.cfg.ReadPerSweep]
+	}
+	return ids
 }
 
 // expire starts a tombstone expiry pass when one is due and clears a share of its candidates.

@@ -272,3 +272,53 @@ func TestWatchExpiresTombstones(t *testing.T) {
 	require.Len(t, f.listings, 4)
 	require.Equal(t, t0.Add(time.Minute-5*time.Second), f.listings[2], "the window starts where the last pass ended, less the margin")
 }
+
+// TestWatchBoundsReadsPerSweep: a burst of changes is read over several sweeps, at most
+// ReadPerSweep a sweep, what was carried over before what changed since; nothing is lost.
+func TestWatchBoundsReadsPerSweep(t *testing.T) {
+	t.Parallel()
+	f := newFakeEntity()
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	w := sessionstate.NewWatch(sessionstate.WatchConfig{
+		ChangedIDs: f.changedIDs, Source: f, Store: sbstate.New(nil), Filter: attentionFilter,
+		Concurrency: 4, ReadPerSweep: 10,
+	})
+	now := t0
+	_, _, err := w.Sweep(context.Background(), now) // nothing yet: the cursor starts here
+	require.NoError(t, err)
+
+	ended := sequencer.NewState()
+	ended.Next, ended.Last, ended.EndedAt = 4, 3, t0
+	for i := range 24 {
+		f.set(t, "m-"+string(rune('a'+i)), ended, now.Add(time.Second))
+	}
+	gap := sequencer.NewState()
+	gap.Next, gap.Deferred[3], gap.GapSince = 2, 30, t0
+	f.set(t, "z-gap", gap, now.Add(time.Second))
+	f.acceptCount()
+
+	now = now.Add(30 * time.Second)
+	kept, stats, err := w.Sweep(context.Background(), now)
+	require.NoError(t, err)
+	require.Equal(t, 25, stats.Changed)
+	require.Equal(t, 10, stats.Read)
+	require.Equal(t, 15, stats.Carried)
+	require.Equal(t, 10, f.acceptCount(), "one lock per read, no more")
+	require.Empty(t, kept)
+
+	// A session changed since sorts before the carried ones by id, but is read after them.
+	f.set(t, "a-new", gap, now.Add(time.Second))
+	now = now.Add(30 * time.Second)
+	kept, stats, err = w.Sweep(context.Background(), now)
+	require.NoError(t, err)
+	require.Equal(t, 10, stats.Read)
+	require.Equal(t, 6, stats.Carried)
+	require.Empty(t, kept, "the carried ones come first; z-gap is the last of them")
+
+	now = now.Add(30 * time.Second)
+	kept, stats, err = w.Sweep(context.Background(), now)
+	require.NoError(t, err)
+	require.Equal(t, 6, stats.Read)
+	require.Zero(t, stats.Carried)
+	require.Equal(t, []string{"a-new", "z-gap"}, ids(kept))
+}

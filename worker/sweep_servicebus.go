@@ -53,6 +53,10 @@ func (a *watchAttention) sessions(ctx context.Context, now time.Time) ([]session
 		a.log.InfoContext(ctx, "worker: sweeper: reading every session with state once, a share per sweep",
 			slog.Int("num_left", stats.Rescanning))
 	}
+	if stats.Carried > 0 {
+		a.log.InfoContext(ctx, "worker: sweeper: more sessions changed than a sweep reads; the rest are read at the next sweeps",
+			slog.Int("num_read", stats.Read), slog.Int("num_left", stats.Carried))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/Azure/go-amqp"
 
@@ -162,5 +163,82 @@ func BenchmarkGjuraLayoutSend(b *testing.B) {
 		if len(ds) != 1 {
 			b.Fatalf("got %d messages", len(ds))
 		}
+	}
+}
+
+// BenchmarkManySessions measures, on a session queue that also holds N sessions with state
+// and no messages (the tombstones of ended sessions), what a worker asks of the broker: take the
+// next session with a message (send, accept-next, receive, complete, release), and list a page
+// of the sessions whose state changed recently (one changed session among the N), and a page of
+// every session with state from the middle of the list. Neither should grow with N.
+func BenchmarkManySessions(b *testing.B) {
+	for _, n := range []int{0, 10_000, 100_000} {
+		br := broker.New(broker.Config{})
+		if err := br.CreateQueue("q", broker.EntityProperties{RequiresSession: true}); err != nil {
+			b.Fatal(err)
+		}
+		q, err := br.Lookup("q")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		for i := range n {
+			l, err := q.AcceptSession(ctx, fmt.Sprintf("ended-%06d", i), "setup")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.SetState([]byte("tombstone")); err != nil {
+				b.Fatal(err)
+			}
+			l.Release()
+		}
+		changedAt := time.Now()
+		l, err := q.AcceptSession(ctx, "changed", "setup")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.SetState([]byte("changed")); err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+		m := sessionMsg("s", "x")
+		b.Run(fmt.Sprintf("tombstones=%d/accept-next", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if err := q.Send(ctx, []*amqp.Message{m}); err != nil {
+					b.Fatal(err)
+				}
+				l, err := q.AcceptSession(ctx, "", "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds, err := q.Receive(ctx, 1, broker.ReceiveOptions{Session: l})
+				if err != nil || len(ds) != 1 {
+					b.Fatal(err, len(ds))
+				}
+				if err := q.Complete(ds[0].LockToken); err != nil {
+					b.Fatal(err)
+				}
+				l.Release()
+			}
+		})
+		b.Run(fmt.Sprintf("tombstones=%d/list-changed", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				ids, err := q.ListSessions(changedAt, 0, 100)
+				if err != nil || len(ids) != 1 {
+					b.Fatal(err, ids)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("tombstones=%d/list-all-page", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := q.ListSessions(time.Time{}, n/2, 100); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		br.Close()
 	}
 }

@@ -275,6 +275,7 @@ func (b *Broker) newEntity(kind EntityKind, name, topic, path string, p EntityPr
 	case KindQueue, KindSubscription:
 		if e.props.RequiresSession {
 			e.sessions = make(map[string]*session)
+			e.index = newSessionIndex()
 		}
 		sub := func(suffix string) *Entity {
 			return &Entity{

@@ -46,7 +46,8 @@ type Entity struct {
 	orderDead int
 	avail     seqHeap // available messages of a non-session entity
 	sessions  map[string]*session
-	ready     sessionHeap // sessions accept-next can take (see sessionChangedLocked)
+	index     sessionIndex // the sessions ordered for listing (sessionindex.go)
+	ready     sessionHeap  // sessions accept-next can take (see sessionChangedLocked)
 	locks     map[lockKey]*stored
 	sizeBytes int64
 	scheduled int64 // count of scheduled messages

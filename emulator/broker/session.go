@@ -44,6 +44,7 @@ func (e *Entity) sessionLocked(id string) *session {
 	if ss == nil {
 		ss = &session{id: id, readyIdx: -1}
 		e.sessions[id] = ss
+		e.index.added(ss)
 	}
 	return ss
 }
@@ -51,6 +52,7 @@ func (e *Entity) sessionLocked(id string) *session {
 func (e *Entity) maybeDropSessionLocked(ss *session) {
 	if ss.count == 0 && ss.state == nil && ss.lock == nil && e.sessions[ss.id] == ss {
 		delete(e.sessions, ss.id)
+		e.index.removed(ss)
 	}
 }
 
@@ -286,12 +288,11 @@ func (l *SessionLock) SetState(state []byte) error {
 	if err := l.checkLocked("set session state"); err != nil {
 		return err
 	}
-	if len(state) == 0 {
-		l.s.state = nil
-	} else {
-		l.s.state = slices.Clone(state)
+	var st []byte
+	if len(state) > 0 {
+		st = slices.Clone(state)
 	}
-	l.s.stateUpdated = l.e.b.clk.Now()
+	l.e.index.setState(l.s, st, l.e.b.clk.Now())
 	return nil
 }
 
@@ -328,23 +329,10 @@ func (e *Entity) ListSessions(lastUpdated time.Time, skip, top int) ([]string, e
 	if e.sessions == nil {
 		return nil, fmt.Errorf("list sessions on %q: entity is not session-enabled: %w", e.path, ErrNotAllowed)
 	}
-	all := lastUpdated.IsZero() || !lastUpdated.Before(listAllSessions)
-	var ids []string
-	for id, ss := range e.sessions {
-		switch {
-		case all && (ss.count > 0 || ss.state != nil):
-		case !all && ss.state != nil && ss.stateUpdated.After(lastUpdated):
-		default:
-			continue
-		}
-		ids = append(ids, id)
+	if lastUpdated.IsZero() || !lastUpdated.Before(listAllSessions) {
+		return e.index.list(time.Time{}, func(ss *session) bool { return ss.count > 0 || ss.state != nil }, skip, top), nil
 	}
-	slices.Sort(ids)
-	if skip > 0 {
-		ids = ids[min(skip, len(ids)):]
-	}
-	if top > 0 && len(ids) > top {
-		ids = ids[:top]
-	}
-	return ids, nil
+	return e.index.list(lastUpdated, func(ss *session) bool {
+		return ss.state != nil && ss.stateUpdated.After(lastUpdated)
+	}, skip, top), nil
 }

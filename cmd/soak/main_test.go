@@ -1,0 +1,28 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestBadFlags: a bad flag exits 2 with a message, and runs nothing.
+func TestBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-store", "redis"}, `unknown store "redis"`},
+		{[]string{"-sessions", "0"}, "at least 1"},
+		{[]string{"-sweep-interval", "0s"}, "positive"},
+		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"-no-such-flag"}, "flag provided but not defined"},
+	} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 2, run(context.Background(), tc.args, &stdout, &stderr), "%v", tc.args)
+		require.Contains(t, stderr.String(), tc.want, "%v", tc.args)
+		require.Empty(t, stdout.String(), "%v", tc.args)
+	}
+}
