@@ -65,6 +65,10 @@ type Session struct {
 	// it recovers the link), and the engine asks for it from its lock-renewal goroutine while
 	// receiving and settling; so the SDK value is read once, at accept, and kept here.
 	lockedUntil time.Time
+	// stateVersion is the state version the Service Bus state store last read or wrote through
+	// this session (stateKnown false: none); see KnownStateVersion.
+	stateVersion int64
+	stateKnown   bool
 }
 
 // errAlreadySettled is wrapped with sequencer.ErrLockLost when a message is settled twice.
@@ -272,6 +276,23 @@ func (s *Session) SetState(ctx context.Context, state []byte) error {
 	return s.mapErr("set session state", s.call(ctx, func(ctx context.Context) error {
 		return s.r.SetSessionState(ctx, state, nil)
 	}))
+}
+
+// KnownStateVersion returns the state version the Service Bus state store noted last through
+// this session (sessionstate/servicebus.VersionKeeper). A Session never regains a lock it lost
+// (see "Lock tenure" in the package documentation), so while it holds its lock nobody else
+// writes the state and the store need not read the version again before each write.
+func (s *Session) KnownStateVersion() (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stateVersion, s.stateKnown
+}
+
+// NoteStateVersion records the stored state version for KnownStateVersion; ok false forgets it.
+func (s *Session) NoteStateVersion(v int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stateVersion, s.stateKnown = v, ok
 }
 
 // Peek returns up to max of the session's messages at the broker whose broker sequence number is

@@ -178,6 +178,7 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 		cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, entity, h, worker.HTTPOff
 		cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = o.HandlerRetry.Attempts, o.HandlerRetry.Base, o.HandlerRetry.Cap
 		cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, o.SessionsPerReplica, 2*time.Second
+		cfg.PipelineRuns = o.PipelineRuns
 		cfg.Registry, cfg.Logger = reg, o.Logger.With(slog.Int("replica", n))
 		w, err := worker.New(cfg)
 		if err == nil {
