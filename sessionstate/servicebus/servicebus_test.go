@@ -226,7 +226,9 @@ func TestConformance_VersionKeeper(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t,
 		func(*testing.T) sequencer.StateStore { return servicebus.New(nil) },
-		func(_ *testing.T, id string) sequencer.Session { return &keepingSession{Session: storetest.NewSession(id)} },
+		func(_ *testing.T, id string) sequencer.Session {
+			return &keepingSession{Session: storetest.NewSession(id)}
+		},
 	)
 }
 
