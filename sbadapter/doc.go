@@ -48,6 +48,29 @@
 // New sessions are accepted on a fresh connection: the SDK replaces a dead connection when a
 // claim negotiation (part of every accept) fails on it.
 //
+// Because a Session never regains a lost lock, it keeps the state version the Service Bus state
+// store last read or wrote through it (KnownStateVersion, NoteStateVersion; see
+// sessionstate/servicebus.VersionKeeper), and the store writes without reading the version
+// first: one broker round trip per save instead of two.
+//
+// # Throttling
+//
+// A throttled namespace (the Standard tier's credits) refuses operations with server-busy while
+// its balance is spent. A [Limiter], one per [Source] and shared by its sessions (one per replica
+// in the worker), paces the sessions' calls: unlimited until the first server-busy answer, then
+// AIMD on the credits per second, so that replicas converge on their shares without talking to
+// each other and refusals stay rare. A receive owes the limiter one credit per message delivered.
+//
+// A refused settlement cannot be retried at the worker's pace, or at all, through the SDK
+// (azservicebus v1.11.0, go-amqp v1.7.0): the SDK settles through links.Retry with RetryOptions{}
+// whatever the client's options (messageSettler.go:39-45), so a refused disposition waits the
+// default first retry delay of 4 s ± 20 % (internal/utils/retrier.go:100-116); go-amqp takes a
+// rejected disposition as settled (receiver.go:795-809 calls Message.onSettlement, message.go:
+// 315-316), so the retry sends nothing and reports success (receiver.go:324-326). The message
+// stays locked with the session until it is closed and is then delivered again (the engine drops
+// it as a duplicate). The adapter tells the limiter of such a settlement (one that took 3 s or
+// more and succeeded) so that the next ones are paced; avoiding the refusal is the only remedy.
+//
 // This package may import the sequencer contract, the azservicebus SDK and go-amqp (for error
 // conditions); it must never import the engine's internals, the state stores, Postgres or the
 // emulator (tests excepted).

@@ -17,6 +17,9 @@ import (
 	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
 )
 
+// The Service Bus state store takes the version it last read or wrote through a Session.
+var _ sbstate.VersionKeeper = (*sbadapter.Session)(nil)
+
 // TestEngineRestoresOrderThroughAdapter runs the real engine over the adapter and the emulator,
 // with the state in Service Bus session state, and without the reorder window so every early
 // message goes through Defer and ReceiveDeferred.

@@ -44,6 +44,8 @@ type Session struct {
 
 	// settleTimeout bounds one settlement attempt (Config.SettleTimeout).
 	settleTimeout time.Duration
+	// limit paces the calls of the source's sessions (Config.Limiter; nil: no pacing).
+	limit *Limiter
 	// busy is how calls refused with server-busy are retried (Config.BusyRetry).
 	busy         backoff.Policy
 	busyAttempts int
@@ -65,6 +67,10 @@ type Session struct {
 	// it recovers the link), and the engine asks for it from its lock-renewal goroutine while
 	// receiving and settling; so the SDK value is read once, at accept, and kept here.
 	lockedUntil time.Time
+	// stateVersion is the state version the Service Bus state store last read or wrote through
+	// this session (stateKnown false: none); see KnownStateVersion.
+	stateVersion int64
+	stateKnown   bool
 }
 
 // errAlreadySettled is wrapped with sequencer.ErrLockLost when a message is settled twice.
@@ -102,6 +108,7 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 		return nil, err
 	}
 	msgs, err := s.r.ReceiveMessages(ctx, max, nil)
+	s.limit.Charge(float64(len(msgs))) // each delivery costs the namespace a credit
 	if err != nil {
 		if ctx.Err() != nil && len(msgs) == 0 {
 			return []*sequencer.Message{}, nil
@@ -216,7 +223,13 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 	err = s.call(ctx, func(ctx context.Context) error {
 		sctx, cancel := context.WithTimeoutCause(ctx, s.settleTimeout, errSettleTimeout)
 		defer cancel()
+		start := time.Now()
 		err := fn(sctx, rm)
+		if err == nil && time.Since(start) >= refusedSettlementHint {
+			// The SDK hides a settlement the broker refused as busy: it waits its fixed retry
+			// delay and then reports success (see refusedSettlementHint). Tell the limiter.
+			s.limit.Busy()
+		}
 		timedOut = err != nil && ctx.Err() == nil && errors.Is(context.Cause(sctx), errSettleTimeout)
 		return err
 	})
@@ -232,6 +245,17 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 	s.mu.Unlock()
 	return nil
 }
+
+// refusedSettlementHint is how long a successful settlement must have taken to count as one the
+// broker refused as busy. The SDK (azservicebus v1.11.0) settles through links.Retry with
+// RetryOptions{} whatever the client's options (messageSettler.go:39-45), so a refused
+// disposition is retried after the default first delay of 4 s ± 20 % (internal/utils/retrier.go:
+// 100-116, calcDelay); go-amqp treats a rejected disposition as settled (receiver.go:795-809,
+// message.go:315-316), so that retry sends nothing and returns nil (receiver.go:324-326). The
+// message stays locked with the session until it is closed, and is delivered again then. No
+// settlement that was answered takes 3 s otherwise; one that was not answered ends in
+// Config.SettleTimeout.
+const refusedSettlementHint = 3 * time.Second
 
 // errSettleTimeout is the cause of a settlement's ctx when settleTimeout passed.
 var errSettleTimeout = errors.New("settlement timeout")
@@ -272,6 +296,23 @@ func (s *Session) SetState(ctx context.Context, state []byte) error {
 	return s.mapErr("set session state", s.call(ctx, func(ctx context.Context) error {
 		return s.r.SetSessionState(ctx, state, nil)
 	}))
+}
+
+// KnownStateVersion returns the state version the Service Bus state store noted last through
+// this session (sessionstate/servicebus.VersionKeeper). A Session never regains a lock it lost
+// (see "Lock tenure" in the package documentation), so while it holds its lock nobody else
+// writes the state and the store need not read the version again before each write.
+func (s *Session) KnownStateVersion() (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stateVersion, s.stateKnown
+}
+
+// NoteStateVersion records the stored state version for KnownStateVersion; ok false forgets it.
+func (s *Session) NoteStateVersion(v int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stateVersion, s.stateKnown = v, ok
 }
 
 // Peek returns up to max of the session's messages at the broker whose broker sequence number is
@@ -362,7 +403,11 @@ func (s *Session) call(ctx context.Context, fn func(context.Context) error) erro
 		if err := s.usable("use"); err != nil {
 			return err
 		}
+		if err := s.limit.Wait(ctx, 1); err != nil {
+			return err
+		}
 		err := fn(ctx)
+		s.limit.Observe(err)
 		if err == nil || !IsServerBusy(err) || attempt >= s.busyAttempts {
 			return err
 		}

@@ -61,6 +61,11 @@ type Config struct {
 	// DefaultBusyRetry and DefaultBusyAttempts.
 	BusyRetry    backoff.Policy
 	BusyAttempts int
+	// Limiter paces the calls of the source's sessions (receives, settlements, state, lock
+	// renewals) and learns a throttled namespace's rate from its server-busy answers (default:
+	// a NewLimiter of the source's own, shared by all its sessions; one per replica in the
+	// worker). Sources given the same Limiter share it.
+	Limiter *Limiter
 	// Logger receives debug events (default: discard).
 	Logger *slog.Logger
 }
@@ -121,12 +126,18 @@ func newSource(a accepter, cfg Config) *Source {
 	if cfg.BusyAttempts <= 0 {
 		cfg.BusyAttempts = DefaultBusyAttempts
 	}
+	if cfg.Limiter == nil {
+		cfg.Limiter = NewLimiter(nil)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Source{a: a, cfg: cfg, logger: logger}
 }
+
+// Limiter returns the limiter of the source's sessions (Config.Limiter).
+func (s *Source) Limiter() *Limiter { return s.cfg.Limiter }
 
 // Entity returns the entity the source reads.
 func (s *Source) Entity() Entity { return s.cfg.Entity }
@@ -163,6 +174,7 @@ func (s *Source) newSession(r sessionReceiver) *Session {
 	sess := newSession(r, s.logger)
 	sess.settleTimeout = s.cfg.SettleTimeout
 	sess.busy, sess.busyAttempts = s.cfg.BusyRetry, s.cfg.BusyAttempts
+	sess.limit = s.cfg.Limiter
 	return sess
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -486,5 +487,75 @@ func TestAdversarialLockExpiryWhileResolving(t *testing.T) {
 	st, _ = store.Get("s")
 	require.Equal(t, int64(7), st.Next)
 	require.False(t, st.EndedAt.IsZero())
+	require.Empty(t, st.InFlight)
+}
+
+// TestAdversarialPipelinedRunHole: with PipelineRuns the completion of entry 2 is refused after
+// that of entry 3 landed, and the process dies handling 4, so the next run finds 2 still at the
+// broker below 3, which is gone. 3 was handled after 2, so 2 is a duplicate now: the next run goes
+// on from 4 instead of handing 2 over again and then waiting for 3 forever.
+func TestAdversarialPipelinedRunHole(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Time{})
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clk})
+	store := sequencertest.NewStore()
+	for s := int64(1); s <= 6; s++ {
+		broker.PublishSeq("s", s, s == 6)
+	}
+	var handled []int64
+	proc := &sequencertest.Process{}
+	landed3, refused2 := make(chan struct{}), make(chan struct{})
+	proc.Hook = func(c sequencertest.Call) error {
+		if c.Op != "complete" {
+			return nil
+		}
+		switch {
+		case c.Phase == sequencertest.Before && slices.Equal(c.BrokerSequences, []int64{2}):
+			<-landed3
+			close(refused2)
+			return sequencertest.ErrInjected
+		case c.Phase == sequencertest.After && slices.Equal(c.BrokerSequences, []int64{3}):
+			close(landed3)
+		}
+		return nil
+	}
+	engine := func(proc *sequencertest.Process) *sequencer.Engine {
+		e, err := sequencer.NewEngine(sequencer.EngineConfig{TombstoneTTL: time.Hour, PipelineRuns: true,
+			Retry: sequencer.RetryPolicy{Attempts: 1}},
+			sequencer.EngineDeps{Store: store.BoundClient(proc), Clock: clk,
+				Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+					handled = append(handled, m.Sequence)
+					if proc != nil && m.Sequence == 4 {
+						<-refused2
+						proc.Crash()
+						return errors.New("process died")
+					}
+					return nil
+				})})
+		require.NoError(t, err)
+		return e
+	}
+	sess, err := broker.NewClient(proc).AcceptNext(t.Context())
+	require.NoError(t, err)
+	_, err = engine(proc).RunSession(t.Context(), sess, nil)
+	require.Error(t, err)
+	require.Equal(t, []int64{1, 2, 3, 4}, handled)
+	st, _ := store.Get("s")
+	require.Equal(t, int64(1), st.Next)
+	require.Len(t, st.InFlight, 5, "the run left its record of 1..5")
+
+	clk.Advance(time.Minute) // the dead holder's lock expires
+	sess, err = broker.NewClient(nil).AcceptNext(t.Context())
+	require.NoError(t, err)
+	out, err := engine(nil).RunSession(t.Context(), sess, nil)
+	require.NoError(t, err)
+	require.Equal(t, sequencer.OutcomeEnded, out)
+	require.Equal(t, []int64{1, 2, 3, 4, 4, 5, 6}, handled, "2 is not handed over again, 3 is not waited for")
+	require.Zero(t, broker.Len())
+	require.Empty(t, broker.DeadLetters())
+	st, _ = store.Get("s")
+	require.Equal(t, int64(7), st.Next)
+	require.Equal(t, uint64(6), st.Counters.Handled)
+	require.Equal(t, uint64(1), st.Counters.Duplicates)
 	require.Empty(t, st.InFlight)
 }

@@ -138,10 +138,21 @@ type EngineConfig struct {
 	// (handler → save → complete). By default (false) the engine records a run of in-order active
 	// messages already in hand in one save (State.InFlight), then handles and completes them one
 	// by one, and the next save records the new Next: one state write per run instead of one per
-	// message. Either way at most one message is handed to the handler again after a crash; the
-	// run relies on the broker delivering a session's messages in order and on nothing but the
-	// engine removing them (see the package documentation). Runs are not used with an AtomicStore.
+	// message. Either way at most one message is handed to the handler again after a crash
+	// (PipelineRuns widens that); the run relies on the broker delivering a session's messages in
+	// order and on nothing but the engine removing them (see the package documentation). Runs
+	// are not used with an AtomicStore.
 	SaveEachMessage bool
+	// PipelineRuns completes the entries of a recorded run in the background too (up to
+	// MaxPendingSettlements at a time) instead of waiting for each answer before the next
+	// handler call: the session is held up by one handler call at a time, not by one broker
+	// round trip at a time. The price is the at-least-once window: a crash or a lost lock may
+	// hand over again up to MaxPendingSettlements + 1 of the entries handled last (the one in
+	// hand and those whose completion had not landed), in their order, instead of one message (see "Pipelined runs"
+	// in the package documentation). No effect with SaveEachMessage, an AtomicStore, a store
+	// that is not session-bound (its fence awaits the completions before each handler call) or
+	// MaxPendingSettlements 1.
+	PipelineRuns bool
 	// LockRenewInterval is how often the session lock is renewed (default: half of the
 	// remaining lock time, at least 100ms; 10s when Session.LockedUntil is zero).
 	LockRenewInterval time.Duration

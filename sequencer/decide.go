@@ -219,7 +219,7 @@ func (v view) decide(m *msg) action {
 	}
 	a := action{kind: actHold, learnsLast: m.last && st.Last == 0}
 	gapParked := st.Parked != nil && st.Parked.OnGap() && st.Parked.Sequence == m.seq
-	if m.seq == st.Next && (st.Parked == nil || gapParked) && !v.awaitsRecord(m) && !v.cooling {
+	if m.seq == st.Next && (st.Parked == nil || gapParked) && !v.awaitsRecord(m) && !v.recorded(m) && !v.cooling {
 		a.kind, a.unparks = actHandle, gapParked
 	}
 	return a

@@ -128,7 +128,7 @@ func TestDecide(t *testing.T) {
 		{"last, known", world{next: 4, last: 4}, in{seq: 4, bs: 1, last: true}, action{kind: actHandle}},
 
 		{"an entry of the inherited record", world{next: 4, resolving: true, inFlight: map[int64]int64{4: 40, 5: 50}},
-			in{seq: 4, bs: 40}, action{kind: actHandle}},
+			in{seq: 4, bs: 40}, action{kind: actHold}},
 		{"another copy of an unresolved entry", world{next: 4, resolving: true, inFlight: map[int64]int64{4: 40, 5: 50}},
 			in{seq: 4, bs: 2}, action{kind: actHold}},
 		{"another copy of an entry of this run's own record", world{next: 4, inFlight: map[int64]int64{4: 40, 5: 50}},

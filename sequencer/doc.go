@@ -31,7 +31,8 @@
 //	                    parked message, a resume, stale deferred messages), and the resolution of
 //	                    an inherited run record
 //	session_inorder.go  an in-order message: handler → save → settle, or an entry of a recorded
-//	                    run; an unsequenced one; the retry (backoff, tenure check); the poison policy
+//	                    run (completed at once, or in the background with PipelineRuns); an
+//	                    unsequenced one; the retry (backoff, tenure check); the poison policy
 //	session_retry.go    a retry whose wait is spent with the session released (State.Retrying)
 //	session_drain.go    the drain of what became due (window, then deferred fetched by number),
 //	                    the bound of the window, the gap clock and the gap policy
@@ -103,7 +104,8 @@
 // With EngineConfig.SaveEachMessage, and whenever a recorded run (below) does not apply:
 // handler → save(Next+1) → complete. A crash before the handler returns, or after it returned
 // but before the save, leaves the message unsettled and Next unchanged: it is redelivered and
-// handled again. This is the one documented at-least-once window (use an AtomicStore, whose
+// handled again. This is the one documented at-least-once window (PipelineRuns widens it, see
+// Pipelined runs; use an AtomicStore, whose
 // SaveWith runs the handler and the save in one transaction, to close it). A crash after the
 // save leaves the message unsettled with Next past it: it is redelivered, classified as a
 // duplicate and completed.
@@ -130,16 +132,37 @@
 // handler → complete, the complete answered before the next handler call, and the next save (of
 // the next run, of any other step, or at release) records the new Next. A crash or failure
 // between an entry's handler and its completion leaves that entry at the broker and the state
-// saying "run from k": it is handled again, the same one-message window as above. The entries
-// gone from the broker are exactly those below the real Next, and the broker delivers a
-// session's active messages in broker sequence order, so the next run learns the real Next from
-// what it is delivered: an entry not yet delivered whose broker sequence number is below that of
-// a delivered message is gone; a delivered entry and every later sequence are still at the
-// broker; an entry not delivered before the session idles is gone. Until the record is settled
-// (the run's phase is resolving) Next is a lower bound: no gap is reported or skipped, nothing
-// is handed over, delivered entries and other copies of recorded sequences are held (never
-// deferred), and one held message is kept active so that the broker offers the session again
-// should this run end first.
+// saying "run from k": it is handled again, the same one-message window as above. An entry is
+// completed only after it was handled, and entries are handled in sequence order, so an entry
+// gone from the broker was handled and so was every entry below it; the real Next is one past the
+// highest entry gone. The broker delivers a session's active messages in broker sequence order,
+// so the next run decides each entry from what it is delivered: a delivered entry is still at the
+// broker; an entry not delivered whose broker sequence number is below that of a delivered
+// message is gone; an entry not delivered before the session idles is gone. Delivered entries
+// below the highest gone one are duplicates. Until every entry is decided (the run's phase is
+// resolving) Next is a lower bound: no gap is reported or skipped, nothing is handed over,
+// delivered entries and other copies of recorded sequences are held (never deferred), and one
+// held message is kept active so that the broker offers the session again should this run end
+// first.
+//
+// # Pipelined runs
+//
+// With EngineConfig.PipelineRuns (and MaxPendingSettlements > 1, a session-bound store) the
+// complete of an entry goes to the background pipeline like the completes above, and the next
+// entry's handler is called without waiting for its answer: one handler call at a time, not one
+// broker round trip at a time. Nothing about the record changes: the state still says "run from
+// k" until the next save, and an entry is still completed only after it was handled, so the
+// inference above holds. What changes is what a crash, a lost lock or a failed complete leaves:
+// the entries whose completes had not landed (at most MaxPendingSettlements) and the entry in
+// hand are still at the broker, and the next run hands them over again, in sequence order. That
+// is the at-least-once window of this mode: up to MaxPendingSettlements + 1 of the entries
+// handled last, replayed in order, instead of one message; the handler sees no sequence before
+// one it has seen unless it is such a replay. Background completes land in no fixed order (they
+// run concurrently, and one may be refused while a later one succeeds), so the entries still at
+// the broker need not be the last ones; the per-entry decision above does not care: an entry
+// left behind a later gone one is a duplicate, not handed over again, and never waited for as a
+// gap. As with pipelined completion, the first failed complete stops the run before its next
+// handler call, and every other settlement, the end and the release wait for the pipeline.
 //
 // Runs never contain a deferred message, the last message, or the message before a deferred one
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is

@@ -81,9 +81,10 @@ type run struct {
 	record map[int64]int64
 	// upcoming is the rest of the receive batch in hand, looked at when a run is recorded.
 	upcoming []msg
-	// While resolving: presentFrom is the lowest entry delivered again (0: none yet),
-	// lastDelivered the highest broker sequence number delivered by Receive.
-	presentFrom, lastDelivered int64
+	// While resolving: present holds the entries delivered again, lastDelivered the highest
+	// broker sequence number delivered by Receive.
+	present       map[int64]bool
+	lastDelivered int64
 	// pendingGap is a resolved gap wait to report once saved.
 	pendingGap time.Duration
 	// gapAtLoad is State.GapSince as loaded: a gap open at the release but not at the load
@@ -293,7 +294,11 @@ func (r *run) hold(m *msg) {
 	r.w.put(m)
 	r.e.stats.held.Add(1)
 	r.e.observe(Event{Kind: EventHeld, SessionID: r.id, Sequence: m.seq})
-	r.openGap()
+	if r.phase != resolving {
+		// While a record is resolved Next is only a lower bound: no gap yet (the drain after the
+		// resolution opens one if messages still wait).
+		r.openGap()
+	}
 }
 
 func (r *run) duplicate(m *msg) error {

@@ -19,7 +19,7 @@ import (
 func (r *run) drain() error {
 	for r.phase != blocked && r.st.Parked == nil && r.st.EndedAt.IsZero() && r.stop.Err() == nil && !r.cooling() {
 		next := r.st.Next
-		if h, ok := r.w.held[next]; ok && !r.view().awaitsRecord(h) {
+		if h, ok := r.w.held[next]; ok && !r.view().awaitsRecord(h) && !r.view().recorded(h) {
 			if err := r.step(r.w.unhold(next)); err != nil {
 				return err
 			}

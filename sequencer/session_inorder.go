@@ -49,13 +49,9 @@ func (r *run) inOrder(m *msg) error {
 	}
 	switch {
 	case how == completeInRun:
-		// Complete m even if a background completion (of a duplicate) has failed meanwhile: m is
-		// handled, and leaving it at the broker would hand it to the handler again. Entries are
-		// never the last message.
-		if err := r.s.settleNow(CallComplete, m, r.sess.Complete); err != nil {
-			return err
-		}
-		return r.s.failure()
+		// Entries are never the last message. With PipelineRuns the completion runs in the
+		// background (see "Pipelined runs" in the package documentation).
+		return r.s.completeEntry(m)
 	case r.indexed(m) || m.deferred:
 		// A deferred message: the index entry stays until it is completed, so that a crash
 		// in between leaves something the next run (or a sweeper) finds.

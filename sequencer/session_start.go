@@ -112,16 +112,20 @@ func (r *run) settleStale() error {
 // resolve settles an inherited run record with the active messages the broker delivers after the
 // earlier run ended; m is the next one delivered, or nil when a receive found nothing more (the
 // session idles: everything still at the broker has been delivered). The entries were handled in
-// sequence order, each completed before the next was handled, so the ones gone from the broker
-// are those below some sequence j, the real Next. The broker delivers a session's active messages
-// in broker sequence order, so:
+// sequence order and an entry is completed only after it was handled, so an entry gone from the
+// broker was handled, and so was every entry below it. The broker delivers a session's active
+// messages in broker sequence order, so each entry is decided by itself:
 //
-//   - an entry not delivered yet whose broker sequence number is lower than one delivered is gone;
-//   - a delivered entry and every later one are still at the broker;
+//   - a delivered entry is still at the broker;
+//   - an entry not delivered whose broker sequence number is lower than one delivered is gone;
 //   - an entry not delivered before the session idles is gone.
 //
-// Next moves past the entries known to be gone; the record is settled once the entry at Next is
-// known to be there (or no entry is left). Held messages that end up below Next are duplicates.
+// Next moves past the highest entry known to be gone as soon as it is known; the record is
+// settled once every entry is decided. Held messages that end up below Next are duplicates: the
+// entries still at the broker below a gone one were handled, their completions cut short (with
+// EngineConfig.PipelineRuns completions land in no fixed order). Without PipelineRuns each entry
+// is completed before the next is handled, so the gone entries are those below the first one
+// still there.
 func (r *run) resolve(m *msg) error {
 	if r.phase != resolving {
 		return nil
@@ -129,24 +133,33 @@ func (r *run) resolve(m *msg) error {
 	st := r.st
 	if m != nil {
 		r.lastDelivered = max(r.lastDelivered, m.bs)
-		if bs, ok := st.InFlight[m.seq]; ok && m.invalid == "" && bs == m.bs && m.seq >= st.Next &&
-			(r.presentFrom == 0 || m.seq < r.presentFrom) {
-			r.presentFrom = m.seq
+		if bs, ok := st.InFlight[m.seq]; ok && m.invalid == "" && bs == m.bs && m.seq >= st.Next {
+			if r.present == nil {
+				r.present = map[int64]bool{}
+			}
+			r.present[m.seq] = true
 		}
 	}
-	for {
-		bs, ok := st.InFlight[st.Next]
-		if !ok || (r.presentFrom != 0 && st.Next >= r.presentFrom) {
-			break // no entry left, or this one and the rest are still at the broker
+	var gone int64
+	undecided := false
+	for seq, bs := range st.InFlight {
+		switch {
+		case seq < st.Next || r.present[seq]:
+		case m != nil && bs > r.lastDelivered:
+			undecided = true
+		default:
+			gone = max(gone, seq)
 		}
-		if m != nil && bs > r.lastDelivered {
-			return r.settleHeldBelowNext() // not decided yet
-		}
+	}
+	for st.Next <= gone {
 		st.passRecorded()
 		r.dirty = true
 	}
+	if undecided {
+		return r.settleHeldBelowNext() // not decided yet
+	}
 	st.InFlight = nil
-	r.phase, r.presentFrom = receiving, 0
+	r.phase, r.present = receiving, nil
 	// Save the exact Next now: if this run crashes before its next save, the record would be
 	// inherited again, and by then its entries may have left the broker other than by handling
 	// (dead-lettered after too many deliveries), which the inference would take as handled.

@@ -131,6 +131,13 @@ func (s *settler) completeLater(m *msg) error {
 	if err := p.failure(); err != nil {
 		return err
 	}
+	return s.startComplete(m)
+}
+
+// startComplete starts the completion of m in the background once a slot of the pipeline is
+// free.
+func (s *settler) startComplete(m *msg) error {
+	p := s.pipe
 	select {
 	case p.slots <- struct{}{}:
 	case <-s.ctx.Done():
@@ -147,6 +154,26 @@ func (s *settler) completeLater(m *msg) error {
 		}
 	})
 	return nil
+}
+
+// completeEntry completes m, a handled entry of the run this engine recorded. With
+// EngineConfig.PipelineRuns and pipelining it starts the completion in the background (after
+// waiting for a free slot) and returns; otherwise the answer comes before the next handler call.
+// Either way m's completion is issued even when an earlier background completion failed (m is
+// handled: leaving it at the broker would hand it over again), and that failure is returned
+// after it.
+func (s *settler) completeEntry(m *msg) error {
+	p := s.pipe
+	if p == nil || !s.e.cfg.PipelineRuns {
+		if err := s.settleNow(CallComplete, m, s.sess.Complete); err != nil {
+			return err
+		}
+		return s.failure()
+	}
+	if err := s.startComplete(m); err != nil {
+		return err
+	}
+	return p.failure()
 }
 
 // failure reports the error of a background completion that has already finished.

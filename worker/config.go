@@ -155,6 +155,11 @@ type Config struct {
 	// SaveEachMessage saves the state after every handler call instead of once per run of
 	// in-order messages in hand (see sequencer.EngineConfig.SaveEachMessage).
 	SaveEachMessage bool `envconfig:"SAVE_EACH_MESSAGE"`
+	// PipelineRuns completes the messages of a recorded run in the background, as many at once
+	// as the engine's completion pipeline holds, so that a session's handler calls are not spaced
+	// by a broker round trip each; after a crash up to 17 of the messages handled last may be
+	// handed over again, in order (see sequencer.EngineConfig.PipelineRuns).
+	PipelineRuns bool `envconfig:"PIPELINE_RUNS"`
 	// ReorderWindow bounds the early messages held in memory per session (0: no window, every
 	// early message is deferred at the broker); ReorderWindowBytes bounds their bodies.
 	ReorderWindow      int      `envconfig:"REORDER_WINDOW"`
@@ -250,6 +255,7 @@ func (c Config) engine() sequencer.EngineConfig {
 		Unsequenced:       c.Unsequenced,
 		TombstoneTTL:      c.TombstoneTTL,
 		SaveEachMessage:   c.SaveEachMessage,
+		PipelineRuns:      c.PipelineRuns,
 		LockRenewInterval: c.LockRenewInterval,
 	}
 	if c.ReorderWindow == 0 {

@@ -8,7 +8,8 @@
 //
 //	bench [-quick] [-replicas 1,2,4,8] [-pressure none,throttle,latency] [-exception-rate 0,1%,10%]
 //	      [-arrival in-order,shuffled] [-sessions 60] [-messages 50] [-sessions-per-replica 4]
-//	      [-throttle-credits 1000] [-latency 5ms] [-retry-base 2ms] [-cell-timeout 3m] [-seed 1]
+//	      [-throttle-credits 1000] [-latency 5ms] [-pipeline-runs] [-retry-base 2ms]
+//	      [-cell-timeout 3m] [-seed 1]
 //	      [-connection-string CS (-queue Q | -topic T -subscription S)]
 //	      [-out bench-out] [-format svg] [-progress=true] [-log-level error]
 //
@@ -16,8 +17,11 @@
 // PNG with -format png):
 // throughput by replicas and by exception rate, p99 latency by replicas, broker calls per
 // message in order and shuffled; and on stdout a table of each cell's worker rate, the plain
-// pipelined SDK consumer's rate in the same cell and their ratio. A progress bar runs on stderr. -quick runs a small matrix in
-// under a minute; the dimension flags select subsets. Handler exceptions are transient: the
+// pipelined SDK consumer's rate in the same cell and their ratio, the calls per message of each,
+// the worker's p99 latency, the operations the throttle refused, the credits a message cost and
+// the credit ratio (the worker's rate over the rate the throttle's credits allow at that cost).
+// A progress bar runs on stderr. -quick runs a small matrix in under a minute; the dimension
+// flags select subsets; -pipeline-runs runs the replicas with SEQBUS_PIPELINE_RUNS=true. Handler exceptions are transient: the
 // engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts (-retry-base
 // changes the first wait; the worker's default of 1 s would make the exception cells measure
 // the backoff).

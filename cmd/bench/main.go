@@ -127,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&o.SessionsPerReplica, "sessions-per-replica", 0, "sessions each replica handles at once (default 4)")
 	fs.IntVar(&o.ThrottleCredits, "throttle-credits", 0, "credits per second of the throttle pressure (default 1000, the Standard tier's)")
 	fs.DurationVar(&o.Latency, "latency", 0, "delay of every answer with the latency pressure (default 5ms)")
+	fs.BoolVar(&o.PipelineRuns, "pipeline-runs", false, "run the replicas with SEQBUS_PIPELINE_RUNS=true (a recorded run's completions in the background)")
 	fs.DurationVar(&retryBase, "retry-base", 0, "the engine's first wait after a failed handler call (default 2ms, doubling up to 20ms, 10 attempts)")
 	fs.DurationVar(&o.CellTimeout, "cell-timeout", 0, "bound of one cell (default 3m)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffles (default 1)")

@@ -28,6 +28,8 @@ type Options struct {
 	ThrottleCredits int
 	// Latency is the delay of every answer with the latency pressure [5ms].
 	Latency time.Duration
+	// PipelineRuns sets the replicas' worker.Config.PipelineRuns (SEQBUS_PIPELINE_RUNS) [false].
+	PipelineRuns bool
 	// HandlerRetry is the engine's retry policy for failed handler calls [10 attempts, 2ms base,
 	// 20ms cap: small, so that cells with exceptions finish; the default policy waits 1s, 2s, …].
 	HandlerRetry sequencer.RetryPolicy

@@ -82,6 +82,11 @@ type Result struct {
 	// Throttled and DeliveriesDelayed come from the in-process emulator (emulator.PressureStats),
 	// counted while the replicas ran.
 	Throttled, DeliveriesDelayed uint64
+	// Credits is what the throttle charged for the operations it carried out while the replicas
+	// ran (the publisher's included; refused ones cost nothing), CreditsPerSecond the throttle's
+	// rate (0 without it). See CreditLimitedRate.
+	Credits          uint64
+	CreditsPerSecond int
 	// PlainRate is what the plain pipelined SDK consumer (PlainConsumer, as many clients and
 	// sessions at once as the replicas) did with the same sessions in the same cell: messages
 	// completed per second, first publish to last completion. PlainElapsed is that time and
@@ -102,6 +107,29 @@ func (r Result) Ratio() float64 {
 		return 0
 	}
 	return r.Rate / r.PlainRate
+}
+
+// CreditsPerMessage is the credits the throttle charged per message handled: what a message
+// costs the namespace, publishing included.
+func (r Result) CreditsPerMessage() float64 { return r.perMessage(r.Credits) }
+
+// CreditLimitedRate is the rate the throttle's credits allow at CreditsPerMessage: every credit
+// spent on a message operation, none left unused (0 without the throttle).
+func (r Result) CreditLimitedRate() float64 {
+	if r.CreditsPerSecond == 0 || r.Credits == 0 {
+		return 0
+	}
+	return float64(r.CreditsPerSecond) / r.CreditsPerMessage()
+}
+
+// CreditRatio is Rate over CreditLimitedRate: the share of the namespace's credits spent on
+// messages rather than left unused while the replicas waited out refusals (0 without the
+// throttle).
+func (r Result) CreditRatio() float64 {
+	if l := r.CreditLimitedRate(); l > 0 {
+		return r.Rate / l
+	}
+	return 0
 }
 
 // ExceptionRateMeasured is the share of handler calls that failed.
@@ -143,7 +171,10 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 	res.Err = runWorkers(ctx, o, index, cell, conn, entity, &res)
 	if srv != nil {
 		ps := srv.PressureStats()
-		res.Throttled, res.DeliveriesDelayed = ps.Throttled, ps.DeliveriesDelayed
+		res.Throttled, res.DeliveriesDelayed, res.Credits = ps.Throttled, ps.DeliveriesDelayed, ps.Credits
+		if cell.Pressure == PressureThrottle {
+			res.CreditsPerSecond = o.ThrottleCredits
+		}
 	}
 	if res.Err == nil {
 		res.Err = runPlain(ctx, o, index, cell, conn, plainEntity, &res)
@@ -178,6 +209,7 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 		cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, entity, h, worker.HTTPOff
 		cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = o.HandlerRetry.Attempts, o.HandlerRetry.Base, o.HandlerRetry.Cap
 		cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, o.SessionsPerReplica, 2*time.Second
+		cfg.PipelineRuns = o.PipelineRuns
 		cfg.Registry, cfg.Logger = reg, o.Logger.With(slog.Int("replica", n))
 		w, err := worker.New(cfg)
 		if err == nil {

@@ -16,7 +16,8 @@
 // A cell reports the rate (messages handled per second, first publish to last message), the
 // exception rate, latency p50 and p99, the replicas' broker calls, state store calls and state
 // writes per message, the duplicates dropped, what the emulator's pressure refused or delayed,
-// and order violations (must be 0). Each cell then runs PlainConsumer, the plain pipelined SDK
+// the credits the throttle charged per message, the rate its credits allow at that cost and the
+// worker's share of it (Result.CreditRatio), and order violations (must be 0). Each cell then runs PlainConsumer, the plain pipelined SDK
 // session consumer, on the same emulator and pressure with sessions of its own, so that every
 // cell has the worker's rate, the plain consumer's and their ratio. WriteOutputs writes
 // results.csv and one SVG chart per dimension (gonum/plot); WriteTable prints the rates.

@@ -26,6 +26,7 @@ var csvHeader = []string{
 	"state_writes_per_msg", "duplicates", "throttled", "deliveries_delayed",
 	"order_violations", "incomplete_sessions",
 	"plain_rate_msg_per_s", "plain_elapsed_s", "plain_broker_calls_per_msg", "worker_plain_ratio",
+	"credits_per_msg", "credit_limited_rate_msg_per_s", "credit_ratio",
 	"error",
 }
 
@@ -57,6 +58,7 @@ func WriteCSV(w io.Writer, results []Result) error {
 			strconv.FormatUint(r.Duplicates, 10), strconv.FormatUint(r.Throttled, 10), strconv.FormatUint(r.DeliveriesDelayed, 10),
 			strconv.Itoa(r.Violations), strconv.Itoa(r.Incomplete),
 			f(r.PlainRate, 1), f(r.PlainElapsed.Seconds(), 2), f(r.perMessage(r.PlainBrokerCalls), 2), f(r.Ratio(), 3),
+			f(r.CreditsPerMessage(), 2), f(r.CreditLimitedRate(), 1), f(r.CreditRatio(), 3),
 			errText,
 		}
 		if err := cw.Write(row); err != nil {
@@ -74,10 +76,11 @@ func WriteCSV(w io.Writer, results []Result) error {
 // the same cell and their ratio, with the calls per message of each.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "replicas\tpressure\texceptions\tarrival\tworker msg/s\tplain msg/s\tratio\tworker calls/msg\tplain calls/msg\t")
+	fmt.Fprintln(tw, "replicas\tpressure\texceptions\tarrival\tworker msg/s\tplain msg/s\tratio\tworker calls/msg\tplain calls/msg\tp99 ms\trefused\tcredits/msg\tcredit ratio\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t\n", r.Replicas, r.Pressure, percent(r.ExceptionRate), r.Arrival,
-			r.Rate, r.PlainRate, r.Ratio(), r.perMessage(r.BrokerCalls+r.StoreCalls), r.perMessage(r.PlainBrokerCalls))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f\t%d\t%.2f\t%.2f\t\n", r.Replicas, r.Pressure, percent(r.ExceptionRate), r.Arrival,
+			r.Rate, r.PlainRate, r.Ratio(), r.perMessage(r.BrokerCalls+r.StoreCalls), r.perMessage(r.PlainBrokerCalls),
+			float64(r.LatencyP99.Microseconds())/1000, r.Throttled, r.CreditsPerMessage(), r.CreditRatio())
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("bench: write table: %w", err)

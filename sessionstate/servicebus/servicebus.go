@@ -21,6 +21,20 @@ type StateAccessor interface {
 	SetState(ctx context.Context, state []byte) error
 }
 
+// VersionKeeper is a StateAccessor whose session never regains a lock it lost: once a call
+// showed the lock gone, every later call fails (sbadapter's sessions; see sbadapter, "Lock
+// tenure"). Through such a session the store remembers the version it last read or wrote and
+// skips the read before each write: while the session holds its lock nobody else writes the
+// state, and once it lost it the write fails. The session keeps the version so that it goes
+// with the session.
+type VersionKeeper interface {
+	StateAccessor
+	// KnownStateVersion returns the version the store noted last (ok false: none).
+	KnownStateVersion() (version int64, ok bool)
+	// NoteStateVersion records the stored version; ok false forgets it.
+	NoteStateVersion(version int64, ok bool)
+}
+
 // DefaultMaxStateSize is the maximum message size of a Standard tier entity (256 KiB).
 const DefaultMaxStateSize = 256 * 1024
 
@@ -118,6 +132,9 @@ func (s *Store) Load(ctx context.Context, p sequencer.LoadParams) (*sequencer.St
 	if err != nil {
 		return nil, 0, fmt.Errorf("servicebus state store: load session %q: %w", p.Session.ID(), err)
 	}
+	if k, ok := a.(VersionKeeper); ok {
+		k.NoteStateVersion(v, true)
+	}
 	return st, v, nil
 }
 
@@ -153,7 +170,7 @@ func (s *Store) Save(ctx context.Context, p sequencer.SaveParams) (int64, error)
 		return 0, fmt.Errorf("servicebus state store: save session %q: encoded state is %d bytes (%d deferred), the entity allows %d: %w",
 			id, len(blob), len(p.State.Deferred), s.maxSize, sequencer.ErrStateTooLarge)
 	}
-	if err := a.SetState(ctx, blob); err != nil {
+	if err := s.write(ctx, a, blob, next); err != nil {
 		return 0, fmt.Errorf("servicebus state store: save session %q: %w", id, err)
 	}
 	return next, nil
@@ -178,23 +195,50 @@ func (s *Store) Delete(ctx context.Context, p sequencer.DeleteParams) error {
 		return fmt.Errorf("servicebus state store: delete session %q: expected version %d, stored %d: %w",
 			id, p.ExpectedVersion, cur, sequencer.ErrVersionConflict)
 	}
-	if err := a.SetState(ctx, nil); err != nil {
+	if err := s.write(ctx, a, nil, 0); err != nil {
 		return fmt.Errorf("servicebus state store: delete session %q: %w", id, err)
 	}
 	return nil
 }
 
-// storedVersion reads the stored version. It is read on every Save and Delete, never cached:
-// the SDK re-locks a session whose lock went with a dropped connection on the next call, without
-// telling its holder, so another worker may have written the state while the same session
-// object seemed to hold it all along.
+// storedVersion returns the stored version: the one a VersionKeeper noted, or else read from
+// the session. Another accessor is read on every Save and Delete, never cached: its session may
+// lose its lock and get it back without noticing (the SDK re-locks a session whose lock went
+// with a dropped connection on a later call when its retries are on), so another worker may have
+// written the state while the same session object seemed to hold it all along.
 func (s *Store) storedVersion(ctx context.Context, a StateAccessor) (int64, error) {
+	k, keeps := a.(VersionKeeper)
+	if keeps {
+		if v, ok := k.KnownStateVersion(); ok {
+			return v, nil
+		}
+	}
 	blob, err := a.GetState(ctx)
 	if err != nil {
 		return 0, err
 	}
 	v, _, err := envelope(blob)
+	if err == nil && keeps {
+		k.NoteStateVersion(v, true)
+	}
 	return v, err
+}
+
+// write sets the session state to blob, whose version is v (0: none), and notes v with a
+// VersionKeeper. A failed write may or may not have reached the broker: the version is
+// forgotten, and the next write reads it again.
+func (s *Store) write(ctx context.Context, a StateAccessor, blob []byte, v int64) error {
+	k, keeps := a.(VersionKeeper)
+	if err := a.SetState(ctx, blob); err != nil {
+		if keeps {
+			k.NoteStateVersion(0, false)
+		}
+		return err
+	}
+	if keeps {
+		k.NoteStateVersion(v, true)
+	}
+	return nil
 }
 
 func envelope(blob []byte) (version int64, body []byte, err error) {

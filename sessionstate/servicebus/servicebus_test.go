@@ -209,3 +209,65 @@ func mustGetState(t *testing.T, s *storetest.Session) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// keepingSession is a storetest.Session that never regains a lost lock and keeps the version
+// (servicebus.VersionKeeper), like sbadapter's sessions.
+type keepingSession struct {
+	*storetest.Session
+	v     int64
+	known bool
+}
+
+func (k *keepingSession) KnownStateVersion() (int64, bool) { return k.v, k.known }
+
+func (k *keepingSession) NoteStateVersion(v int64, ok bool) { k.v, k.known = v, ok }
+
+func TestConformance_VersionKeeper(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t,
+		func(*testing.T) sequencer.StateStore { return servicebus.New(nil) },
+		func(_ *testing.T, id string) sequencer.Session {
+			return &keepingSession{Session: storetest.NewSession(id)}
+		},
+	)
+}
+
+// Through a VersionKeeper a Save or Delete reads the stored version only when the store does
+// not know it: after a Load or a write, each write is one SetState; after a failed write the
+// next one reads again, and a stale expected version is still refused.
+func TestSave_VersionKeeperSkipsTheRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := servicebus.New(nil)
+	sess := &keepingSession{Session: storetest.NewSession("s")}
+
+	st, v, err := store.Load(ctx, sequencer.LoadParams{Session: sess})
+	require.NoError(t, err)
+	for n := int64(2); n <= 5; n++ {
+		st.Next = n
+		v, err = store.Save(ctx, sequencer.SaveParams{Session: sess, State: st, ExpectedVersion: v})
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, sess.GetStateCalls(), "the Load alone reads")
+	require.Equal(t, 4, sess.SetStateCalls())
+
+	_, err = store.Save(ctx, sequencer.SaveParams{Session: sess, State: st, ExpectedVersion: v - 1})
+	require.ErrorIs(t, err, sequencer.ErrVersionConflict)
+	require.Equal(t, 1, sess.GetStateCalls())
+
+	sess.FailSetState(errors.New("timeout"))
+	st.Next = 6
+	_, err = store.Save(ctx, sequencer.SaveParams{Session: sess, State: st, ExpectedVersion: v})
+	require.Error(t, err)
+	sess.FailSetState(nil)
+	v, err = store.Save(ctx, sequencer.SaveParams{Session: sess, State: st, ExpectedVersion: v})
+	require.NoError(t, err)
+	require.Equal(t, 2, sess.GetStateCalls(), "after a failed write the version is read again")
+
+	require.NoError(t, store.Delete(ctx, sequencer.DeleteParams{Session: sess, ExpectedVersion: v}))
+	require.Equal(t, 2, sess.GetStateCalls())
+	got, gotV, err := store.Load(ctx, sequencer.LoadParams{Session: sess})
+	require.NoError(t, err)
+	require.Zero(t, gotV)
+	require.Equal(t, int64(1), got.Next)
+}
