@@ -158,13 +158,13 @@ func TestReadyCounter(t *testing.T) {
 		ready  bool
 	}
 	sessions := map[string]session{
-		"new":                  {msgs: repeat(active, 600), ready: true},
-		"gap, deferred only":   {msgs: repeat(deferred, 150), state: gap()},
-		"gap, then a new one":  {msgs: append(repeat(deferred, 150), active), state: gap(), ready: true},
-		"in progress":          {msgs: repeat(active, 2), state: inProgress(), ready: true},
-		"tombstone, late copy": {msgs: repeat(active, 1), state: tomb()},
-		"parked":               {msgs: repeat(active, 3), state: parked()},
-		"held by a worker":     {msgs: repeat(active, 1), state: inProgress(), locked: true, ready: true},
+		"new":                       {msgs: repeat(active, 600), ready: true},
+		"gap, deferred only":        {msgs: repeat(deferred, 150), state: gap()},
+		"gap, then a new one":       {msgs: append(repeat(deferred, 150), active), state: gap(), ready: true},
+		"in progress":               {msgs: repeat(active, 2), state: inProgress(), ready: true},
+		"tombstone, late copy":      {msgs: repeat(active, 1), state: tomb()},
+		"parked":                    {msgs: repeat(active, 3), state: parked()},
+		"held by a worker":          {msgs: repeat(active, 1), state: inProgress(), locked: true, ready: true},
 		sessionstate.LeaseSessionID: {state: inProgress()},
 	}
 	// With Service Bus session state, sessions with state and no message are listed too.
