@@ -228,6 +228,14 @@ func (h *recorder) count() int {
 	return h.n
 }
 
+// requireSession checks that session id was handled 1..n, each sequence once.
+func (h *recorder) requireSession(t *testing.T, id string, n int64) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Equal(t, oneToN(1, n), h.calls[id], "session %s: every message once, in order", id)
+}
+
 // requireOnceInOrder checks that every session of ids was handled 1..n, each sequence once.
 func (h *recorder) requireOnceInOrder(t *testing.T, ids []string, n int64) {
 	t.Helper()
@@ -258,7 +266,8 @@ func TestScaleAutoscalerLoop(t *testing.T) {
 	rec := newRecorder(20 * time.Millisecond)
 	hs := httptest.NewServer(rec)
 	t.Cleanup(hs.Close)
-	env := scaleEnv(t, f, "servicebus", "SEQBUS_SCALE_MAX_REPLICAS=5", "SEQBUS_HANDLER=http", "SEQBUS_HANDLER_URL="+hs.URL)
+	env := scaleEnv(t, f, "servicebus", "SEQBUS_SCALE_MAX_REPLICAS=6", "SEQBUS_MAX_CONCURRENT_SESSIONS=4",
+		"SEQBUS_HANDLER=http", "SEQBUS_HANDLER_URL="+hs.URL)
 	_, addr := startScaler(t, env)
 	scaleAfter(t, addr, time.Time{})
 
@@ -285,30 +294,44 @@ func TestScaleAutoscalerLoop(t *testing.T) {
 		return sc
 	}
 	look()
+	// Sessions of 2 to 10 messages: the short ones end first, so the sessions with work fall
+	// off gradually and the loop scales in while the long ones are still mid-run.
 	ids := sessionIDs(200)
-	f.publish(t, plan(ids, 1, 5))
+	var burst []demo.Publication
+	total := 0
+	for i, id := range ids {
+		n := int64(2 + i%9)
+		burst = append(burst, plan([]string{id}, 1, n)...)
+		total += int(n)
+	}
+	f.publish(t, burst)
 	published := time.Since(start)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		sc := look()
-		if rec.count() >= len(ids)*5 && sc.ReplicasWanted == 0 && len(running) == 0 && sc.EvaluatedAt.After(start.Add(published)) {
+		if rec.count() >= total && sc.ReplicasWanted == 0 && len(running) == 0 && sc.EvaluatedAt.After(start.Add(published)) {
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "not drained to 0 replicas in time: %d of %d handled, %+v, %d running",
-			rec.count(), len(ids)*5, sc, len(running))
+			rec.count(), total, sc, len(running))
 		time.Sleep(250 * time.Millisecond)
 	}
-	rec.requireOnceInOrder(t, ids, 5)
+	for i, id := range ids {
+		rec.requireSession(t, id, int64(2+i%9))
+	}
+	require.Equal(t, total, rec.count(), "no message handled twice")
 	f.requireDrained(t)
 	require.Equal(t, started, len(stopped), "every worker started was stopped by the loop")
 	require.Positive(t, slices.MaxFunc(series, func(a, b sample) int { return a.Running - b.Running }).Running)
 
-	var csv strings.Builder
+	var csv, chart strings.Builder
 	csv.WriteString("seconds,replicas_wanted,replicas_running\n")
 	for _, s := range series {
 		fmt.Fprintf(&csv, "%.2f,%d,%d\n", s.At.Seconds(), s.Wanted, s.Running)
+		fmt.Fprintf(&chart, "%6.2fs %-6s %d\n", s.At.Seconds(), strings.Repeat("█", s.Running), s.Running)
 	}
-	t.Logf("burst published at %.2fs; %d workers started and SIGTERMed; series:\n%s", published.Seconds(), started, csv.String())
+	t.Logf("burst of %d messages in %d sessions published by %.2fs; %d workers started and SIGTERMed; replicas running:\n%s",
+		total, len(ids), published.Seconds(), started, chart.String())
 	if path := os.Getenv("SEQBUS_SCALE_SERIES"); path != "" {
 		require.NoError(t, os.WriteFile(path, []byte(csv.String()), 0o644))
 	}
