@@ -159,8 +159,9 @@ func (c *readyCounter) count(ctx context.Context) (int, error) {
 	return n + m, err
 }
 
-// pages is how many calls a listing of n ids took, a page of size per call (at least one).
-func pages(n, size int) int { return max(1, (n+size-1)/size) }
+// pages is how many calls the SDK's pager made for a listing of n ids, a page of size per call:
+// it stops on a page shorter than size, so a full last page costs one more, empty, call.
+func pages(n, size int) int { return n/size + 1 }
 
 // peekAll counts the sessions of ids that are ready, concurrency at once. A session it cannot
 // look into counts as ready: the signal would rather keep a replica than strand work.
