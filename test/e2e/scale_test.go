@@ -133,8 +133,8 @@ func TestScaleSignal(t *testing.T) {
 				sc := scaleAfter(t, addr, published)
 				require.Equal(t, 1, sc.SessionsReady, "%+v", sc)
 				require.Equal(t, 1, sc.ReplicasWanted, "one session is one replica's work, whatever its messages")
-				t.Logf("burst to signal: published in %s, seen by the evaluation begun %s after",
-					published.Sub(start).Round(time.Millisecond), sc.EvaluatedAt.Sub(published).Round(time.Millisecond))
+				t.Logf("burst to signal: the burst published from 0 to %s, the evaluation that counted it begun at %s",
+					published.Sub(start).Round(time.Millisecond), sc.EvaluatedAt.Sub(start).Round(time.Millisecond))
 
 				w := startWorker(t, "worker", env)
 				f.requireDrained(t)
@@ -364,4 +364,35 @@ func TestScaleInUnderSIGTERM(t *testing.T) {
 			b.stop(t)
 		})
 	}
+}
+
+// Workers serve /scale too: the one that holds the sweeper lease evaluates the signal, the others
+// answer 503 and report 0 in the gauges, so that an entity is evaluated once whatever its replica
+// count and a max across replicas reads its value.
+func TestScaleOnWorkers(t *testing.T) {
+	f := newFixture(t)
+	env := scaleEnv(t, f, "servicebus")
+	f.publish(t, plan(sessionIDs(64), 2, 5)) // waiting on a gap once handled: they stay
+	a, b := startWorker(t, "a", env), startWorker(t, "b", env)
+	addrs := []string{a.httpAddr(t), b.httpAddr(t)}
+	lease := func(addr string) float64 { return metricValue(scrape(t, addr), "seqbus_sweeper_lease", nil) }
+	waitFor(t, waitLong, func() bool { return lease(addrs[0])+lease(addrs[1]) == 1 },
+		func() string { return fmt.Sprintf("leases %v %v", lease(addrs[0]), lease(addrs[1])) })
+	holder, other := addrs[0], addrs[1]
+	if lease(holder) == 0 {
+		holder, other = other, holder
+	}
+	waitFor(t, waitLong, func() bool {
+		sc, ok := getScale(t, holder)
+		return ok && sc.SessionsReady == 0 && metricValue(scrape(t, holder), "seqbus_gaps_opened_total", nil)+
+			metricValue(scrape(t, other), "seqbus_gaps_opened_total", nil) == 64
+	}, func() string { sc, _ := getScale(t, holder); return fmt.Sprintf("%+v", sc) })
+	sc := scaleAfter(t, holder, time.Now())
+	require.Equal(t, worker.Scale{SessionsPerReplica: 8, EvaluatedAt: sc.EvaluatedAt}, sc)
+	_, ok := getScale(t, other)
+	require.False(t, ok, "a replica that does not hold the lease does not evaluate")
+	require.Zero(t, metricValue(scrape(t, other), "seqbus_replicas_wanted", nil))
+	require.Zero(t, metricValue(scrape(t, other), "seqbus_sessions_ready", nil))
+	a.stop(t)
+	b.stop(t)
 }
