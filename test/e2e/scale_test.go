@@ -251,6 +251,7 @@ func (h *recorder) requireOnceInOrder(t *testing.T, ids []string, n int64) {
 type sample struct {
 	At      time.Duration
 	Wanted  int
+	Ready   int
 	Running int
 }
 
@@ -266,7 +267,7 @@ func TestScaleAutoscalerLoop(t *testing.T) {
 	rec := newRecorder(20 * time.Millisecond)
 	hs := httptest.NewServer(rec)
 	t.Cleanup(hs.Close)
-	env := scaleEnv(t, f, "servicebus", "SEQBUS_SCALE_MAX_REPLICAS=6", "SEQBUS_MAX_CONCURRENT_SESSIONS=4",
+	env := scaleEnv(t, f, "postgres", "SEQBUS_SCALE_MAX_REPLICAS=6", "SEQBUS_MAX_CONCURRENT_SESSIONS=4",
 		"SEQBUS_HANDLER=http", "SEQBUS_HANDLER_URL="+hs.URL)
 	_, addr := startScaler(t, env)
 	scaleAfter(t, addr, time.Time{})
@@ -290,17 +291,18 @@ func TestScaleAutoscalerLoop(t *testing.T) {
 			p.stop(t) // waits until it runs, SIGTERMs it and requires exit 0
 			stopped = append(stopped, p)
 		}
-		series = append(series, sample{At: time.Since(start), Wanted: sc.ReplicasWanted, Running: len(running)})
+		series = append(series, sample{At: time.Since(start), Wanted: sc.ReplicasWanted, Ready: sc.SessionsReady, Running: len(running)})
 		return sc
 	}
 	look()
-	// Sessions of 2 to 10 messages: the short ones end first, so the sessions with work fall
+	// Sessions of 1 to 40 messages: the short ones end first, so the sessions with work fall
 	// off gradually and the loop scales in while the long ones are still mid-run.
 	ids := sessionIDs(200)
+	length := func(i int) int64 { return int64(1 + i*7%40) }
 	var burst []demo.Publication
 	total := 0
 	for i, id := range ids {
-		n := int64(2 + i%9)
+		n := length(i)
 		burst = append(burst, plan([]string{id}, 1, n)...)
 		total += int(n)
 	}
@@ -317,7 +319,7 @@ func TestScaleAutoscalerLoop(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	for i, id := range ids {
-		rec.requireSession(t, id, int64(2+i%9))
+		rec.requireSession(t, id, length(i))
 	}
 	require.Equal(t, total, rec.count(), "no message handled twice")
 	f.requireDrained(t)
@@ -325,10 +327,10 @@ func TestScaleAutoscalerLoop(t *testing.T) {
 	require.Positive(t, slices.MaxFunc(series, func(a, b sample) int { return a.Running - b.Running }).Running)
 
 	var csv, chart strings.Builder
-	csv.WriteString("seconds,replicas_wanted,replicas_running\n")
+	csv.WriteString("seconds,sessions_ready,replicas_wanted,replicas_running\n")
 	for _, s := range series {
-		fmt.Fprintf(&csv, "%.2f,%d,%d\n", s.At.Seconds(), s.Wanted, s.Running)
-		fmt.Fprintf(&chart, "%6.2fs %-6s %d\n", s.At.Seconds(), strings.Repeat("█", s.Running), s.Running)
+		fmt.Fprintf(&csv, "%.2f,%d,%d,%d\n", s.At.Seconds(), s.Ready, s.Wanted, s.Running)
+		fmt.Fprintf(&chart, "%6.2fs %-6s %d running, %d wanted, %3d sessions ready\n", s.At.Seconds(), strings.Repeat("█", s.Running), s.Running, s.Wanted, s.Ready)
 	}
 	t.Logf("burst of %d messages in %d sessions published by %.2fs; %d workers started and SIGTERMed; replicas running:\n%s",
 		total, len(ids), published.Seconds(), started, chart.String())
