@@ -107,8 +107,9 @@ func (s *scaleSignal) service() *base {
 	})
 }
 
-// evaluate evaluates once, bounded by a few intervals (a broker that does not answer must not
-// leave the last value served for ever as if it were fresh: evaluated_at tells its age).
+// evaluate evaluates once. It has no deadline of its own: an evaluation of many sessions may take
+// longer than an interval (the next then begins at once), each broker call is bounded (the SDK's
+// management timeout, perSession for a peek), and evaluated_at tells the age of what is served.
 func (s *scaleSignal) evaluate(ctx context.Context) {
 	if s.evaluates != nil && !s.evaluates() {
 		s.m.replicas.Set(0)
@@ -117,9 +118,7 @@ func (s *scaleSignal) evaluate(ctx context.Context) {
 		return
 	}
 	at := s.clock.Now()
-	ectx, cancel := context.WithTimeout(ctx, max(5*s.interval, time.Minute))
-	n, err := s.count(ectx)
-	cancel()
+	n, err := s.count(ctx)
 	s.m.evaluations.Inc()
 	if ctx.Err() != nil {
 		return
