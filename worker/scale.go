@@ -31,7 +31,10 @@ import (
 //   - Nothing cheaper tells a session's active messages from its deferred ones, or a session
 //     with state and messages from one with state alone: that takes the session's lock and a
 //     peek (accept, peek per 100 messages, close; and a state read with the Service Bus store).
-//     Only the sessions the listing and the state leave in doubt are peeked.
+//     Only the sessions the listing and the state leave in doubt are peeked. With the Service
+//     Bus store a session whose state rules it out (ended, parked, blocked) is read once and
+//     not again until its state changes, which a listing of the states changed since the last
+//     evaluation tells (one more call per 100 changed ids).
 
 // Scale is one evaluation of the scaling signal, as GET /scale answers it.
 type Scale struct {
@@ -76,6 +79,8 @@ func classify(st *sequencer.State, listedMeansMessages bool) readiness {
 	switch {
 	case st == nil:
 		return ready // messages and no state: a session not handled yet
+	case st.EndedAt.IsZero() && st.Parked != nil && st.Parked.OnGap():
+		return peekToKnow // parked on a missing sequence: its arrival lets the session go on
 	case !st.EndedAt.IsZero(), st.Parked != nil, st.Blocked != nil:
 		return notReady // a tombstone, or waiting for an operator or the broker's dead-lettering
 	case st.NeedsWake():
@@ -101,6 +106,10 @@ type readyCounter struct {
 	stated func(ctx context.Context) ([]string, error)
 	// states returns the stored states of the entity (Postgres; nil with Service Bus).
 	states func(ctx context.Context) (map[string]*sequencer.State, error)
+	// changed lists the sessions whose Service Bus session state changed after a time (nil with
+	// the Postgres store); now is the clock it is compared with.
+	changed func(ctx context.Context, after time.Time) ([]string, error)
+	now     func() time.Time
 	// source locks a session to peek it; store reads its state under that lock (Service Bus).
 	source sequencer.SessionSource
 	store  sequencer.StateStore
@@ -108,7 +117,16 @@ type readyCounter struct {
 	concurrency int
 	perSession  time.Duration
 	calls       func(op string, n int)
+
+	// With the Service Bus store: ruledOut are the sessions whose state, as last read, rules them
+	// out (ended, parked, blocked), as of cursor (when the last complete evaluation began).
+	mu       sync.Mutex
+	ruledOut map[string]bool
+	cursor   time.Time
 }
+
+// stateMargin is listed again before the cursor, for the clocks of the broker and this process.
+const stateMargin = 5 * time.Second
 
 // count evaluates once and returns the sessions ready.
 func (c *readyCounter) count(ctx context.Context) (int, error) {
@@ -138,6 +156,7 @@ func (c *readyCounter) count(ctx context.Context) (int, error) {
 			}
 		}
 	default:
+		at := c.now()
 		withState, err := c.stated(ctx)
 		c.calls("list_sessions", pages(len(withState), 100))
 		if err != nil {
@@ -147,16 +166,55 @@ func (c *readyCounter) count(ctx context.Context) (int, error) {
 		for _, id := range withState {
 			has[id] = true
 		}
+		if err := c.forgetChanged(ctx, has); err != nil {
+			return 0, err
+		}
+		c.mu.Lock()
 		for _, id := range ids {
-			if has[id] {
-				doubt = append(doubt, id) // its state is read under the lock of the peek
-			} else {
+			switch {
+			case !has[id]:
 				n++
+			case !c.ruledOut[id]:
+				doubt = append(doubt, id) // its state is read under the lock of the peek
 			}
 		}
+		c.mu.Unlock()
+		m, err := c.peekAll(ctx, doubt)
+		if err == nil || errors.Is(err, errPartial) {
+			c.cursor = at
+		}
+		return n + m, err
 	}
 	m, err := c.peekAll(ctx, doubt)
 	return n + m, err
+}
+
+// forgetChanged drops from ruledOut the sessions whose state changed since the cursor, or is gone
+// (not in has), so that they are read again.
+func (c *readyCounter) forgetChanged(ctx context.Context, has map[string]bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ruledOut == nil {
+		c.ruledOut = map[string]bool{}
+	}
+	for id := range c.ruledOut {
+		if !has[id] {
+			delete(c.ruledOut, id)
+		}
+	}
+	if c.cursor.IsZero() || len(c.ruledOut) == 0 {
+		return nil
+	}
+	since := c.cursor.Add(-stateMargin)
+	changed, err := c.changed(ctx, since)
+	c.calls("list_sessions", pages(len(changed), 100))
+	if err != nil {
+		return fmt.Errorf("list sessions with state changed since %s: %w", since.Format(time.RFC3339), err)
+	}
+	for _, id := range changed {
+		delete(c.ruledOut, id)
+	}
+	return nil
 }
 
 // pages is how many calls the SDK's pager made for a listing of n ids, a page of size per call:
@@ -221,7 +279,11 @@ func (c *readyCounter) peek(ctx context.Context, id string) (bool, error) {
 			// The state alone can settle it; otherwise (no state any more, or one that
 			// leaves it open) a peek tells.
 			if r := classify(st, false); version != 0 && r != peekToKnow {
-				ok = r == ready
+				if ok = r == ready; !ok {
+					c.mu.Lock()
+					c.ruledOut[id] = true // until its state changes
+					c.mu.Unlock()
+				}
 				return nil
 			}
 		}

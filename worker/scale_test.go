@@ -63,7 +63,7 @@ func TestClassify(t *testing.T) {
 		{"in progress", st(func(*sequencer.State) {}), ready, peekToKnow},
 		{"tombstone", st(func(s *sequencer.State) { s.EndedAt = now }), notReady, notReady},
 		{"parked", st(func(s *sequencer.State) { s.Parked = &sequencer.Parked{Sequence: 3, BrokerSequence: 9} }), notReady, notReady},
-		{"parked on a gap", st(func(s *sequencer.State) { s.Parked = &sequencer.Parked{Sequence: 3}; s.Deferred[4] = 10 }), notReady, notReady},
+		{"parked on a gap", st(func(s *sequencer.State) { s.Parked = &sequencer.Parked{Sequence: 3}; s.Deferred[4] = 10 }), peekToKnow, peekToKnow},
 		{"blocked", st(func(s *sequencer.State) { s.Blocked = &sequencer.Blocked{Sequence: 3, BrokerSequence: 9} }), notReady, notReady},
 		{"on a gap", st(func(s *sequencer.State) { s.GapSince = now; s.Deferred[5] = 11 }), peekToKnow, peekToKnow},
 		{"stranded", st(func(s *sequencer.State) { s.Deferred[3] = 8 }), ready, ready},
@@ -204,7 +204,10 @@ func TestReadyCounter(t *testing.T) {
 				}
 			}
 			calls := map[string]int{}
-			var mu sync.Mutex
+			var (
+				mu      sync.Mutex
+				changed []string // the sessions whose state changed since the last evaluation
+			)
 			rc := &readyCounter{
 				listed:      func(context.Context) ([]string, error) { return slices.Sorted(slices.Values(listed)), nil },
 				source:      src,
@@ -215,7 +218,8 @@ func TestReadyCounter(t *testing.T) {
 				rc.states = listerStates(src.store)
 			} else {
 				rc.stated = func(context.Context) ([]string, error) { return withState, nil }
-				rc.store = src.store
+				rc.changed = func(context.Context, time.Time) ([]string, error) { return changed, nil }
+				rc.now, rc.store = time.Now, src.store
 			}
 			n, err := rc.count(context.Background())
 			require.NoError(t, err)
@@ -227,9 +231,35 @@ func TestReadyCounter(t *testing.T) {
 					"with Postgres only the sessions on a gap are peeked")
 				// Two gap sessions: an accept, a close and two peeks (150 deferred, 100 a page) each.
 				require.Equal(t, map[string]int{"list_sessions": 1, "accept": 2, "peek": 4, "close": 2}, calls)
-			} else {
-				require.Equal(t, 1+1, calls["list_sessions"], "the listing and the listing of sessions with state")
+				return
 			}
+			require.Equal(t, 1+1, calls["list_sessions"], "the listing and the listing of sessions with state")
+
+			// A session whose state rules it out is not read again until its state changes.
+			ruledOut := []string{"parked", "tombstone, late copy", "tombstone, nothing"}
+			accepted := func() []string {
+				src.mu.Lock()
+				defer src.mu.Unlock()
+				out := slices.Clone(src.accepts)
+				src.accepts = nil
+				return out
+			}
+			require.Subset(t, accepted(), ruledOut)
+			n, err = rc.count(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, want, n)
+			again := accepted()
+			for _, id := range ruledOut {
+				require.NotContains(t, again, id)
+			}
+			require.Contains(t, again, "idle, state only", "a session in progress is peeked each time: a message may have arrived")
+			changed = []string{"parked"}
+			n, err = rc.count(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, want, n)
+			again = accepted()
+			require.Contains(t, again, "parked", "its state changed: read again")
+			require.NotContains(t, again, "tombstone, nothing")
 		})
 	}
 }

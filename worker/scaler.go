@@ -90,7 +90,8 @@ func newScaleSignal(cfg Config, conn *Connections, reg *prometheus.Registry, eva
 		rc.states = listerStates(conn.Lister)
 	} else {
 		// The Service Bus store: the scan client locks sessions, away from the runner's.
-		rc.stated, rc.source, rc.store = conn.ManagementSource.ListSessionsWithState, conn.ScanSource, conn.Store
+		rc.stated, rc.changed, rc.now = conn.ManagementSource.ListSessionsWithState, conn.ManagementSource.ListSessionsWithStateAfter, cfg.Clock.Now
+		rc.source, rc.store = conn.ScanSource, conn.Store
 	}
 	return &scaleSignal{
 		count: rc.count, perReplica: cfg.MaxConcurrentSessions, maxReplicas: cfg.ScaleMaxReplicas,
