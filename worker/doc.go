@@ -41,7 +41,8 @@
 //   - The scaling signal, every Config.ScaleInterval on the replica that holds the sweeper lease:
 //     the sessions with messages ready to handle (a session listing, less the sessions the stored
 //     states say are parked, blocked or ended, with a lock and a peek for those the listing and
-//     the states leave in doubt: on a gap, or with Service Bus session state), and the replicas
+//     the states leave in doubt: on a gap, or with Service Bus session state, where a state that
+//     rules a session out is read again only once it changed), and the replicas
 //     that makes, ceil(ready ÷ MaxConcurrentSessions) up to ScaleMaxReplicas. [Scaler] (`worker
 //     scaler`) serves the same signal on its own, consuming nothing, for scaling from zero.
 //
