@@ -358,3 +358,39 @@ func TestSessionSubscription(t *testing.T) {
 	require.Equal(t, "nope", *d.DeadLetterReason)
 	require.NoError(t, dlq.CompleteMessage(ctx, d, nil))
 }
+
+// The listing without SessionStateUpdatedAfter names the sessions that have messages at the
+// broker (deferred ones count: the service counts them as active) or session state; not a session
+// whose messages were all settled or dead-lettered. The scaling signal (worker) relies on it.
+func TestListSessionsWhatCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{queues: sessionQueue(0)})
+	ctx := testCtx(t)
+	s := b.sender(t, "sq")
+	for _, id := range []string{"active", "deferred", "completed", "deadlettered"} {
+		sendToSession(ctx, t, s, id, "m")
+	}
+	settle := func(id string, fn func(*azservicebus.SessionReceiver, *azservicebus.ReceivedMessage) error) {
+		sr, err := b.client.AcceptSessionForQueue(ctx, "sq", id, nil)
+		require.NoError(t, err)
+		require.NoError(t, fn(sr, receiveN(ctx, t, sr, 1)[0]))
+		require.NoError(t, sr.Close(ctx))
+	}
+	settle("deferred", func(sr *azservicebus.SessionReceiver, m *azservicebus.ReceivedMessage) error {
+		return sr.DeferMessage(ctx, m, nil)
+	})
+	settle("completed", func(sr *azservicebus.SessionReceiver, m *azservicebus.ReceivedMessage) error {
+		return sr.CompleteMessage(ctx, m, nil)
+	})
+	settle("deadlettered", func(sr *azservicebus.SessionReceiver, m *azservicebus.ReceivedMessage) error {
+		return sr.DeadLetterMessage(ctx, m, nil)
+	})
+	var ids []string
+	pager := b.client.NewListSessionsForQueuePager("sq", nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		require.NoError(t, err)
+		ids = append(ids, page.Sessions...)
+	}
+	require.Equal(t, []string{"active", "deferred"}, ids)
+}

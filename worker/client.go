@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -152,7 +153,16 @@ func New(cfg Config) (*Client, error) {
 	if c.conn.Postgres != nil && cfg.TombstoneTTL > 0 {
 		sw.before = purge(c.conn.Postgres, cfg.TombstoneTTL, cfg.Clock, c.log)
 	}
+	// The scaling signal: evaluated here while this replica holds the sweeper lease.
+	var held atomic.Bool
+	sw.lease = heldLease{lease: sw.lease, held: &held}
 	c.background = append(c.background, sw.service())
+	scale, err := newScaleSignal(cfg, c.conn, c.reg, held.Load)
+	if err != nil {
+		return nil, err
+	}
+	c.background = append(c.background, scale.service())
+	c.ops.scale = scale.serveHTTP
 	ok = true
 	return c, nil
 }

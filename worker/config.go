@@ -187,6 +187,11 @@ type Config struct {
 	// not start (stranded on deferred messages, past their gap timeout), refreshes the session
 	// gauges and, with Postgres, purges expired tombstones.
 	SweepInterval time.Duration `envconfig:"SWEEP_INTERVAL"`
+	// ScaleInterval is how often the scaling signal (GET /scale, seqbus_replicas_wanted) is
+	// evaluated: by `worker scaler`, and by the worker that holds the sweeper lease.
+	ScaleInterval time.Duration `envconfig:"SCALE_INTERVAL"`
+	// ScaleMaxReplicas bounds the replicas the scaling signal asks for.
+	ScaleMaxReplicas int `envconfig:"SCALE_MAX_REPLICAS"`
 
 	Service
 	// TracerProvider traces each handler call (default: tracing off). TracingFromEnv builds one
@@ -218,6 +223,8 @@ func DefaultConfig() Config {
 		Unsequenced:           engine.Unsequenced,
 		MaxConcurrentSessions: 8,
 		SweepInterval:         30 * time.Second,
+		ScaleInterval:         10 * time.Second,
+		ScaleMaxReplicas:      100,
 		Service:               defaultService(),
 	}
 }
@@ -441,6 +448,8 @@ func (c *Config) Validate() error {
 
 	p.positive("MaxConcurrentSessions", int64(c.MaxConcurrentSessions), c.MaxConcurrentSessions)
 	p.positive("SweepInterval", int64(c.SweepInterval), c.SweepInterval)
+	p.positive("ScaleInterval", int64(c.ScaleInterval), c.ScaleInterval)
+	p.positive("ScaleMaxReplicas", int64(c.ScaleMaxReplicas), c.ScaleMaxReplicas)
 	checkService(&p, c.Service)
 	return p.err()
 }

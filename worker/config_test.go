@@ -59,6 +59,8 @@ func TestValidate(t *testing.T) {
 		{"zero idle timeout", func(c *Config) { c.SessionIdleTimeout = 0 }, "SEQBUS_SESSION_IDLE_TIMEOUT: must be positive"},
 		{"zero attempts", func(c *Config) { c.MaxHandlerAttempts = 0 }, "SEQBUS_MAX_HANDLER_ATTEMPTS"},
 		{"zero sweep", func(c *Config) { c.SweepInterval = 0 }, "SEQBUS_SWEEP_INTERVAL"},
+		{"zero scale interval", func(c *Config) { c.ScaleInterval = 0 }, "SEQBUS_SCALE_INTERVAL: must be positive"},
+		{"zero max replicas", func(c *Config) { c.ScaleMaxReplicas = 0 }, "SEQBUS_SCALE_MAX_REPLICAS: must be positive, got 0"},
 		{"empty sequence property", func(c *Config) { c.SequenceProperty = " " }, "SEQBUS_SEQUENCE_PROPERTY: must not be empty"},
 		{"empty last property", func(c *Config) { c.LastProperty = "" }, "SEQBUS_LAST_PROPERTY: must not be empty"},
 		{"same properties", func(c *Config) { c.LastProperty = "Sequence" }, "SEQBUS_LAST_PROPERTY: must differ"},

@@ -41,12 +41,21 @@
 //     Config.TombstoneTTL. The other replicas report 0 in the session gauges.
 //   - Readiness checks every Config.ReadyInterval: the broker (a management call) and, with
 //     Postgres, the database.
+//   - The scaling signal, every Config.ScaleInterval on the replica that holds the sweeper lease:
+//     the sessions with messages ready to handle (a session listing, less the sessions the stored
+//     states say are parked, blocked or ended, with a lock and a peek for those the listing and
+//     the states leave in doubt: on a gap, or with Service Bus session state, where a state that
+//     rules a session out is read again only once it changed), and the replicas
+//     that makes, ceil(ready ÷ MaxConcurrentSessions) up to ScaleMaxReplicas. [Scaler] (`worker
+//     scaler`) serves the same signal on its own, consuming nothing, for scaling from zero.
 //
 // # HTTP
 //
 // With Config.HTTPAddr set the Client serves GET /metrics (Prometheus), GET /healthz (200 while
 // the process runs) and GET /readyz (200 when the last check reached the broker and the database,
-// 503 with a JSON list of reasons otherwise; within two ready intervals of losing either).
+// 503 with a JSON list of reasons otherwise; within two ready intervals of losing either) and
+// GET /scale, the last evaluation of the scaling signal as JSON ([Scale]; 503 with the reason when
+// this replica does not evaluate it or has not yet).
 //
 // # Metrics
 //
@@ -71,6 +80,10 @@
 //	seqbus_sweeper_lease                    1 on the replica that holds the sweeper lease
 //	seqbus_sweep_broker_calls_total{op}     the sweeper's and its lease's Service Bus calls
 //	seqbus_ready                            1 when the last readiness check passed
+//	seqbus_replicas_wanted                  replicas the entity's work needs (the scaling signal)
+//	seqbus_sessions_ready                   sessions with messages ready to handle
+//	seqbus_scale_broker_calls_total{op}     the scaling signal's Service Bus calls
+//	seqbus_scale_evaluations_total          evaluations of the scaling signal
 //
 // plus the Go and process collectors.
 //

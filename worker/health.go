@@ -26,6 +26,8 @@ type ops struct {
 	// readyGauge mirrors the result (seqbus_ready).
 	readyGauge prometheus.Gauge
 	log        *slog.Logger
+	// scale, when set, answers GET /scale (the scaling signal).
+	scale http.HandlerFunc
 
 	mu      sync.Mutex
 	ok      bool
@@ -114,14 +116,17 @@ func (o *ops) checkOnce(ctx context.Context, clk clock.Clock) {
 	}
 }
 
-// handler serves /metrics, /healthz (the process runs) and /readyz (200 when the last check
-// passed, 503 with the reasons otherwise).
+// handler serves /metrics, /healthz (the process runs), /readyz (200 when the last check
+// passed, 503 with the reasons otherwise) and, when set, /scale.
 func (o *ops) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{Registry: o.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
+	if o.scale != nil {
+		mux.HandleFunc("GET /scale", o.scale)
+	}
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		ok, reasons, checked := o.get()
 		body := map[string]any{"status": "ready"}

@@ -3,6 +3,8 @@
 //
 //	worker [run]                    run the worker (configured by SEQBUS_* variables)
 //	worker relay                    publish the Postgres outbox to Service Bus in session order
+//	worker scaler                   serve the scaling signal (GET /scale, /metrics, /healthz)
+//	                                with the worker's settings, consuming nothing
 //	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL): migrations
 //	                                001 to 006; up and down take [--target-version N]
 //	                                [--max-steps N] [--dry-run] (prints the SQL, changes nothing)
@@ -55,12 +57,16 @@
 //	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are woken, session gauges refreshed,
 //	                                old gaps warned about and expired tombstones cleared, by the
 //	                                one replica that holds the entity's sweeper lease (default 30s)
+//	SEQBUS_SCALE_INTERVAL           how often the scaling signal (GET /scale, seqbus_replicas_wanted)
+//	                                is evaluated, by worker scaler and by the replica that holds
+//	                                the sweeper lease (default 10s)
+//	SEQBUS_SCALE_MAX_REPLICAS       bound on the replicas the scaling signal asks for (default 100)
 //	SEQBUS_HANDLER                  log (default), noop, http, or journal (postgres store only:
 //	                                inserts each message into seqbus_journal in the same
 //	                                transaction as the state advance, exactly-once effects)
 //	SEQBUS_HANDLER_URL              target of the http handler
 //	SEQBUS_HANDLER_TIMEOUT          bound on one handler call (default 30s)
-//	SEQBUS_HTTP_ADDR                /metrics, /healthz, /readyz (default :9464; off: none)
+//	SEQBUS_HTTP_ADDR                /metrics, /healthz, /readyz, /scale (default :9464; off: none)
 //	SEQBUS_READY_CHECK_INTERVAL     how often readiness is checked (default 5s)
 //	SEQBUS_LOG_LEVEL                debug, info (default), warn, error
 //	SEQBUS_SHUTDOWN_TIMEOUT         graceful stop bound (default 30s)

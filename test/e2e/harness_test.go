@@ -254,7 +254,8 @@ func (p *proc) stop(t testing.TB) {
 	t.Helper()
 	waitFor(t, 30*time.Second, func() bool {
 		out := p.stderr.String()
-		return p.exited() || strings.Contains(out, `"msg":"worker: running"`) || strings.Contains(out, `"msg":"worker: relay running"`)
+		return p.exited() || strings.Contains(out, `"msg":"worker: running"`) || strings.Contains(out, `"msg":"worker: relay running"`) ||
+			strings.Contains(out, `"msg":"worker: scaler running"`)
 	}, func() string {
 		return p.name + " never reported running (SEQBUS_LOG_LEVEL must be info or debug): " + tail(p.stderr.String(), 2000)
 	})
