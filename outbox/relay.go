@@ -507,6 +507,9 @@ func (r *Relay) sendBatch(ctx context.Context, k sessionKey) (out outcome, more 
 				return fail("pausing the session", err)
 			}
 			out = outcomeFailed
+			// Counted before the pause commits, so that whoever sees the pause recorded (its
+			// attempts) sees the failed send counted too.
+			r.failures.Add(1)
 		}
 	}
 	if err := tx.Commit(dctx); err != nil {
@@ -517,9 +520,6 @@ func (r *Relay) sendBatch(ctx context.Context, k sessionKey) (out outcome, more 
 		r.batches.Add(1)
 		log.DebugContext(ctx, "outbox relay: sent", slog.Int64("from_sequence", pending[0].seq),
 			slog.Int64("to_sequence", pending[sent-1].seq))
-	}
-	if out == outcomeFailed {
-		r.failures.Add(1)
 	}
 	return out, out == outcomeIdle && full
 }
