@@ -512,6 +512,13 @@ func TestPropertyRandomSessions(t *testing.T) {
 	if s := os.Getenv("SEQBUS_PROP_CASES"); s != "" {
 		n, _ = strconv.Atoi(s)
 	}
+	propCases(t, n, func(seed uint64, tot *propTotals) { runPropCase(t, seed, tot) })
+}
+
+// propCases runs n random cases, from a base seed of the clock's (SEQBUS_PROP_SEED: that seed
+// alone, to rerun a failed case), until the first failure, and returns their totals.
+func propCases(t *testing.T, n int, run func(seed uint64, tot *propTotals)) propTotals {
+	t.Helper()
 	base := uint64(time.Now().UnixNano())
 	if s := os.Getenv("SEQBUS_PROP_SEED"); s != "" {
 		base, _ = strconv.ParseUint(s, 10, 64)
@@ -520,12 +527,13 @@ func TestPropertyRandomSessions(t *testing.T) {
 	t.Logf("base seed %d (rerun one case with SEQBUS_PROP_SEED)", base)
 	var tot propTotals
 	for i := range n {
-		runPropCase(t, base+uint64(i), &tot)
+		run(base+uint64(i), &tot)
 		if t.Failed() {
-			return
+			return tot
 		}
 	}
 	t.Logf("%d cases: %+v", n, tot)
+	return tot
 }
 
 // TestCrashAtEveryStep crashes (or fails) a process at each call in turn, for a few fixed
@@ -608,23 +616,11 @@ func TestPropertyPipelinedRuns(t *testing.T) {
 	if testing.Short() {
 		n = 150
 	}
-	base := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SEQBUS_PROP_SEED"); s != "" {
-		base, _ = strconv.ParseUint(s, 10, 64)
-		n = 1
-	}
-	t.Logf("base seed %d (rerun one case with SEQBUS_PROP_SEED)", base)
-	var tot propTotals
-	for i := range n {
-		seed := base + uint64(i)
+	propCases(t, n, func(seed uint64, tot *propTotals) {
 		c := newPropCase(seed)
 		c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = []int{2, 4, 16}[seed%3], false, true
-		runCase(t, seed, c, &tot)
-		if t.Failed() {
-			return
-		}
-	}
-	t.Logf("%d cases: %+v", n, tot)
+		runCase(t, seed, c, tot)
+	})
 }
 
 // TestCrashAtEveryStepPipelinedRuns is TestCrashAtEveryStep with EngineConfig.PipelineRuns.

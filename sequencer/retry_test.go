@@ -185,21 +185,12 @@ func TestPropertyReleasedRetries(t *testing.T) {
 	if testing.Short() {
 		n = 150
 	}
-	base := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SEQBUS_PROP_SEED"); s != "" {
-		base, _ = strconv.ParseUint(s, 10, 64)
-		n = 1
+	tot := propCases(t, n, func(seed uint64, tot *propTotals) {
+		runCase(t, seed, withReleasedRetries(newPropCase(seed), seed), tot)
+	})
+	if t.Failed() {
+		return
 	}
-	t.Logf("base seed %d (rerun one case with SEQBUS_PROP_SEED)", base)
-	var tot propTotals
-	for i := range n {
-		seed := base + uint64(i)
-		runCase(t, seed, withReleasedRetries(newPropCase(seed), seed), &tot)
-		if t.Failed() {
-			return
-		}
-	}
-	t.Logf("%d cases: %+v", n, tot)
 	require.Positive(t, tot.retries, "the cases retried")
 }
 
