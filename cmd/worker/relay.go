@@ -9,9 +9,25 @@ import (
 	"github.com/seqbus/seqbus/worker"
 )
 
-// relaySettings are what `worker relay` adds to worker.RelayConfig: the log level.
-type relaySettings struct {
+// logSettings are what `worker relay` and `worker scaler` add to their worker configuration:
+// the log level.
+type logSettings struct {
 	LogLevel string `envconfig:"LOG_LEVEL"`
+}
+
+// fromEnv fills cfg (a worker configuration) from the environment and returns the logger
+// SEQBUS_LOG_LEVEL asks for; an invalid setting is an error that names it.
+func (c *cli) fromEnv(cfg any) (*slog.Logger, error) {
+	s := defaultSettings()
+	ls := logSettings{LogLevel: s.LogLevel}
+	if err := errors.Join(worker.FromEnv(cfg), worker.FromEnv(&ls)); err != nil {
+		return nil, err
+	}
+	s.LogLevel = ls.LogLevel
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return c.logger(s.level()), nil
 }
 
 // relay runs the outbox relay until a signal arrives: the messages applications enqueued in the
@@ -23,16 +39,11 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	}
 	sigs, stopSignals := c.signals()
 	defer stopSignals()
-	cfg, s := worker.DefaultRelayConfig(), defaultSettings()
-	rs := relaySettings{LogLevel: s.LogLevel}
-	if err := errors.Join(worker.FromEnv(&cfg), worker.FromEnv(&rs)); err != nil {
+	cfg := worker.DefaultRelayConfig()
+	logger, err := c.fromEnv(&cfg)
+	if err != nil {
 		return err
 	}
-	s.LogLevel = rs.LogLevel
-	if err := s.validate(); err != nil {
-		return err
-	}
-	logger := c.logger(s.level())
 	cfg.Logger = logger
 	r, err := worker.NewRelay(cfg)
 	if err != nil {

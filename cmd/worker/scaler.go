@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -18,16 +17,11 @@ func (c *cli) scaler(ctx context.Context, args []string) error {
 	}
 	sigs, stopSignals := c.signals()
 	defer stopSignals()
-	cfg, s := worker.DefaultConfig(), defaultSettings()
-	rs := relaySettings{LogLevel: s.LogLevel} // the log level is all the scaler adds
-	if err := errors.Join(worker.FromEnv(&cfg), worker.FromEnv(&rs)); err != nil {
+	cfg := worker.DefaultConfig()
+	logger, err := c.fromEnv(&cfg)
+	if err != nil {
 		return err
 	}
-	s.LogLevel = rs.LogLevel
-	if err := s.validate(); err != nil {
-		return err
-	}
-	logger := c.logger(s.level())
 	cfg.Logger = logger
 	sc, err := worker.NewScaler(cfg)
 	if err != nil {
