@@ -8,13 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/seqbus/seqbus/internal/soak"
+	"github.com/seqbus/seqbus/internal/workerbin"
 )
 
 func main() {
@@ -44,9 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer os.RemoveAll(dir)
 		o.WorkerBin = filepath.Join(dir, "worker")
 		fmt.Fprintln(stderr, "soak: building the worker (give -worker to use a built binary)")
-		build := exec.CommandContext(ctx, "go", "build", "-o", o.WorkerBin, "github.com/seqbus/seqbus/cmd/worker")
-		build.Stdout, build.Stderr = stderr, stderr
-		if err := build.Run(); err != nil {
+		if err := workerbin.Build(ctx, o.WorkerBin, stderr); err != nil {
 			fmt.Fprintf(stderr, "soak: build the worker (run from the repository, or give -worker): %v\n", err)
 			return 1
 		}

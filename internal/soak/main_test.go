@@ -1,11 +1,13 @@
 package soak_test
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/seqbus/seqbus/internal/workerbin"
 )
 
 // workerBin is the worker binary built by TestMain, which the soak's replicas run.
@@ -23,9 +25,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	workerBin = filepath.Join(dir, "worker")
-	build := exec.Command("go", "build", "-o", workerBin, "github.com/seqbus/seqbus/cmd/worker")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := workerbin.Build(context.Background(), workerBin, os.Stderr); err != nil {
 		fmt.Fprintf(os.Stderr, "soak: building the worker binary: %v\n", err)
 		return 1
 	}

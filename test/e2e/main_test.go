@@ -1,13 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/seqbus/seqbus/internal/workerbin"
 )
 
 // workerBin is the worker binary built by TestMain.
@@ -25,9 +27,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	workerBin = filepath.Join(dir, "worker")
-	build := exec.Command("go", "build", "-o", workerBin, "github.com/seqbus/seqbus/cmd/worker")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := workerbin.Build(context.Background(), workerBin, os.Stderr); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: building the worker binary: %v\n", err)
 		return 1
 	}
