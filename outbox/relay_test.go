@@ -332,6 +332,9 @@ func TestRelay_OnlyItsEntities(t *testing.T) {
 	enqueue(ctx, t, b.pool, outbox.EnqueueParams{Entity: "payments", SessionID: "p"})
 	enqueue(ctx, t, b.pool, outbox.EnqueueParams{Entity: "orders", SessionID: "o"})
 	receiveSessions(ctx, t, b.client, "orders", map[string]int{"o": 1})
+	// The relay counts a send once its transaction committed, which may be after the message
+	// reached the receiver.
+	require.Eventually(t, func() bool { return r.relay.Stats().Sent == 1 }, 10*time.Second, 5*time.Millisecond)
 	// Its poll comes round: a whole scan, which finds no session of its entities to send.
 	scans := r.relay.Stats().Scans
 	require.Eventually(t, func() bool {
