@@ -229,6 +229,8 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 			// The SDK hides a settlement the broker refused as busy: it waits its fixed retry
 			// delay and then reports success (see refusedSettlementHint). Tell the limiter.
 			s.limit.Busy()
+			s.logger.DebugContext(ctx, "sbadapter: settlement refused as busy, hidden by the SDK", slog.String("session_id", s.id),
+				slog.String("settlement", what), slog.Duration("took", time.Since(start)))
 		}
 		timedOut = err != nil && ctx.Err() == nil && errors.Is(context.Cause(sctx), errSettleTimeout)
 		return err
@@ -408,6 +410,9 @@ func (s *Session) call(ctx context.Context, fn func(context.Context) error) erro
 		}
 		err := fn(ctx)
 		s.limit.Observe(err)
+		if IsServerBusy(err) {
+			s.logger.DebugContext(ctx, "sbadapter: call refused as busy", slog.String("session_id", s.id), slog.Int("attempt", attempt))
+		}
 		if err == nil || !IsServerBusy(err) || attempt >= s.busyAttempts {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	azlog "github.com/Azure/azure-sdk-for-go/sdk/azcore/log"
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/seqbus/seqbus/internal/bench"
@@ -48,6 +49,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o := cfg.opts
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.level}))
+	if cfg.level <= slog.LevelDebug {
+		// The SDK retries some refusals itself (a throttled settlement or send) and says so only
+		// in its own log: show those retries with the components' logs.
+		azlog.SetListener(func(ev azlog.Event, msg string) {
+			if strings.Contains(msg, "Retry attempt") {
+				o.Logger.Debug("azservicebus: "+msg, slog.String("event", string(ev)))
+			}
+		})
+		defer azlog.SetListener(nil)
+	}
 	cells := len(o.WithDefaults().Cells())
 	var bar *progressbar.ProgressBar
 	if cfg.progress {
@@ -111,7 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		quick      bool
 		replicas   = listFlag[int]{parse: strconv.Atoi}
 		pressures  = listFlag[bench.Pressure]{parse: func(s string) (bench.Pressure, error) { return bench.Pressure(s), nil }}
-		exceptions = listFlag[float64]{parse: parseRate}
+		exceptions = listFlag[float64]{parse: func(s string) (float64, error) { return parseShare("exception rate", s) }}
 		arrivals   = listFlag[bench.Arrival]{parse: func(s string) (bench.Arrival, error) { return bench.Arrival(s), nil }}
 		entity     sbadapter.Entity
 		retryBase  time.Duration
@@ -127,6 +138,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&o.SessionsPerReplica, "sessions-per-replica", 0, "sessions each replica handles at once (default 4)")
 	fs.IntVar(&o.ThrottleCredits, "throttle-credits", 0, "credits per second of the throttle pressure (default 1000, the Standard tier's)")
 	fs.DurationVar(&o.Latency, "latency", 0, "delay of every answer with the latency pressure (default 5ms)")
+	fs.Func("offered", "add to each throttle cell a phase offered this share of the credit-limited rate the cell measured, e.g. 80% (default none)", func(v string) error {
+		r, err := parseShare("offered", v)
+		o.OfferedShare = r
+		return err
+	})
+	fs.BoolVar(&o.OfferedTrickle, "offered-trickle", false, "with -offered: publish the messages one at a time, round robin over as many sessions as the replicas hold at once, instead of one batch per session")
 	fs.BoolVar(&o.PipelineRuns, "pipeline-runs", false, "run the replicas with SEQBUS_PIPELINE_RUNS=true (a recorded run's completions in the background)")
 	fs.DurationVar(&retryBase, "retry-base", 0, "the engine's first wait after a failed handler call (default 2ms, doubling up to 20ms, 10 attempts)")
 	fs.DurationVar(&o.CellTimeout, "cell-timeout", 0, "bound of one cell (default 3m)")
@@ -224,18 +241,15 @@ func (l *listFlag[T]) Set(s string) error {
 	return nil
 }
 
-// parseRate reads a share as a fraction (0.1) or a percentage (10%).
-func parseRate(s string) (float64, error) {
-	if p, ok := strings.CutSuffix(s, "%"); ok {
-		v, err := strconv.ParseFloat(p, 64)
-		if err != nil {
-			return 0, fmt.Errorf("exception rate %q: %w", s, err)
-		}
-		return v / 100, nil
-	}
-	v, err := strconv.ParseFloat(s, 64)
+// parseShare reads the share of setting name as a fraction (0.1) or a percentage (10%).
+func parseShare(name, s string) (float64, error) {
+	p, pct := strings.CutSuffix(s, "%")
+	v, err := strconv.ParseFloat(p, 64)
 	if err != nil {
-		return 0, fmt.Errorf("exception rate %q: %w", s, err)
+		return 0, fmt.Errorf("%s %q: %w", name, s, err)
+	}
+	if pct {
+		v /= 100
 	}
 	return v, nil
 }

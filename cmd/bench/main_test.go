@@ -57,6 +57,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"entity without a namespace", []string{"-queue", "q"}, "-queue, -topic and -subscription need -connection-string"},
 		{"namespace without an entity", []string{"-connection-string", "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v"}, "entity:"},
 		{"bad chart format", []string{"-format", "gif"}, `-format "gif"`},
+		{"bad offered share", []string{"-offered", "most"}, `offered "most"`},
+		{"offered share above 100%", []string{"-offered", "120%"}, "offered share: 1.2 is outside (0, 1]"},
+		{"offered without throttle", []string{"-offered", "80%", "-pressure", "none"}, "applies to the throttle pressure"},
 		{"negative retry base", []string{"-retry-base", "-1ms"}, "-retry-base must not be negative"},
 	}
 	for _, tt := range tests {

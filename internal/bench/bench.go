@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/seqbus/seqbus/sbadapter"
@@ -30,6 +31,13 @@ type Options struct {
 	Latency time.Duration
 	// PipelineRuns sets the replicas' worker.Config.PipelineRuns (SEQBUS_PIPELINE_RUNS) [false].
 	PipelineRuns bool
+	// OfferedShare, when positive, adds to each throttle cell a phase offered that share of the
+	// cell's credit-limited rate (measured in the same cell, before it): fresh replicas and
+	// sessions, messages published one at a time at a fixed rate [0: none].
+	OfferedShare float64
+	// OfferedTrickle publishes the offered phase's messages one at a time, round robin over as
+	// many sessions as the replicas hold at once, instead of one batch per session [false].
+	OfferedTrickle bool
 	// HandlerRetry is the engine's retry policy for failed handler calls [10 attempts, 2ms base,
 	// 20ms cap: small, so that cells with exceptions finish; the default policy waits 1s, 2s, …].
 	HandlerRetry sequencer.RetryPolicy
@@ -151,6 +159,14 @@ func (o Options) Validate() error {
 	}
 	if o.HandlerRetry.Attempts < 1 || o.HandlerRetry.Base < 0 {
 		errs = append(errs, fmt.Errorf("handler retry: %d attempts, base %s: need one attempt and a base ≥ 0", o.HandlerRetry.Attempts, o.HandlerRetry.Base))
+	}
+	if o.OfferedShare != 0 {
+		switch {
+		case !(o.OfferedShare > 0 && o.OfferedShare <= 1):
+			errs = append(errs, fmt.Errorf("offered share: %v is outside (0, 1]", o.OfferedShare))
+		case !slices.Contains(o.Pressures, PressureThrottle):
+			errs = append(errs, fmt.Errorf("offered share: applies to the %s pressure, which is not selected", PressureThrottle))
+		}
 	}
 	if o.ConnectionString != "" {
 		if err := o.Entity.Validate(); err != nil {

@@ -36,6 +36,8 @@ func TestOptionsValidate(t *testing.T) {
 			opts:    Options{ConnectionString: "Endpoint=sb://x/", Entity: entityQueue("q"), Pressures: []Pressure{PressureThrottle}},
 			wantErr: "needs the in-process emulator",
 		},
+		{name: "offered share above 1", opts: Options{OfferedShare: 1.5}, wantErr: "offered share: 1.5 is outside (0, 1]"},
+		{name: "offered share without throttle", opts: Options{OfferedShare: 0.8, Pressures: []Pressure{PressureNone}}, wantErr: "applies to the throttle pressure"},
 		{name: "connection string without entity", opts: Options{ConnectionString: "Endpoint=sb://x/"}, wantErr: "entity:"},
 	}
 	for _, tt := range tests {
@@ -156,6 +158,57 @@ func TestTinyCellMeasuresWorkerAndPlainConsumer(t *testing.T) {
 	require.Contains(t, lines[0], "plain msg/s")
 	require.Contains(t, lines[1], fmt.Sprintf("%.0f", r.PlainRate))
 	require.Contains(t, lines[1], fmt.Sprintf("%.2f", r.Ratio()))
+}
+
+// TestThrottleCellOffersARate runs a tiny throttle cell with the offered-rate phase and checks
+// that it offered the share asked of the credit-limited rate measured before it, handled every
+// message of it in order, and reports its latency in the CSV and the table.
+func TestThrottleCellOffersARate(t *testing.T) {
+	t.Parallel()
+	for _, trickle := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trickle=%v", trickle), func(t *testing.T) {
+			t.Parallel()
+			testThrottleCellOffersARate(t, trickle)
+		})
+	}
+}
+
+func testThrottleCellOffersARate(t *testing.T, trickle bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	results, err := Run(ctx, Options{
+		Replicas: []int{1}, Pressures: []Pressure{PressureThrottle}, ExceptionRates: []float64{0}, Arrivals: []Arrival{ArrivalShuffled},
+		Sessions: 4, Messages: 10, ThrottleCredits: 400, OfferedShare: 0.5, OfferedTrickle: trickle, CellTimeout: 45 * time.Second,
+	}, nil)
+	require.NoError(t, err)
+	require.Len(t, results, 1)
+	r := results[0]
+	require.NoError(t, r.Err)
+	require.Zero(t, r.Violations)
+	require.Zero(t, r.Incomplete)
+	require.InDelta(t, 0.5*r.CreditLimitedRate(), r.Offered.Rate, 1e-9)
+	require.Positive(t, r.Offered.Handled)
+	require.Positive(t, r.Offered.LatencyP99)
+	require.GreaterOrEqual(t, r.Offered.LatencyP99, r.Offered.LatencyP50)
+	// 40 messages offered at the rate take 30/rate at least (the last session is due then) or,
+	// one at a time, 39/rate.
+	least := 30.0
+	if trickle {
+		least = 39
+	}
+	require.GreaterOrEqual(t, r.Offered.Elapsed.Seconds(), least/r.Offered.Rate)
+
+	var buf bytes.Buffer
+	require.NoError(t, WriteCSV(&buf, results))
+	rows, err := csv.NewReader(&buf).ReadAll()
+	require.NoError(t, err)
+	col := func(name string) string { return rows[1][slices.Index(rows[0], name)] }
+	require.Equal(t, strconv.FormatFloat(r.Offered.Rate, 'f', 1, 64), col("offered_rate_msg_per_s"))
+	require.Equal(t, strconv.FormatFloat(float64(r.Offered.LatencyP99.Microseconds())/1000, 'f', 1, 64), col("offered_latency_p99_ms"))
+	buf.Reset()
+	require.NoError(t, WriteTable(&buf, results))
+	require.Contains(t, buf.String(), "offered p99 ms")
+	require.Contains(t, buf.String(), fmt.Sprintf("%.0f", r.Offered.Rate))
 }
 
 // The plain consumer refuses a configuration it cannot run.

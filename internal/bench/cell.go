@@ -16,6 +16,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
@@ -94,11 +95,31 @@ type Result struct {
 	PlainRate        float64
 	PlainElapsed     time.Duration
 	PlainBrokerCalls uint64
+	// Offered is the offered-rate phase of a throttle cell (Options.OfferedShare; zero without).
+	Offered OfferedResult
 	// Violations counts order violations (must be 0); Incomplete the sessions not finished when
 	// the cell ended (0 unless it timed out).
 	Violations, Incomplete int
 	// Err is what stopped the cell early, if anything.
 	Err error
+}
+
+// OfferedResult is what the replicas did when offered a fixed rate rather than a backlog: the
+// phase that tells how long a message waits when the namespace is not saturated.
+type OfferedResult struct {
+	// Rate is the messages per second offered: Options.OfferedShare of the cell's
+	// CreditLimitedRate, measured in the backlog phase before it.
+	Rate float64
+	// Handled is the rate the replicas handled them at, from the first publish to the last
+	// message handled; Elapsed that time.
+	Handled float64
+	Elapsed time.Duration
+	// LatencyP50 and LatencyP99 are from the moment a message was due to be offered (its slot
+	// in the schedule, so a publish the throttle held up counts against the latency) to the
+	// handler call that succeeded.
+	LatencyP50, LatencyP99 time.Duration
+	// Throttled counts the operations the throttle refused during the phase.
+	Throttled uint64
 }
 
 // Ratio is the worker's rate over the plain consumer's in the same cell (0 without a plain rate).
@@ -168,7 +189,7 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 		conn = srv.ConnectionString()
 		entity, plainEntity = sbadapter.Entity{Queue: emulatorQueue}, sbadapter.Entity{Queue: emulatorPlainQueue}
 	}
-	res.Err = runWorkers(ctx, o, index, cell, conn, entity, &res)
+	res.Err = runWorkers(ctx, o, index, cell, conn, entity, phaseBacklog, &res)
 	if srv != nil {
 		ps := srv.PressureStats()
 		res.Throttled, res.DeliveriesDelayed, res.Credits = ps.Throttled, ps.DeliveriesDelayed, ps.Credits
@@ -176,18 +197,50 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 			res.CreditsPerSecond = o.ThrottleCredits
 		}
 	}
+	if res.Err == nil && srv != nil && cell.Pressure == PressureThrottle && o.OfferedShare > 0 {
+		res.Err = runOffered(ctx, o, index, cell, srv, entity, &res)
+	}
 	if res.Err == nil {
 		res.Err = runPlain(ctx, o, index, cell, conn, plainEntity, &res)
 	}
 	return res
 }
 
+// runOffered runs the offered-rate phase of a throttle cell on srv: fresh replicas and sessions,
+// offered Options.OfferedShare of the credit-limited rate the backlog phase measured (res).
+func runOffered(ctx context.Context, o Options, index int, cell Cell, srv *emulator.Server, entity sbadapter.Entity, res *Result) error {
+	limited := res.CreditLimitedRate()
+	if limited <= 0 {
+		return errors.New("bench: offered rate: the backlog phase measured no credit-limited rate")
+	}
+	ph := phase{tag: "o", offered: o.OfferedShare * limited}
+	before := srv.PressureStats().Throttled
+	var r Result
+	err := runWorkers(ctx, o, index, cell, srv.ConnectionString(), entity, ph, &r)
+	res.Offered = OfferedResult{Rate: ph.offered, Handled: r.Rate, Elapsed: r.Elapsed,
+		LatencyP50: r.LatencyP50, LatencyP99: r.LatencyP99, Throttled: srv.PressureStats().Throttled - before}
+	res.Violations += r.Violations
+	res.Incomplete += r.Incomplete
+	if err != nil {
+		return fmt.Errorf("bench: offered %.0f msg/s: %w", ph.offered, err)
+	}
+	return nil
+}
+
+// phase is how runWorkers publishes: against a backlog (offered 0) or at a fixed rate.
+type phase struct {
+	tag     string  // marks the phase's session ids
+	offered float64 // messages per second; 0: keep a backlog of sessions instead
+}
+
+var phaseBacklog = phase{tag: "s"}
+
 // runWorkers runs the cell's replicas on entity until they handled every session, and fills in
 // their part of res; the replicas are stopped when it returns.
-func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn string, entity sbadapter.Entity, res *Result) error {
+func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn string, entity sbadapter.Entity, ph phase, res *Result) error {
 	ids := make([]string, o.Sessions)
 	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-c%02d-s%04d", o.RunID, index, i)
+		ids[i] = fmt.Sprintf("%s-c%02d-%s%04d", o.RunID, index, ph.tag, i)
 	}
 	h := newCellHandler(ids, o.Messages, cell.ExceptionRate)
 	var err error
@@ -225,6 +278,10 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 	start := time.Now()
 	pubErr := make(chan error, 1)
 	go func() {
+		if ph.offered > 0 {
+			pubErr <- publishOffered(ctx, o, conn, entity, ids, cell, uint64(index), ph.offered, len(replicas)*o.SessionsPerReplica)
+			return
+		}
 		pubErr <- publish(ctx, o, conn, entity, ids, cell, uint64(index), &h.finished, len(replicas)*o.SessionsPerReplica*2)
 	}()
 	select {
@@ -337,70 +394,171 @@ var throttledRetries = azservicebus.RetryOptions{MaxRetries: 30, RetryDelay: 500
 // backlog sessions published but not finished, so that the consumers always find work and the
 // latency measures the pipeline rather than an ever longer queue.
 func publish(ctx context.Context, o Options, conn string, entity sbadapter.Entity, ids []string, cell Cell, seed uint64, finished *sessionsFinished, backlog int) error {
-	client, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: throttledRetries})
+	sender, done, err := newSender(ctx, conn, entity)
 	if err != nil {
-		return fmt.Errorf("bench: publisher: %w", err)
+		return err
 	}
-	defer client.Close(context.WithoutCancel(ctx))
-	sender, err := client.NewSender(cmp.Or(entity.Queue, entity.Topic), nil)
-	if err != nil {
-		return fmt.Errorf("bench: publisher: %w", err)
-	}
-	defer sender.Close(context.WithoutCancel(ctx))
+	defer done()
 	rng := rand.New(rand.NewPCG(o.Seed, seed))
 	for i, id := range ids {
 		if err := finished.waitBacklog(ctx, i, backlog); err != nil {
 			return nil // the cell ended
 		}
-		seqs := make([]int64, o.Messages)
-		for n := range seqs {
-			seqs[n] = int64(n + 1)
-		}
-		if cell.Arrival == ArrivalShuffled {
-			rng.Shuffle(len(seqs), func(a, b int) { seqs[a], seqs[b] = seqs[b], seqs[a] })
-		}
-		batch, err := sender.NewMessageBatch(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("bench: publish session %s: %w", id, err)
-		}
-		// send sends the batch in hand; a session too large for one batch goes in several, in
-		// the order of seqs.
-		send := func() error {
-			if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return fmt.Errorf("bench: publish session %s: %w", id, err)
-			}
-			batch, err = sender.NewMessageBatch(ctx, nil)
-			if err != nil {
-				return fmt.Errorf("bench: publish session %s: %w", id, err)
-			}
-			return nil
-		}
-		now := time.Now().UnixNano()
-		for _, seq := range seqs {
-			sid, mid := id, id+"/"+strconv.FormatInt(seq, 10)
-			m := &azservicebus.Message{
-				SessionID: &sid, MessageID: &mid, Body: fmt.Appendf(nil, `{"session":%q,"step":%d}`, id, seq),
-				ApplicationProperties: map[string]any{contract.SequenceProperty: seq, contract.LastProperty: seq == int64(o.Messages), publishedAtProperty: now},
-			}
-			err := batch.AddMessage(m, nil)
-			if errors.Is(err, azservicebus.ErrMessageTooLarge) && batch.NumMessages() > 0 {
-				if err := send(); err != nil {
-					return ignoreEnded(ctx, err)
-				}
-				err = batch.AddMessage(m, nil)
-			}
-			if err != nil {
-				return fmt.Errorf("bench: publish session %s sequence %d: %w", id, seq, err)
-			}
-		}
-		if err := send(); err != nil {
+		if err := sendSession(ctx, sender, id, sessionSeqs(o.Messages, cell.Arrival, rng), o.Messages, time.Now()); err != nil {
 			return ignoreEnded(ctx, err)
 		}
 	}
 	return nil
+}
+
+// sendSession sends a session's messages in the order of seqs, in one batch (or several when
+// they do not fit in one), each marked published at.
+func sendSession(ctx context.Context, sender *azservicebus.Sender, id string, seqs []int64, n int, at time.Time) error {
+	batch, err := sender.NewMessageBatch(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("bench: publish session %s: %w", id, err)
+	}
+	send := func() error {
+		if err := sender.SendMessageBatch(ctx, batch, nil); err != nil {
+			return fmt.Errorf("bench: publish session %s: %w", id, err)
+		}
+		batch, err = sender.NewMessageBatch(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("bench: publish session %s: %w", id, err)
+		}
+		return nil
+	}
+	for _, seq := range seqs {
+		m := benchMessage(id, seq, n, at)
+		err := batch.AddMessage(m, nil)
+		if errors.Is(err, azservicebus.ErrMessageTooLarge) && batch.NumMessages() > 0 {
+			if err := send(); err != nil {
+				return err
+			}
+			err = batch.AddMessage(m, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("bench: publish session %s sequence %d: %w", id, seq, err)
+		}
+	}
+	return send()
+}
+
+// publishOffered publishes the sessions at rate messages per second. By default each session
+// is one batch, as publish sends them, the next one due Options.Messages/rate later; with
+// Options.OfferedTrickle the messages go one at a time, to slots sessions at a time (as many as
+// the replicas hold at once) in turn, the next session opened when one has all its messages.
+// Each message carries the moment it was due, so a send the throttle held up counts against the
+// latency rather than shifting the schedule.
+func publishOffered(ctx context.Context, o Options, conn string, entity sbadapter.Entity, ids []string, cell Cell, seed uint64, rate float64, slots int) error {
+	if !o.OfferedTrickle {
+		sender, done, err := newSender(ctx, conn, entity)
+		if err != nil {
+			return err
+		}
+		defer done()
+		rng := rand.New(rand.NewPCG(o.Seed, seed))
+		interval := time.Duration(float64(o.Messages) / rate * float64(time.Second))
+		start := time.Now()
+		for i, id := range ids {
+			due := start.Add(time.Duration(i) * interval)
+			if clock.Sleep(ctx, clock.Real(), time.Until(due)) != nil {
+				return nil // the cell ended
+			}
+			if err := sendSession(ctx, sender, id, sessionSeqs(o.Messages, cell.Arrival, rng), o.Messages, due); err != nil {
+				return ignoreEnded(ctx, err)
+			}
+		}
+		return nil
+	}
+	sender, done, err := newSender(ctx, conn, entity)
+	if err != nil {
+		return err
+	}
+	defer done()
+	rng := rand.New(rand.NewPCG(o.Seed, seed))
+	type session struct {
+		id   string
+		seqs []int64
+		next int
+	}
+	opened := 0
+	open := func() *session {
+		if opened == len(ids) {
+			return nil
+		}
+		opened++
+		return &session{id: ids[opened-1], seqs: sessionSeqs(o.Messages, cell.Arrival, rng)}
+	}
+	var cur []*session
+	for range slots {
+		if s := open(); s != nil {
+			cur = append(cur, s)
+		}
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	for i, slot := 0, 0; len(cur) > 0; i++ {
+		due := start.Add(time.Duration(i) * interval)
+		if clock.Sleep(ctx, clock.Real(), time.Until(due)) != nil {
+			return nil // the cell ended
+		}
+		slot %= len(cur)
+		s := cur[slot]
+		seq := s.seqs[s.next]
+		s.next++
+		if err := sender.SendMessage(ctx, benchMessage(s.id, seq, o.Messages, due), nil); err != nil {
+			return ignoreEnded(ctx, fmt.Errorf("bench: publish session %s sequence %d: %w", s.id, seq, err))
+		}
+		if s.next == len(s.seqs) {
+			if n := open(); n != nil {
+				cur[slot] = n
+			} else {
+				cur = slices.Delete(cur, slot, slot+1)
+				continue
+			}
+		}
+		slot++
+	}
+	return nil
+}
+
+// newSender opens a client and a sender on entity; done closes both.
+func newSender(ctx context.Context, conn string, entity sbadapter.Entity) (_ *azservicebus.Sender, done func(), _ error) {
+	client, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: throttledRetries})
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: publisher: %w", err)
+	}
+	sender, err := client.NewSender(cmp.Or(entity.Queue, entity.Topic), nil)
+	if err != nil {
+		_ = client.Close(context.WithoutCancel(ctx))
+		return nil, nil, fmt.Errorf("bench: publisher: %w", err)
+	}
+	return sender, func() {
+		_ = sender.Close(context.WithoutCancel(ctx))
+		_ = client.Close(context.WithoutCancel(ctx))
+	}, nil
+}
+
+// sessionSeqs is the order in which a session's messages 1..n are published.
+func sessionSeqs(n int, arrival Arrival, rng *rand.Rand) []int64 {
+	seqs := make([]int64, n)
+	for i := range seqs {
+		seqs[i] = int64(i + 1)
+	}
+	if arrival == ArrivalShuffled {
+		rng.Shuffle(len(seqs), func(a, b int) { seqs[a], seqs[b] = seqs[b], seqs[a] })
+	}
+	return seqs
+}
+
+// benchMessage is message seq of session id (of n), published at.
+func benchMessage(id string, seq int64, n int, at time.Time) *azservicebus.Message {
+	sid, mid := id, id+"/"+strconv.FormatInt(seq, 10)
+	return &azservicebus.Message{
+		SessionID: &sid, MessageID: &mid, Body: fmt.Appendf(nil, `{"session":%q,"step":%d}`, id, seq),
+		ApplicationProperties: map[string]any{contract.SequenceProperty: seq, contract.LastProperty: seq == int64(n), publishedAtProperty: at.UnixNano()},
+	}
 }
 
 // ignoreEnded returns nil for an error of the cell's end (ctx ended), else err.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -27,6 +28,7 @@ var csvHeader = []string{
 	"order_violations", "incomplete_sessions",
 	"plain_rate_msg_per_s", "plain_elapsed_s", "plain_broker_calls_per_msg", "worker_plain_ratio",
 	"credits_per_msg", "credit_limited_rate_msg_per_s", "credit_ratio",
+	"offered_rate_msg_per_s", "offered_handled_msg_per_s", "offered_latency_p50_ms", "offered_latency_p99_ms", "offered_throttled",
 	"error",
 }
 
@@ -37,13 +39,7 @@ func WriteCSV(w io.Writer, results []Result) error {
 		return fmt.Errorf("bench: write CSV header: %w", err)
 	}
 	f := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
-	ms := func(r Result, p50 bool) string {
-		d := r.LatencyP99
-		if p50 {
-			d = r.LatencyP50
-		}
-		return f(float64(d.Microseconds())/1000, 1)
-	}
+	ms := func(d time.Duration) string { return f(float64(d.Microseconds())/1000, 1) }
 	for _, r := range results {
 		errText := ""
 		if r.Err != nil {
@@ -53,12 +49,13 @@ func WriteCSV(w io.Writer, results []Result) error {
 			strconv.Itoa(r.Replicas), string(r.Pressure), f(r.ExceptionRate, 3), string(r.Arrival),
 			strconv.Itoa(r.Sessions), strconv.Itoa(r.Messages), f(r.Elapsed.Seconds(), 2),
 			f(r.Rate, 1), strconv.FormatUint(r.HandlerCalls, 10), strconv.FormatUint(r.HandlerErrors, 10),
-			f(r.ExceptionRateMeasured(), 4), ms(r, true), ms(r, false),
+			f(r.ExceptionRateMeasured(), 4), ms(r.LatencyP50), ms(r.LatencyP99),
 			f(r.perMessage(r.BrokerCalls), 2), f(r.perMessage(r.StoreCalls), 2), f(r.perMessage(r.StateWrites), 2),
 			strconv.FormatUint(r.Duplicates, 10), strconv.FormatUint(r.Throttled, 10), strconv.FormatUint(r.DeliveriesDelayed, 10),
 			strconv.Itoa(r.Violations), strconv.Itoa(r.Incomplete),
 			f(r.PlainRate, 1), f(r.PlainElapsed.Seconds(), 2), f(r.perMessage(r.PlainBrokerCalls), 2), f(r.Ratio(), 3),
 			f(r.CreditsPerMessage(), 2), f(r.CreditLimitedRate(), 1), f(r.CreditRatio(), 3),
+			f(r.Offered.Rate, 1), f(r.Offered.Handled, 1), ms(r.Offered.LatencyP50), ms(r.Offered.LatencyP99), strconv.FormatUint(r.Offered.Throttled, 10),
 			errText,
 		}
 		if err := cw.Write(row); err != nil {
@@ -81,6 +78,21 @@ func WriteTable(w io.Writer, results []Result) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f\t%d\t%.2f\t%.2f\t\n", r.Replicas, r.Pressure, percent(r.ExceptionRate), r.Arrival,
 			r.Rate, r.PlainRate, r.Ratio(), r.perMessage(r.BrokerCalls+r.StoreCalls), r.perMessage(r.PlainBrokerCalls),
 			float64(r.LatencyP99.Microseconds())/1000, r.Throttled, r.CreditsPerMessage(), r.CreditRatio())
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: write table: %w", err)
+	}
+	if !slices.ContainsFunc(results, func(r Result) bool { return r.Offered.Rate > 0 }) {
+		return nil
+	}
+	fmt.Fprintln(tw, "\nreplicas\tpressure\texceptions\tarrival\tcredit-limited msg/s\toffered msg/s\thandled msg/s\toffered p50 ms\toffered p99 ms\trefused\t")
+	for _, r := range results {
+		if r.Offered.Rate <= 0 {
+			continue
+		}
+		o := r.Offered
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t\n", r.Replicas, r.Pressure, percent(r.ExceptionRate), r.Arrival,
+			r.CreditLimitedRate(), o.Rate, o.Handled, float64(o.LatencyP50.Microseconds())/1000, float64(o.LatencyP99.Microseconds())/1000, o.Throttled)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("bench: write table: %w", err)
