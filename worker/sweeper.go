@@ -118,8 +118,36 @@ func (s *sweeper) tick(ctx context.Context) {
 			s.attention.reset()
 		}
 	}
-	if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+	stop := s.keepLease(ctx)
+	err := s.sweep(ctx)
+	stop()
+	if err != nil && ctx.Err() == nil {
 		s.log.WarnContext(ctx, "worker: sweep failed; trying again at the next interval", slog.Any("error", err))
+	}
+}
+
+// keepLease renews the lease every interval until the returned stop is called. A sweep may
+// outlast the lease's lock (up to 2,000 session reads on a loaded replica with Service Bus
+// session state); a lease lost mid-sweep passes to another replica, which starts over from the
+// last snapshot, or rescans every session when there was none, and the two hand it back and
+// forth while the sweeps stay long.
+func (s *sweeper) keepLease(ctx context.Context) (stop func()) {
+	if s.lease == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for clock.Sleep(ctx, s.clock, s.interval) == nil {
+			if _, err := s.lease.Hold(ctx); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "worker: sweeper lease", slog.Any("error", err))
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 

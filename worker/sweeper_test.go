@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate"
 	"github.com/seqbus/seqbus/sessionstate/memory"
 	"github.com/seqbus/seqbus/sessionstate/storetest"
 )
@@ -188,4 +190,48 @@ func TestSweepWakesReleasedRetriesOnTime(t *testing.T) {
 	b.woken = nil
 	b.clk.Advance(2 * time.Hour)
 	require.Empty(t, b.woken)
+}
+
+// countingLease is held, and counts how often it was renewed.
+type countingLease struct{ holds atomic.Int32 }
+
+func (l *countingLease) Hold(context.Context) (bool, error) { l.holds.Add(1); return true, nil }
+func (l *countingLease) Release(context.Context)            {}
+
+// blockingAttention is a sweep that lasts until release is closed.
+type blockingAttention struct{ started, release chan struct{} }
+
+func (a blockingAttention) sessions(context.Context, time.Time) ([]sessionstate.Entry, error) {
+	close(a.started)
+	<-a.release
+	return nil, nil
+}
+
+func (blockingAttention) reset() {}
+
+// TestSweepKeepsTheLeaseWhileItRuns: a sweep that outlasts intervals renews the lease at each
+// one, so that the lease's lock does not run out and pass to another replica mid-sweep.
+func TestSweepKeepsTheLeaseWhileItRuns(t *testing.T) {
+	t.Parallel()
+	b := newSweepBundle(t, 0, sequencer.GapWait)
+	l := &countingLease{}
+	att := blockingAttention{started: make(chan struct{}), release: make(chan struct{})}
+	b.s.lease, b.s.attention, b.s.interval = l, att, 5*time.Second
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.s.tick(context.Background())
+	}()
+	<-att.started
+	require.Equal(t, int32(1), l.holds.Load(), "taken at the start of the tick")
+	for i := 2; i <= 3; i++ {
+		require.True(t, b.clk.WaitForTimers(1), "the renewal waits for the next interval")
+		b.clk.Advance(5 * time.Second)
+		require.Eventually(t, func() bool { return l.holds.Load() == int32(i) }, 5*time.Second, time.Millisecond,
+			"renewed once per interval the sweep lasts")
+	}
+	close(att.release)
+	<-done
+	b.clk.Advance(time.Minute)
+	require.Equal(t, int32(3), l.holds.Load(), "no renewal once the sweep is over")
 }

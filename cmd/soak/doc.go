@@ -6,6 +6,12 @@
 //	go run ./cmd/soak                                  # both stores, the defaults
 //	go run ./cmd/soak -sessions 20000 -store servicebus
 //
+// With -idle it runs no soak but the idle measurement on ended sessions (-ended, 1,000, 10,000
+// and 100,000 by default, after a baseline of none), the -worker and, side by side, a
+// -before-worker when given, and prints a table:
+//
+//	go run ./cmd/soak -idle -worker /tmp/worker-after -before-worker /tmp/worker-before
+//
 // It exits 1 when a soak failed, handled a message out of order or left one unhandled, and 2 on
 // bad flags.
 package main

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -26,7 +27,7 @@ func main() {
 // run parses args, runs a soak per store and writes the outputs. It returns the exit code: 2 for
 // bad flags, 1 when a soak failed or saw an order violation or a missing message.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, stores, out, level, err := parseFlags(args, stderr)
+	f, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -34,7 +35,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "soak: %v\n", err)
 		return 2
 	}
-	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	o, stores, out := f.soak, f.stores, f.out
+	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.level}))
 	if o.WorkerBin == "" {
 		dir, err := os.MkdirTemp("", "seqbus-soak-")
 		if err != nil {
@@ -48,6 +50,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "soak: build the worker (run from the repository, or give -worker): %v\n", err)
 			return 1
 		}
+	}
+	if f.idle {
+		return runIdle(ctx, f, o, stdout, stderr)
 	}
 	var reports []soak.Report
 	code := 0
@@ -83,7 +88,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func parseFlags(args []string, stderr io.Writer) (soak.Options, []string, string, slog.Level, error) {
+// flags are the parsed command line.
+type flags struct {
+	soak   soak.Options
+	stores []string
+	out    string
+	level  slog.Level
+	// idle: the idle measurement (-idle) on ended sessions, with the -worker and, when given,
+	// the -before-worker.
+	idle        bool
+	ended       []int
+	beforeBin   string
+	workerEnv   []string
+	idleOptions soak.IdleOptions
+}
+
+func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -91,39 +111,114 @@ func parseFlags(args []string, stderr io.Writer) (soak.Options, []string, string
 		fs.PrintDefaults()
 	}
 	var (
-		o      soak.Options
+		f      = flags{level: slog.LevelWarn}
+		o      = &f.soak
 		stores string
-		out    string
-		level  = slog.LevelWarn
+		ended  string
 	)
 	fs.StringVar(&o.WorkerBin, "worker", "", "the worker binary the replicas run (default: go build ./cmd/worker into a temporary directory)")
 	fs.IntVar(&o.Sessions, "sessions", 100_000, "sessions")
 	fs.IntVar(&o.Messages, "messages", 3, "in-order messages per session")
-	fs.IntVar(&o.Replicas, "replicas", 4, "worker processes")
+	fs.IntVar(&o.Replicas, "replicas", 4, "worker processes (1 with -idle unless given)")
 	fs.IntVar(&o.SessionsPerReplica, "sessions-per-replica", 8, "SEQBUS_MAX_CONCURRENT_SESSIONS of each replica")
 	fs.StringVar(&stores, "store", "servicebus,postgres", "state stores to soak, comma-separated: servicebus, postgres")
 	fs.StringVar(&o.DatabaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "the Postgres database the postgres store gets a fresh schema in")
 	fs.DurationVar(&o.SweepInterval, "sweep-interval", soak.Options{}.WithDefaults().SweepInterval, "SEQBUS_SWEEP_INTERVAL of the replicas")
-	fs.IntVar(&o.IdleIntervals, "idle-intervals", 5, "sweep intervals measured idle after the last message")
-	fs.DurationVar(&o.Timeout, "timeout", soak.Options{}.WithDefaults().Timeout, "bound of each store's soak")
-	fs.StringVar(&out, "out", "soak-out", "directory for soak.csv and the chart")
-	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.IntVar(&o.IdleIntervals, "idle-intervals", 5, "sweep intervals measured idle after the last message (with -idle: on the ended sessions)")
+	fs.DurationVar(&o.Timeout, "timeout", soak.Options{}.WithDefaults().Timeout, "bound of each store's soak (with -idle: of each measurement, seeding and catch-up included; default 30m)")
+	fs.DurationVar(&o.CatchUp, "catch-up", soak.Options{}.WithDefaults().CatchUp, "bound of the wait for the sweeper to catch up before the idle intervals (with -idle: for the worker to come within the budget)")
+	fs.StringVar(&f.out, "out", "soak-out", "directory for soak.csv and the chart")
+	fs.TextVar(&f.level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.BoolVar(&f.idle, "idle", false, "measure only the idle cost on ended sessions (-ended), no soak: seed them as the worker leaves them, start the worker, measure -idle-intervals sweep intervals")
+	fs.StringVar(&ended, "ended", "1000,10000,100000", "with -idle: numbers of ended sessions, comma-separated (0, none ever handled, is always measured first)")
+	fs.StringVar(&f.beforeBin, "before-worker", "", "with -idle: a second worker binary, measured side by side as \"before\" (a build from before the sweeper lease; see README)")
+	var workerEnv string
+	fs.StringVar(&workerEnv, "worker-env", "", "settings the -worker gets on top of the soak's, comma-separated KEY=VALUE (e.g. SEQBUS_SCALE_INTERVAL=24h)")
 	if err := fs.Parse(args); err != nil {
-		return o, nil, "", level, err
+		return f, err
 	}
 	if fs.NArg() > 0 {
-		return o, nil, "", level, fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	var list []string
 	for _, s := range strings.Split(stores, ",") {
-		list = append(list, strings.TrimSpace(s))
+		f.stores = append(f.stores, strings.TrimSpace(s))
 	}
-	for _, s := range list {
-		v := o
+	for _, s := range f.stores {
+		v := *o
 		v.Store, v.WorkerBin = s, "built later" // an empty -worker is built in run
 		if err := v.Validate(); err != nil {
-			return o, nil, "", level, err
+			return f, err
 		}
 	}
-	return o, list, out, level, nil
+	if workerEnv != "" {
+		for _, kv := range strings.Split(workerEnv, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return f, fmt.Errorf("-worker-env: %q is not KEY=VALUE", kv)
+			}
+			f.workerEnv = append(f.workerEnv, strings.TrimSpace(kv))
+		}
+	}
+	o.Env = f.workerEnv
+	if !f.idle {
+		return f, nil
+	}
+	for _, s := range strings.Split(ended, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			return f, fmt.Errorf("-ended: %q is not a number of sessions", s)
+		}
+		f.ended = append(f.ended, n)
+	}
+	replicas := 1
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "replicas" {
+			replicas = o.Replicas
+		}
+	})
+	timeout := soak.IdleOptions{}.WithDefaults().Timeout
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "timeout" {
+			timeout = o.Timeout
+		}
+	})
+	f.idleOptions = soak.IdleOptions{Ended: f.ended, Messages: o.Messages, Replicas: replicas, DatabaseURL: o.DatabaseURL,
+		SweepInterval: o.SweepInterval, Intervals: o.IdleIntervals, CatchUp: o.CatchUp, Timeout: timeout}
+	for _, s := range f.stores {
+		v := f.idleOptions
+		v.Store, v.Workers = s, []soak.Worker{{Name: "check", Bin: "built later"}}
+		if err := v.WithDefaults().Validate(); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// runIdle runs the idle measurement of each store and prints its table.
+func runIdle(ctx context.Context, f flags, o soak.Options, stdout, stderr io.Writer) int {
+	idle := f.idleOptions
+	idle.Logger = o.Logger
+	name := "after"
+	if len(f.workerEnv) > 0 {
+		name += " (" + strings.Join(f.workerEnv, ",") + ")"
+	}
+	idle.Workers = []soak.Worker{{Name: name, Bin: o.WorkerBin, Lease: true, Env: f.workerEnv}}
+	if f.beforeBin != "" {
+		idle.Workers = append([]soak.Worker{{Name: "before", Bin: f.beforeBin}}, idle.Workers...)
+	}
+	var reports []soak.IdleReport
+	code := 0
+	for _, store := range f.stores {
+		idle.Store = store
+		r, err := soak.RunIdle(ctx, idle)
+		reports = append(reports, r...)
+		if err != nil {
+			fmt.Fprintf(stderr, "soak: %s store: %v\n", store, err)
+			code = 1
+		}
+	}
+	if err := soak.WriteIdleTable(stdout, reports); err != nil {
+		fmt.Fprintf(stderr, "soak: %v\n", err)
+		code = 1
+	}
+	return code
 }

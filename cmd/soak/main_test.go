@@ -19,6 +19,10 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-sweep-interval", "0s"}, "positive"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"-no-such-flag"}, "flag provided but not defined"},
+		{[]string{"-idle", "-ended", "1000,many"}, `-ended: "many" is not a number`},
+		{[]string{"-idle", "-ended", "-5"}, `-ended: "-5" is not a number`},
+		{[]string{"-idle", "-catch-up", "-1s"}, "positive"},
+		{[]string{"-idle", "-worker-env", "SEQBUS_SCALE_INTERVAL"}, "-worker-env"},
 	} {
 		var stdout, stderr bytes.Buffer
 		require.Equal(t, 2, run(context.Background(), tc.args, &stdout, &stderr), "%v", tc.args)

@@ -59,6 +59,8 @@ type Options struct {
 	CatchUp time.Duration
 	// Timeout bounds the run (1h).
 	Timeout time.Duration
+	// Env are settings (KEY=VALUE) the replicas get on top of the soak's.
+	Env []string
 	// Logger logs progress (discarded when nil).
 	Logger *slog.Logger
 }
@@ -148,36 +150,24 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	defer cancel()
 	rep := Report{Store: o.Store, Sessions: o.Sessions, Messages: o.Messages, Replicas: o.Replicas}
 
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-",
-		// Counts what each operation costs, never throttles.
-		Pressure: emulator.Pressure{CreditsPerSecond: 1 << 40},
-		Logger:   o.Logger.With(slog.String("component", "emulator")).WithGroup("emulator")})
+	srv, env, err := startEmulator(ctx, o.Logger.With(slog.String("component", "emulator")).WithGroup("emulator"), o.SweepInterval)
 	if err != nil {
-		return rep, fmt.Errorf("soak: start the emulator: %w", err)
+		return rep, fmt.Errorf("soak: %w", err)
 	}
 	defer srv.Close()
-	if err := srv.Broker().CreateQueue(queue, broker.EntityProperties{
-		RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 10,
-	}); err != nil {
-		return rep, fmt.Errorf("soak: create the queue: %w", err)
-	}
-	env := []string{
-		"SEQBUS_CONNECTION_STRING=" + srv.ConnectionString(),
-		"SEQBUS_QUEUE=" + queue,
-		"SEQBUS_HANDLER=log",
-		"SEQBUS_LOG_LEVEL=warn",
-		"SEQBUS_SWEEP_INTERVAL=" + o.SweepInterval.String(),
+	env = append(env,
 		"SEQBUS_SESSION_IDLE_TIMEOUT=1s",
-		"SEQBUS_MAX_CONCURRENT_SESSIONS=" + strconv.Itoa(o.SessionsPerReplica),
-	}
+		"SEQBUS_MAX_CONCURRENT_SESSIONS="+strconv.Itoa(o.SessionsPerReplica),
+	)
 	if o.Store == StorePostgres {
-		pgEnv, drop, err := postgresSchema(ctx, o.DatabaseURL)
+		url, drop, err := postgresSchema(ctx, o.DatabaseURL)
 		if err != nil {
 			return rep, err
 		}
 		defer drop()
-		env = append(env, pgEnv...)
+		env = append(env, "SEQBUS_STATE_STORE=postgres", "SEQBUS_DATABASE_URL="+url)
 	}
+	env = append(env, o.Env...)
 
 	o.Logger.InfoContext(ctx, "soak: publishing", slog.Int("sessions", o.Sessions), slog.Int("messages", o.Messages))
 	if err := publish(ctx, srv.ConnectionString(), o.Sessions, o.Messages); err != nil {
@@ -291,17 +281,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// postgresSchema creates a schema in url, migrates it, and returns the worker's env for it and
-// a function that drops it.
-func postgresSchema(ctx context.Context, url string) ([]string, func(), error) {
+// postgresSchema creates a schema in url, migrates it, and returns the URL of the database with
+// that schema as the search path and a function that drops it.
+func postgresSchema(ctx context.Context, url string) (string, func(), error) {
 	schema := fmt.Sprintf("seqbus_soak_%d", time.Now().UnixNano())
 	admin, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("soak: connect to postgres: %w", err)
+		return "", nil, fmt.Errorf("soak: connect to postgres: %w", err)
 	}
 	defer admin.Close(ctx)
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return nil, nil, fmt.Errorf("soak: create schema %s: %w", schema, err)
+		return "", nil, fmt.Errorf("soak: create schema %s: %w", schema, err)
 	}
 	drop := func() {
 		c, err := pgx.Connect(context.Background(), url)
@@ -313,24 +303,24 @@ func postgresSchema(ctx context.Context, url string) ([]string, func(), error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		drop()
-		return nil, nil, fmt.Errorf("soak: parse the database URL: %w", err)
+		return "", nil, fmt.Errorf("soak: parse the database URL: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		drop()
-		return nil, nil, fmt.Errorf("soak: connect to postgres: %w", err)
+		return "", nil, fmt.Errorf("soak: connect to postgres: %w", err)
 	}
 	defer pool.Close()
 	if _, err := migrations.New(pool, nil).Up(ctx, migrations.UpOptions{}); err != nil {
 		drop()
-		return nil, nil, fmt.Errorf("soak: migrate schema %s: %w", schema, err)
+		return "", nil, fmt.Errorf("soak: migrate schema %s: %w", schema, err)
 	}
 	sep := "?"
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	return []string{"SEQBUS_STATE_STORE=postgres", "SEQBUS_DATABASE_URL=" + url + sep + "search_path=" + schema}, drop, nil
+	return url + sep + "search_path=" + schema, drop, nil
 }
 
 // publish sends every session's messages in order, one batch per session, from 8 senders.
@@ -603,8 +593,9 @@ func (r *replica) peakRSS() int64 {
 	return 0
 }
 
-// counts are summed counters of the replicas' /metrics.
-type counts struct{ engine, saves, sweep float64 }
+// counts are summed counters of the replicas' /metrics; scale is the scaling signal's broker
+// calls (seqbus_scale_broker_calls_total).
+type counts struct{ engine, saves, sweep, scale float64 }
 
 func scrapeAll(ctx context.Context, rs []*replica) (counts, error) {
 	var c counts
@@ -616,6 +607,7 @@ func scrapeAll(ctx context.Context, rs []*replica) (counts, error) {
 		c.engine += sum(fams["seqbus_broker_calls_total"])
 		c.saves += sum(fams["seqbus_state_saves_total"])
 		c.sweep += sum(fams["seqbus_sweep_broker_calls_total"])
+		c.scale += sum(fams["seqbus_scale_broker_calls_total"])
 	}
 	return c, nil
 }
@@ -684,4 +676,29 @@ func (l *lockedTail) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return string(l.b)
+}
+
+// startEmulator starts an emulator that logs to log and counts what each operation costs
+// without ever throttling, with the soak's session-enabled queue, and returns it with the
+// settings that point a worker at it (sweeping every sweep).
+func startEmulator(ctx context.Context, log *slog.Logger, sweep time.Duration) (*emulator.Server, []string, error) {
+	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-",
+		Pressure: emulator.Pressure{CreditsPerSecond: 1 << 40},
+		Logger:   log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("start the emulator: %w", err)
+	}
+	if err := srv.Broker().CreateQueue(queue, broker.EntityProperties{
+		RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 10,
+	}); err != nil {
+		srv.Close()
+		return nil, nil, fmt.Errorf("create the queue: %w", err)
+	}
+	return srv, []string{
+		"SEQBUS_CONNECTION_STRING=" + srv.ConnectionString(),
+		"SEQBUS_QUEUE=" + queue,
+		"SEQBUS_HANDLER=log",
+		"SEQBUS_LOG_LEVEL=warn",
+		"SEQBUS_SWEEP_INTERVAL=" + sweep.String(),
+	}, nil
 }

@@ -84,3 +84,54 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	require.NoError(t, valid.Validate())
 }
+
+// TestIdleSmall runs the idle measurement on a few ended sessions with the Service Bus store and
+// checks that its report adds up: the baseline first, then the ended sessions, each measured
+// over its intervals with what the emulator and the worker counted.
+func TestIdleSmall(t *testing.T) {
+	o := soak.IdleOptions{
+		Workers: []soak.Worker{{Name: "current", Bin: workerBin, Lease: true}},
+		Ended:   []int{20}, SweepInterval: time.Second, Intervals: 2, CatchUp: 20 * time.Second, Timeout: 2 * time.Minute,
+	}
+	rs, err := soak.RunIdle(context.Background(), o)
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	require.Equal(t, 0, rs[0].Ended, "the baseline first")
+	require.Equal(t, 20, rs[1].Ended)
+	for _, r := range rs {
+		require.Equal(t, soak.StoreServiceBus, r.Store)
+		require.Equal(t, "current", r.Worker)
+		// The runner's accept-next loops attach links whatever the sessions.
+		require.Positive(t, r.Attaches, "link attaches counted")
+		require.GreaterOrEqual(t, r.MaxAttaches, r.Attaches)
+		require.Positive(t, r.Credits)
+	}
+	require.Positive(t, rs[1].Seed)
+	require.Positive(t, rs[1].CatchUp)
+	var table bytes.Buffer
+	require.NoError(t, soak.WriteIdleTable(&table, rs))
+	require.Contains(t, table.String(), "baseline")
+}
+
+func TestIdleOptionsValidate(t *testing.T) {
+	valid := soak.IdleOptions{Workers: []soak.Worker{{Name: "w", Bin: "w"}}}.WithDefaults()
+	require.NoError(t, valid.Validate())
+	for _, tc := range []struct {
+		name   string
+		change func(*soak.IdleOptions)
+		want   string
+	}{
+		{"no worker", func(o *soak.IdleOptions) { o.Workers = nil }, "worker binary is required"},
+		{"unnamed worker", func(o *soak.IdleOptions) { o.Workers = []soak.Worker{{Bin: "w"}} }, "a name and a binary"},
+		{"negative ended", func(o *soak.IdleOptions) { o.Ended = []int{-1} }, "must not be negative"},
+		{"no intervals", func(o *soak.IdleOptions) { o.Intervals = 0 }, "at least 1"},
+		{"unknown store", func(o *soak.IdleOptions) { o.Store = "redis" }, `unknown store "redis"`},
+		{"postgres without a URL", func(o *soak.IdleOptions) { o.Store = soak.StorePostgres }, "database URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := valid
+			tc.change(&o)
+			require.ErrorContains(t, o.Validate(), tc.want)
+		})
+	}
+}
