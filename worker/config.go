@@ -192,6 +192,11 @@ type Config struct {
 	ScaleInterval time.Duration `envconfig:"SCALE_INTERVAL"`
 	// ScaleMaxReplicas bounds the replicas the scaling signal asks for.
 	ScaleMaxReplicas int `envconfig:"SCALE_MAX_REPLICAS"`
+	// ScaleCreditsPerSecond bounds what the scaling signal spends at the broker, on average, in
+	// a Standard namespace's credits (10 a management request, 1 another call): an evaluation
+	// that cost N is followed by the next no sooner than N/ScaleCreditsPerSecond seconds after
+	// it began (and no sooner than ScaleInterval). 0: no bound.
+	ScaleCreditsPerSecond int `envconfig:"SCALE_CREDITS_PER_SECOND"`
 
 	Service
 	// TracerProvider traces each handler call (default: tracing off). TracingFromEnv builds one
@@ -225,6 +230,7 @@ func DefaultConfig() Config {
 		SweepInterval:         30 * time.Second,
 		ScaleInterval:         10 * time.Second,
 		ScaleMaxReplicas:      100,
+		ScaleCreditsPerSecond: 100,
 		Service:               defaultService(),
 	}
 }
@@ -242,6 +248,10 @@ func FromEnv(cfg any) error {
 	}
 	return nil
 }
+
+// EngineConfig returns the sequencing policy the worker's engine runs with (cmd/soak seeds ended
+// sessions with it, so that their states are the worker's own).
+func (c Config) EngineConfig() sequencer.EngineConfig { return c.engine() }
 
 // engine returns the sequencing policy for the engine, whose zero values mean its defaults:
 // the settings' 0 for "off" becomes the engine's word for it.
@@ -450,6 +460,9 @@ func (c *Config) Validate() error {
 	p.positive("SweepInterval", int64(c.SweepInterval), c.SweepInterval)
 	p.positive("ScaleInterval", int64(c.ScaleInterval), c.ScaleInterval)
 	p.positive("ScaleMaxReplicas", int64(c.ScaleMaxReplicas), c.ScaleMaxReplicas)
+	if c.ScaleCreditsPerSecond < 0 {
+		p.add("ScaleCreditsPerSecond", "must not be negative (0: no bound), got %d", c.ScaleCreditsPerSecond)
+	}
 	checkService(&p, c.Service)
 	return p.err()
 }

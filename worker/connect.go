@@ -8,6 +8,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seqbus/seqbus/sbadapter"
@@ -15,6 +16,7 @@ import (
 	"github.com/seqbus/seqbus/sessionstate"
 	"github.com/seqbus/seqbus/sessionstate/postgres"
 	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
+	"github.com/seqbus/seqbus/topology/sbadmin"
 )
 
 // The knobs of every connection a seqbus process opens: one set, for the worker, the relay and
@@ -39,6 +41,9 @@ type Connections struct {
 	// Management; ScanSource (Service Bus session state only) locks sessions to read their
 	// state, and the sweeper's lease, on a client of its own.
 	Source, ManagementSource, ScanSource *sbadapter.Source
+	// Admin reads the entity's runtime properties (its message counts) over the ATOM
+	// management API; it needs Manage rights, which a worker may not have.
+	Admin *admin.Client
 	// Pool is the database (StateStorePostgres); Postgres its state store.
 	Pool     *pgxpool.Pool
 	Postgres *postgres.Store
@@ -81,6 +86,13 @@ func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 	}
 	if c.ManagementSource, err = sbadapter.NewSource(c.Management, sbadapter.Config{Entity: cfg.Entity, Logger: log}); err != nil {
 		return nil, configError("Entity", err)
+	}
+	if c.Admin, err = sbadmin.Connect(sbadmin.Config{ConnectionString: cfg.ConnectionString, Namespace: cfg.Namespace, Credential: cfg.Credential}); err != nil {
+		field := "Namespace"
+		if cfg.ConnectionString != "" {
+			field = "ConnectionString"
+		}
+		return nil, configError(field, fmt.Errorf("%s", RedactConnectionString(err.Error())))
 	}
 	switch {
 	case cfg.Ordering == OrderingNone:

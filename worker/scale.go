@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
+	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sessionstate"
 )
@@ -21,6 +26,10 @@ import (
 //
 // What the broker lets us ask cheaply, and what it costs per evaluation:
 //
+//   - The entity's runtime properties (the ATOM management API, Manage rights) count its active
+//     messages, deferred and locked ones included: one call. None means no session is ready,
+//     however many sessions have state, so an idle entity costs this one call; the listings
+//     below are made only when it counts some (or cannot be read).
 //   - list-sessions without SessionStateUpdatedAfter names every session that has messages
 //     (active or deferred) or session state: one management call per 100 ids.
 //   - list-sessions with SessionStateUpdatedAfter (the epoch) names the sessions with session
@@ -100,6 +109,10 @@ const peekPage = 100
 // readyCounter counts an entity's sessions with messages ready to handle: the listing, less what
 // the stored states rule out, with a peek where they leave it open.
 type readyCounter struct {
+	// active, when set, counts the entity's active messages (deferred and locked ones
+	// included): none, and no session is ready. log says once that it is refused.
+	active func(ctx context.Context) (int64, error)
+	log    *slog.Logger
 	// listed lists the sessions with messages or state (list-sessions, default mode).
 	listed func(ctx context.Context) ([]string, error)
 	// stated lists the sessions with Service Bus session state (nil with the Postgres store).
@@ -130,6 +143,20 @@ const stateMargin = 5 * time.Second
 
 // count evaluates once and returns the sessions ready.
 func (c *readyCounter) count(ctx context.Context) (int, error) {
+	if c.active != nil {
+		n, err := c.active(ctx)
+		c.calls("runtime_properties", 1)
+		switch {
+		case err == nil && n == 0:
+			return 0, nil
+		case denied(err):
+			// Without Manage rights every evaluation lists; say so once, not every interval.
+			c.active = nil
+			c.log.WarnContext(ctx, "worker: scaling signal: the entity's message counts are refused, so every evaluation lists the sessions, idle or not (grant Manage rights, or the Azure Service Bus Data Owner role, to make an idle evaluation one call)", slog.Any("error", err))
+		case err != nil:
+			c.log.DebugContext(ctx, "worker: scaling signal: the entity's message counts could not be read; listing the sessions", slog.Any("error", err))
+		}
+	}
 	ids, err := c.listed(ctx)
 	c.calls("list_sessions", pages(len(ids), 100))
 	if err != nil {
@@ -215,6 +242,42 @@ func (c *readyCounter) forgetChanged(ctx context.Context, has map[string]bool) e
 		delete(c.ruledOut, id)
 	}
 	return nil
+}
+
+// denied reports whether err is the management API refusing the credentials' rights.
+func denied(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden)
+}
+
+// activeMessages reads entity e's ActiveMessageCount (deferred and locked messages included)
+// from its runtime properties with ac: one management call.
+func activeMessages(ac *admin.Client, e sbadapter.Entity) func(ctx context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		var (
+			n     int32
+			found bool
+			err   error
+		)
+		if e.Queue != "" {
+			var r *admin.GetQueueRuntimePropertiesResponse
+			if r, err = ac.GetQueueRuntimeProperties(ctx, e.Queue, nil); r != nil {
+				n, found = r.ActiveMessageCount, true
+			}
+		} else {
+			var r *admin.GetSubscriptionRuntimePropertiesResponse
+			if r, err = ac.GetSubscriptionRuntimeProperties(ctx, e.Topic, e.Subscription, nil); r != nil {
+				n, found = r.ActiveMessageCount, true
+			}
+		}
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("runtime properties of %s: %w", e, err)
+		case !found:
+			return 0, fmt.Errorf("runtime properties of %s: not found", e)
+		}
+		return int64(n), nil
+	}
 }
 
 // pages is how many calls the SDK's pager made for a listing of n ids, a page of size per call:

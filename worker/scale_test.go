@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,16 +11,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/clock"
+	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/emulatortest"
+	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sessionstate"
 	"github.com/seqbus/seqbus/sessionstate/memory"
@@ -342,4 +350,165 @@ func TestScaleSignal(t *testing.T) {
 	require.Contains(t, body["reason"], "sweeper lease")
 	require.Zero(t, testutil.ToFloat64(m.replicas))
 	require.Equal(t, 3.0, testutil.ToFloat64(m.evaluations), "a replica that does not evaluate counts none")
+}
+
+// The entity's message counts decide an evaluation when they count no message: nothing is listed.
+// When they are refused for want of rights, every later evaluation lists without asking again;
+// another failure lists this time and asks again the next.
+func TestReadyCounterCounts(t *testing.T) {
+	t.Parallel()
+	denied := &azcore.ResponseError{StatusCode: http.StatusUnauthorized, ErrorCode: "401"}
+	tests := []struct {
+		name   string
+		counts []error // the answers of two evaluations; nil: the counts below
+		active int64
+		want   int
+		// asked: evaluations that asked for the counts; listed: evaluations that listed.
+		asked, listed int
+		warned        bool
+	}{
+		{name: "no message", active: 0, want: 0, asked: 2, listed: 0},
+		{name: "messages", active: 3, want: 1, asked: 2, listed: 2},
+		{name: "refused", counts: []error{denied}, want: 1, asked: 1, listed: 2, warned: true},
+		{name: "unreachable", counts: []error{errors.New("dial tcp: connection refused"), errors.New("dial tcp: connection refused")}, want: 1, asked: 2, listed: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			asked, listed := 0, 0
+			calls := map[string]int{}
+			rc := &readyCounter{
+				active: func(context.Context) (int64, error) {
+					defer func() { asked++ }()
+					if asked < len(tt.counts) {
+						return 0, tt.counts[asked]
+					}
+					return tt.active, nil
+				},
+				log:    slog.New(slog.NewTextHandler(&logs, nil)),
+				listed: func(context.Context) ([]string, error) { listed++; return []string{"new"}, nil },
+				states: func(context.Context) (map[string]*sequencer.State, error) { return nil, nil },
+				calls:  func(op string, n int) { calls[op] += n },
+			}
+			for range 2 {
+				n, err := rc.count(context.Background())
+				require.NoError(t, err)
+				require.Equal(t, tt.want, n)
+			}
+			require.Equal(t, tt.asked, asked, "evaluations that asked for the counts")
+			require.Equal(t, tt.asked, calls["runtime_properties"], "each ask is counted as a call")
+			require.Equal(t, tt.listed, listed, "evaluations that listed")
+			require.Equal(t, tt.warned, strings.Contains(logs.String(), "grant Manage rights"), logs.String())
+		})
+	}
+}
+
+// activeMessages reads the emulator's counts of a queue and of a subscription: active messages,
+// deferred ones included (Service Bus counts them as active), not scheduled ones.
+func TestActiveMessages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues: map[string]broker.EntityProperties{"q": {RequiresSession: true}},
+		Topics: map[string]emulatortest.Topic{"t": {Subscriptions: map[string]emulatortest.Subscription{"s": {Properties: broker.EntityProperties{RequiresSession: true}}}}},
+	})
+	ac := srv.NewAdminClient(t)
+	for _, e := range []sbadapter.Entity{{Queue: "q"}, {Topic: "t", Subscription: "s"}} {
+		t.Run(e.String(), func(t *testing.T) {
+			count := activeMessages(ac, e)
+			n, err := count(ctx)
+			require.NoError(t, err)
+			require.Zero(t, n)
+
+			sender, err := srv.Client.NewSender(cmp.Or(e.Queue, e.Topic), nil)
+			require.NoError(t, err)
+			defer sender.Close(ctx)
+			sid := "a"
+			for range 2 {
+				require.NoError(t, sender.SendMessage(ctx, &azservicebus.Message{SessionID: &sid, Body: []byte("x")}, nil))
+			}
+			_, err = sender.ScheduleMessages(ctx, []*azservicebus.Message{{SessionID: &sid, Body: []byte("later")}}, time.Now().Add(time.Hour), nil)
+			require.NoError(t, err)
+			var recv *azservicebus.SessionReceiver
+			if e.Queue != "" {
+				recv, err = srv.Client.AcceptSessionForQueue(ctx, e.Queue, sid, nil)
+			} else {
+				recv, err = srv.Client.AcceptSessionForSubscription(ctx, e.Topic, e.Subscription, sid, nil)
+			}
+			require.NoError(t, err)
+			msgs, err := recv.ReceiveMessages(ctx, 1, nil)
+			require.NoError(t, err)
+			require.Len(t, msgs, 1)
+			require.NoError(t, recv.DeferMessage(ctx, msgs[0], nil))
+			require.NoError(t, recv.Close(ctx))
+
+			n, err = count(ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 2, n, "one active and one deferred; the scheduled one is not counted")
+		})
+	}
+	_, err := activeMessages(ac, sbadapter.Entity{Queue: "nope"})(ctx)
+	require.ErrorContains(t, err, "not found")
+}
+
+func TestPaced(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		spent     int64
+		perSecond int
+		want      time.Duration
+	}{
+		{"idle: one request", 10, 100, 10 * time.Second},
+		{"within the bound", 1000, 100, 10 * time.Second},
+		{"a listing of 100,000 sessions", 20030, 100, 200300 * time.Millisecond},
+		{"no bound", 20030, 0, 10 * time.Second},
+		{"no call (not the lease holder)", 0, 100, 10 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, paced(10*time.Second, tt.spent, tt.perSecond))
+		})
+	}
+}
+
+// An evaluation that made many calls is followed by the next only once the bound allows it; a
+// cheap one keeps the interval.
+func TestScaleSignalPaced(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := newScaleMetrics(reg)
+	require.NoError(t, err)
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	var evaluations atomic.Int64
+	s := &scaleSignal{
+		perReplica: 8, maxReplicas: 100, interval: 10 * time.Second, creditsPerSecond: 10, clock: clk, m: m,
+		log: slog.New(slog.DiscardHandler), why: "starting: not evaluated yet",
+	}
+	s.count = func(context.Context) (int, error) {
+		if evaluations.Add(1) == 1 {
+			s.spent.Add(600) // 600 credits at 10 a second: the next waits 60s
+		} else {
+			s.spent.Add(10) // idle: the interval
+		}
+		return 0, nil
+	}
+	svc := s.service()
+	require.NoError(t, svc.Start(context.Background()))
+	t.Cleanup(func() { _ = svc.StopAndCancel(context.Background()) })
+
+	start := clk.Now()
+	// next waits for the signal to sleep and returns when it wakes, after the evaluations so far.
+	next := func(want int64) time.Time {
+		t.Helper()
+		require.Eventually(t, func() bool { return evaluations.Load() == want }, 5*time.Second, time.Millisecond)
+		require.True(t, clk.WaitForTimers(1), "the signal waits for its next evaluation")
+		return clk.Pending()[0]
+	}
+	require.Equal(t, start.Add(60*time.Second), next(1), "600 credits at 10 a second: the next evaluation 60s after the first began, not at the 10s interval")
+	clk.Advance(60 * time.Second)
+	require.Equal(t, start.Add(70*time.Second), next(2), "one request: the interval")
+	clk.Advance(10 * time.Second)
+	next(3)
 }

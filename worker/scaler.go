@@ -38,7 +38,7 @@ func newScaleMetrics(reg *prometheus.Registry) (*scaleMetrics, error) {
 		}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqbus_scale_broker_calls_total",
-			Help: "Broker calls of the scaling signal's evaluations, by operation: list_sessions (one per page of 100 ids), accept, get_state, peek, close.",
+			Help: "Broker calls of the scaling signal's evaluations, by operation: runtime_properties (the entity's message counts), list_sessions (one per page of 100 ids), accept, get_state, peek, close.",
 		}, []string{"op"}),
 		evaluations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqbus_scale_evaluations_total",
@@ -62,9 +62,13 @@ type scaleSignal struct {
 	perReplica  int
 	maxReplicas int
 	interval    time.Duration
-	clock       clock.Clock
-	log         *slog.Logger
-	m           *scaleMetrics
+	// creditsPerSecond bounds the evaluations' cost at the broker on average, in credits (0: no
+	// bound); spent counts it.
+	creditsPerSecond int
+	spent            atomic.Int64
+	clock            clock.Clock
+	log              *slog.Logger
+	m                *scaleMetrics
 	// evaluates, when set, says whether this process evaluates now: a worker does while it holds
 	// the sweeper lease, so that the entity is evaluated once, not once per replica.
 	evaluates func() bool
@@ -81,10 +85,23 @@ func newScaleSignal(cfg Config, conn *Connections, reg *prometheus.Registry, eva
 	if err != nil {
 		return nil, err
 	}
-	calls := func(op string, n int) { m.calls.WithLabelValues(op).Add(float64(n)) }
+	s := &scaleSignal{
+		perReplica: cfg.MaxConcurrentSessions, maxReplicas: cfg.ScaleMaxReplicas,
+		interval: cfg.ScaleInterval, creditsPerSecond: cfg.ScaleCreditsPerSecond,
+		clock: cfg.Clock, log: cfg.Logger, m: m, evaluates: evaluates,
+		why: "starting: not evaluated yet",
+	}
+	calls := func(op string, n int) {
+		m.calls.WithLabelValues(op).Add(float64(n))
+		s.spent.Add(int64(n * credits(op)))
+	}
 	rc := &readyCounter{
+		log:    cfg.Logger,
 		listed: conn.ManagementSource.ListSessions, source: conn.ManagementSource,
 		concurrency: scanConcurrency, perSession: 10 * time.Second, calls: calls,
+	}
+	if conn.Admin != nil {
+		rc.active = activeMessages(conn.Admin, cfg.Entity)
 	}
 	if conn.Postgres != nil {
 		rc.states = listerStates(conn.Lister)
@@ -93,19 +110,47 @@ func newScaleSignal(cfg Config, conn *Connections, reg *prometheus.Registry, eva
 		rc.stated, rc.changed, rc.now = conn.ManagementSource.ListSessionsWithState, conn.ManagementSource.ListSessionsWithStateAfter, cfg.Clock.Now
 		rc.source, rc.store = conn.ScanSource, conn.Store
 	}
-	return &scaleSignal{
-		count: rc.count, perReplica: cfg.MaxConcurrentSessions, maxReplicas: cfg.ScaleMaxReplicas,
-		interval: cfg.ScaleInterval, clock: cfg.Clock, log: cfg.Logger, m: m, evaluates: evaluates,
-		why: "starting: not evaluated yet",
-	}, nil
+	s.count = rc.count
+	return s, nil
 }
 
-// service evaluates every interval until it is stopped.
+// service evaluates every interval, or less often when what the last evaluation cost asks for
+// it (creditsPerSecond), until it is stopped.
 func (s *scaleSignal) service() *base {
 	return newBase("worker: scaling signal", s.log, func(soft, _ context.Context) error {
-		every(soft, s.clock, s.interval, s.evaluate)
-		return nil
+		for {
+			start, before := s.clock.Now(), s.spent.Load()
+			s.evaluate(soft)
+			wait := paced(s.interval, s.spent.Load()-before, s.creditsPerSecond)
+			if clock.Sleep(soft, s.clock, wait-s.clock.Now().Sub(start)) != nil {
+				return nil
+			}
+		}
 	})
+}
+
+// paced is how long after an evaluation began that cost spent credits the next may begin:
+// interval, or longer so that the evaluations spend at most perSecond credits a second on
+// average (0: no bound). An idle entity's evaluation costs one request, so scaling from zero
+// keeps the interval; one that lists many sessions is followed later, not at a cost the
+// namespace's throttle would feel.
+func paced(interval time.Duration, spent int64, perSecond int) time.Duration {
+	if perSecond <= 0 || spent <= 0 {
+		return interval
+	}
+	return max(interval, time.Duration(spent)*time.Second/time.Duration(perSecond))
+}
+
+// credits is what a Standard namespace charges for one call of the scaling signal: 10 for a
+// management request (a listing, the entity's runtime properties), 1 for the calls on a
+// session (the emulator's model; a peek is charged per message it returns, which this
+// understates for sessions with many deferred messages).
+func credits(op string) int {
+	switch op {
+	case "list_sessions", "runtime_properties":
+		return 10
+	}
+	return 1
 }
 
 // evaluate evaluates once. It has no deadline of its own: an evaluation of many sessions may take
