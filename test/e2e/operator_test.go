@@ -120,14 +120,6 @@ func cliJSON[T any](t *testing.T, env []string, args ...string) T {
 	return v
 }
 
-func sessionIDsOf(ss []operator.SessionInfo) []string {
-	var ids []string
-	for _, s := range ss {
-		ids = append(ids, s.SessionID)
-	}
-	return ids
-}
-
 // TestCanonicalRecovery is the README's recovery, with each state store: a handler bug parks
 // sessions; the fix is deployed; `worker dlq replay --all`; `worker sessions resume
 // --all-parked`; every session completes in order, nothing lost, nothing handled twice. The
@@ -190,16 +182,22 @@ func canonicalRecovery(t *testing.T, store, mode string, sessions, messages int)
 			if s.Busy {
 				return false // a worker still holds it (Service Bus reads state under the lock)
 			}
+			if s.Deferred != messages-int(poisoned[s.SessionID]) {
+				// Parked, but the later messages are still being deferred: Postgres shows each
+				// commit at once, so the park can be read before the deferrals that follow it.
+				return false
+			}
 		}
 		return len(parked.Sessions) == len(poisoned) && h.complete([]string{ids[2], ids[4]}, messages)
-	}, func() string { return fmt.Sprintf("parked: %v; handled: %s", sessionIDsOf(parked.Sessions), h) })
+	}, func() string {
+		return fmt.Sprintf("parked (the later messages wait deferred): %+v; handled: %s", parked.Sessions, h)
+	})
 	// Step 1: see what is stuck.
 	for _, s := range parked.Sessions {
 		require.NotNil(t, s.Parked, s.SessionID)
 		require.Equal(t, poisoned[s.SessionID], s.Parked.Sequence, s.SessionID)
 		require.Equal(t, poisoned[s.SessionID], s.Next, s.SessionID)
 		require.Contains(t, s.Parked.Reason, "status 500", s.SessionID)
-		require.Equal(t, messages-int(poisoned[s.SessionID]), s.Deferred, "%s: the later messages wait deferred", s.SessionID)
 	}
 	table := runCLI(t, env, "sessions", "list", "--parked")
 	require.Equal(t, 0, table.code, table.stderr)
