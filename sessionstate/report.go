@@ -109,12 +109,12 @@ func DecodeReport(b []byte) (Report, error) {
 	if in.Written == 0 {
 		return Report{}, fmt.Errorf("sessionstate: a release report without its time")
 	}
-	r := Report{Written: time.UnixMilli(in.Written), Clean: map[string]time.Time{}, Dirty: map[string]time.Time{}, Incomplete: in.Incomplete}
+	r := Report{Written: time.UnixMilli(in.Written).UTC(), Clean: map[string]time.Time{}, Dirty: map[string]time.Time{}, Incomplete: in.Incomplete}
 	for id, d := range in.Clean {
-		r.Clean[id] = time.UnixMilli(in.Written + d)
+		r.Clean[id] = time.UnixMilli(in.Written + d).UTC()
 	}
 	for id, d := range in.Dirty {
-		r.Dirty[id] = time.UnixMilli(in.Written + d)
+		r.Dirty[id] = time.UnixMilli(in.Written + d).UTC()
 	}
 	return r, nil
 }
