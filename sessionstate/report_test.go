@@ -172,3 +172,43 @@ func TestWatchReportOverflowReads(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchExpiryFindsWronglyExplained: the one change reports explain wrongly (a clean save by
+// one replica, then a save needing the sweeper by a run whose replica crashed before reporting)
+// is found by the tombstone expiry pass, which reads it once it has been unchanged for the TTL.
+func TestWatchExpiryFindsWronglyExplained(t *testing.T) {
+	t.Parallel()
+	f := newFakeEntity()
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	const ttl = time.Hour
+	w := sessionstate.NewWatch(sessionstate.WatchConfig{
+		ChangedIDs: f.changedIDs, Source: f, Store: sbstate.New(nil), Filter: attentionFilter, TombstoneTTL: ttl,
+		ReadReport: func(ctx context.Context, sess sequencer.Session) ([]byte, error) {
+			return sess.(sbstate.StateAccessor).GetState(ctx)
+		},
+	})
+	_, _, err := w.Sweep(context.Background(), t0)
+	require.NoError(t, err)
+	stranded := sequencer.NewState()
+	stranded.Next, stranded.Deferred[3] = 3, 33
+	f.set(t, "hole", stranded, t0.Add(2*time.Second))
+	f.report(t, "a", sessionstate.Report{Written: t0.Add(3 * time.Second), Clean: map[string]time.Time{"hole": t0.Add(time.Second)}}, 0, t0.Add(3*time.Second))
+	now := t0
+	for range 2 {
+		now = now.Add(30 * time.Second)
+		kept, _, err := w.Sweep(context.Background(), now)
+		require.NoError(t, err)
+		require.Empty(t, kept, "explained by the report")
+	}
+	var kept []sessionstate.Entry
+	for now.Before(t0.Add(ttl + ttl/4 + 2*time.Minute)) {
+		now = now.Add(30 * time.Second)
+		kept, _, err = w.Sweep(context.Background(), now)
+		require.NoError(t, err)
+		if len(kept) > 0 {
+			break
+		}
+	}
+	require.Equal(t, []string{"hole"}, ids(kept))
+	require.False(t, now.After(t0.Add(2*time.Second+ttl+ttl/4)), "within 1.25 × TTL of its change")
+}

@@ -295,8 +295,8 @@ func (w *Watch) expire(ctx context.Context, now time.Time, stats *SweepStats) er
 }
 
 // clearIfExpired locks session id and, if its state is a tombstone older than TombstoneTTL with
-// nothing left to settle, deletes it through the version check. A session a worker holds is
-// left to it.
+// nothing left to settle, deletes it through the version check; a state the Filter selects is
+// kept. A session a worker holds is left to it.
 func (w *Watch) clearIfExpired(ctx context.Context, id string, now time.Time) (bool, error) {
 	cleared := false
 	_, err := withLock(ctx, w.cfg.Source, w.cfg.PerSession, id, func(ctx context.Context, sess sequencer.Session) error {
@@ -305,6 +305,10 @@ func (w *Watch) clearIfExpired(ctx context.Context, id string, now time.Time) (b
 			return fmt.Errorf("read the state of session %q: %w", id, err)
 		}
 		if ver == 0 || !st.TombstoneClearable(now, w.cfg.TombstoneTTL) {
+			if ver != 0 && w.cfg.Filter.Match(st) {
+				// Read anyway: a change the release reports explained wrongly shows here.
+				w.kept[id] = Entry{SessionID: id, State: st, Version: ver}
+			}
 			return nil
 		}
 		err = w.cfg.Store.Delete(ctx, sequencer.DeleteParams{Session: sess, ExpectedVersion: ver})
