@@ -14,7 +14,9 @@
 // stores list with a query of their own; storetest.RunLister checks every Lister the same way.
 // [Watch] is the sweeper's view for such stores: it reads only the sessions whose state changed
 // since its last look, keeps those that need a sweeper, and clears expired tombstones;
-// [LeaseSessionID] is the session whose lock makes one replica the sweeper.
+// [LeaseSessionID] is the session whose lock makes one replica the sweeper; [Report] is what a
+// replica writes into its own reserved session ([ReportSessionID]) so that the Watch need not
+// read the sessions it saved.
 //
 // Stores import sequencer (for the contract) and their own driver; nothing under sequencer/ may
 // import them.

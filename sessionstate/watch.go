@@ -47,6 +47,11 @@ type WatchConfig struct {
 	// TombstoneTTL and TombstoneTTL+ExpiryEvery after the session ended.
 	TombstoneTTL time.Duration
 	ExpiryEvery  time.Duration
+	// ReadReport, when set, makes the Watch use the replicas' release reports (Report): it
+	// returns the raw state of a report session the Watch has locked. A changed session is then
+	// decided one Sweep after the one that lists it, and read only if no report explains its
+	// change. Without it, every changed session is read by the Sweep that lists it.
+	ReadReport func(ctx context.Context, sess sequencer.Session) ([]byte, error)
 }
 
 // Watch keeps the sweeper's view of the sessions that need it (Filter: parked, blocked, on a
@@ -56,6 +61,18 @@ type WatchConfig struct {
 // the sessions it keeps are answered from memory until they change again. An ended session
 // costs nothing after its last change and is not kept. So a sweep's cost follows the sessions
 // that changed, not the sessions that ever were.
+//
+// With ReadReport, the replicas' release reports (Report) explain most changes instead: a
+// session listed as changed is decided at the next Sweep, once every live replica has reported
+// (each reports every half interval), and read only when its last reported save in the listing's
+// window needs a sweeper, or when no report has one (a run a crash cut short, an operator's
+// command, a report that did not fit). So a session needing the sweeper after a crash is read at
+// most two Sweeps after its change. One change goes unseen: a session saved cleanly by one
+// replica and then, in the same window, saved needing a sweeper by a run that never reported (its
+// replica crashed first). Its next change, a Watch that starts over without a snapshot (a full
+// rescan) or, with a TombstoneTTL, the tombstone expiry pass, which reads every session left
+// unchanged for TombstoneTTL, finds it: at most TombstoneTTL+ExpiryEvery after that change.
+// Saves are compared by the replicas' clocks: Margin must cover their skew.
 //
 // A Watch is used by one sweeper at a time (the lease holder); it is not safe for concurrent
 // use. Its Snapshot, kept where the next holder finds it, lets that holder go on from the same
@@ -76,6 +93,22 @@ type Watch struct {
 	// pass (zero: never); expiring are the candidates of the pass under way.
 	expiredUntil time.Time
 	expiring     []string
+
+	// With ReadReport: pending are the sessions the last Sweep listed as changed (id → the start
+	// of that listing), decided by the next; saves are the last reported save of each session
+	// (the newest wins), kept while a pending session may need it; reportsAgain are report
+	// sessions to read at the next Sweep (busy or failed); distrust counts the Sweeps that must
+	// not explain anything (an incomplete report was read).
+	pending      map[string]time.Time
+	saves        map[string]reportedSave
+	reportsAgain map[string]bool
+	distrust     int
+}
+
+// reportedSave is one save a replica reported.
+type reportedSave struct {
+	at    time.Time
+	clean bool
 }
 
 // NewWatch checks cfg and returns an empty Watch. Missing fields are a programmer error.
@@ -88,7 +121,8 @@ func NewWatch(cfg WatchConfig) *Watch {
 	cfg.RescanPerSweep = cmp.Or(cfg.RescanPerSweep, 200)
 	cfg.ReadPerSweep = cmp.Or(cfg.ReadPerSweep, 2000)
 	cfg.ExpiryEvery = cmp.Or(cfg.ExpiryEvery, cfg.TombstoneTTL/4)
-	return &Watch{cfg: cfg, kept: map[string]Entry{}, again: map[string]bool{}}
+	return &Watch{cfg: cfg, kept: map[string]Entry{}, again: map[string]bool{},
+		pending: map[string]time.Time{}, saves: map[string]reportedSave{}, reportsAgain: map[string]bool{}}
 }
 
 // SweepStats says what one Sweep cost.
@@ -102,6 +136,9 @@ type SweepStats struct {
 	Carried int
 	// Expired is how many tombstones were cleared; Expiring how many candidates are left.
 	Expired, Expiring int
+	// Reports is how many release reports were read; Explained how many changed sessions they
+	// spared a read.
+	Reports, Explained int
 }
 
 // Sweep brings the view up to date as of now and returns the kept sessions, ordered by id. On an
@@ -130,8 +167,12 @@ func (w *Watch) Sweep(ctx context.Context, now time.Time) ([]Entry, SweepStats, 
 			return w.entries(), stats, fmt.Errorf("sessionstate: watch: list the sessions changed since %s: %w", since.Format(time.RFC3339), err)
 		}
 		stats.Changed, stats.Listed = len(changed), len(changed)
-		for _, id := range changed {
-			toRead[id] = true
+		if w.cfg.ReadReport == nil {
+			for _, id := range changed {
+				toRead[id] = true
+			}
+		} else {
+			w.explain(ctx, changed, since, &stats)
 		}
 	}
 	for id := range w.again {
@@ -166,6 +207,9 @@ func (w *Watch) Sweep(ctx context.Context, now time.Time) ([]Entry, SweepStats, 
 	}
 	stats.Rescanning = len(w.rescan)
 	w.cursor = now
+	if w.distrust > 0 {
+		w.distrust--
+	}
 	if err := w.expire(ctx, now, &stats); err != nil {
 		return w.entries(), stats, fmt.Errorf("sessionstate: watch: tombstone expiry: %w", err)
 	}
@@ -237,6 +281,9 @@ func (w *Watch) expire(ctx context.Context, now time.Time, stats *SweepStats) er
 		}
 		if cleared {
 			stats.Expired++
+			if w.cfg.ReadReport != nil {
+				w.saw(id, reportedSave{at: now, clean: true}) // its deletion is listed as a change
+			}
 		}
 	}
 	w.expiring = w.expiring[n:]
@@ -248,8 +295,8 @@ func (w *Watch) expire(ctx context.Context, now time.Time, stats *SweepStats) er
 }
 
 // clearIfExpired locks session id and, if its state is a tombstone older than TombstoneTTL with
-// nothing left to settle, deletes it through the version check. A session a worker holds is
-// left to it.
+// nothing left to settle, deletes it through the version check; a state the Filter selects is
+// kept. A session a worker holds is left to it.
 func (w *Watch) clearIfExpired(ctx context.Context, id string, now time.Time) (bool, error) {
 	cleared := false
 	_, err := withLock(ctx, w.cfg.Source, w.cfg.PerSession, id, func(ctx context.Context, sess sequencer.Session) error {
@@ -258,6 +305,10 @@ func (w *Watch) clearIfExpired(ctx context.Context, id string, now time.Time) (b
 			return fmt.Errorf("read the state of session %q: %w", id, err)
 		}
 		if ver == 0 || !st.TombstoneClearable(now, w.cfg.TombstoneTTL) {
+			if ver != 0 && w.cfg.Filter.Match(st) {
+				// Read anyway: a change the release reports explained wrongly shows here.
+				w.kept[id] = Entry{SessionID: id, State: st, Version: ver}
+			}
 			return nil
 		}
 		err = w.cfg.Store.Delete(ctx, sequencer.DeleteParams{Session: sess, ExpectedVersion: ver})
@@ -296,6 +347,10 @@ func (w *Watch) Reset() {
 	w.expiredUntil, w.expiring = time.Time{}, nil
 	clear(w.kept)
 	clear(w.again)
+	clear(w.pending)
+	clear(w.saves)
+	clear(w.reportsAgain)
+	w.distrust = 0
 }
 
 // snapshot is what a Watch hands to the next holder: where to list from, and which sessions to
@@ -319,6 +374,11 @@ func (w *Watch) Snapshot(maxBytes int) []byte {
 	for id := range w.again {
 		if _, ok := w.kept[id]; !ok {
 			ids = append(ids, id)
+		}
+	}
+	for id := range w.pending {
+		if _, ok := w.kept[id]; !ok && !w.again[id] {
+			ids = append(ids, id) // the next holder has no reports of them: it reads them
 		}
 	}
 	slices.Sort(ids)
@@ -350,12 +410,89 @@ func (w *Watch) Restore(b []byte) error {
 	return nil
 }
 
-// Reserved reports whether id is a session id seqbus keeps for itself (the sweeper's lease),
-// which carries no sequence state and is never listed.
-func Reserved(id string) bool { return id == LeaseSessionID }
+// Reserved reports whether id is a session id seqbus keeps for itself (the sweeper's lease, the
+// replicas' release reports), which carries no sequence state and is never listed.
+func Reserved(id string) bool { return id == LeaseSessionID || IsReport(id) }
 
 // LeaseSessionID is the session id whose lock is the sweeper's lease with Service Bus session
 // state: every replica of an entity tries to lock it, the broker gives it to one at a time and
 // frees it when the holder's link closes. Its own session state keeps the sweeper's Watch
 // snapshot; it carries no messages.
 const LeaseSessionID = "seqbus.sweeper-lease"
+
+// explain reads the release reports among the changed ids (and those left from the last Sweep),
+// decides about the sessions the last Sweep listed (those no report explains are read now, as
+// again), and keeps the newly listed ones, changed since since, for the next Sweep.
+func (w *Watch) explain(ctx context.Context, changed []string, since time.Time, stats *SweepStats) {
+	for _, id := range changed {
+		if IsReport(id) {
+			w.reportsAgain[id] = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(w.reportsAgain)) {
+		r, ok := w.readReport(ctx, id)
+		if !ok {
+			continue // busy (its replica writes it) or failed: read it at the next Sweep
+		}
+		delete(w.reportsAgain, id)
+		stats.Reports++
+		if r.Incomplete {
+			w.distrust = 2 // this Sweep's decisions and the next one's
+		}
+		for sid, at := range r.Clean {
+			w.saw(sid, reportedSave{at: at, clean: true})
+		}
+		for sid, at := range r.Dirty {
+			w.saw(sid, reportedSave{at: at})
+		}
+	}
+	for id, listed := range w.pending {
+		s, ok := w.saves[id]
+		if ok && s.clean && !s.at.Before(listed) && w.distrust == 0 {
+			delete(w.kept, id) // as a read would: its last state needs no sweeper
+			stats.Explained++
+			continue
+		}
+		w.again[id] = true
+	}
+	clear(w.pending)
+	for _, id := range changed {
+		if !Reserved(id) && !w.again[id] {
+			w.pending[id] = since
+		}
+	}
+	// A save older than since explains no listing left to decide.
+	maps.DeleteFunc(w.saves, func(_ string, s reportedSave) bool { return s.at.Before(since) })
+}
+
+// saw records a reported save of session id: the newest wins; at the same time, a dirty one.
+func (w *Watch) saw(id string, s reportedSave) {
+	old, ok := w.saves[id]
+	if ok && (old.at.After(s.at) || (old.at.Equal(s.at) && !old.clean)) {
+		return
+	}
+	w.saves[id] = s
+}
+
+// readReport locks the report session id and decodes its report. ok is false when the session
+// is busy or could not be read; a report that does not decode is dropped (ok, empty): the
+// changes it would explain are read.
+func (w *Watch) readReport(ctx context.Context, id string) (Report, bool) {
+	var b []byte
+	busy, err := withLock(ctx, w.cfg.Source, w.cfg.PerSession, id, func(ctx context.Context, sess sequencer.Session) error {
+		var err error
+		b, err = w.cfg.ReadReport(ctx, sess)
+		return err
+	})
+	if busy || err != nil {
+		return Report{}, false
+	}
+	if len(b) == 0 {
+		return Report{}, true
+	}
+	r, err := DecodeReport(b)
+	if err != nil {
+		return Report{}, true
+	}
+	return r, true
+}

@@ -112,9 +112,22 @@ func New(cfg Config) (*Client, error) {
 		ok = true
 		return c, nil
 	}
+	calls := func(op string, n int) { c.m.sweepCalls.WithLabelValues(op).Add(float64(n)) }
+	// With Service Bus session state, the runner's saves are reported to the sweeper, which then
+	// need not read the sessions they leave needing nothing.
+	var rep *reporter
+	var saved func(id string, st *sequencer.State, err error)
+	if c.conn.Postgres == nil {
+		rep = &reporter{
+			source: countingSource{SessionSource: c.conn.ScanSource, calls: func(op string, n int) { calls("report_"+op, n) }},
+			id:     reportSessionID(), window: 2 * cfg.SweepInterval, maxState: int(cfg.StateMaxBytes),
+			clock: cfg.Clock, log: c.log, saves: map[string]reporterSave{},
+		}
+		saved = rep.saved
+	}
 	c.runner, err = sequencer.NewRunner(sequencer.RunnerConfig{
 		Source:                c.conn.Source,
-		Store:                 instrument(store, c.m),
+		Store:                 instrument(store, c.m, saved),
 		Handler:               h,
 		Engine:                cfg.engine(),
 		MaxConcurrentSessions: cfg.MaxConcurrentSessions,
@@ -136,7 +149,6 @@ func New(cfg Config) (*Client, error) {
 		log:        c.log,
 		warned:     map[string]gapWarned{},
 	}
-	calls := func(op string, n int) { c.m.sweepCalls.WithLabelValues(op).Add(float64(n)) }
 	if c.conn.Postgres != nil {
 		sw.attention = listerAttention{lister: c.conn.Lister}
 		sw.lease = &advisoryLease{pool: c.conn.Pool, entity: cfg.Entity.String()}
@@ -147,6 +159,7 @@ func New(cfg Config) (*Client, error) {
 			ChangedIDs: c.conn.ManagementSource.ListSessionsWithStateAfter,
 			Source:     src, Store: c.conn.Store, Concurrency: scanConcurrency,
 			TombstoneTTL: cfg.TombstoneTTL, // 0: the engine keeps no tombstone
+			ReadReport:   readReport,
 		})
 		sw.attention, sw.lease = &watchAttention{watch: w, lease: l, calls: calls, log: c.log}, l
 	}
@@ -157,6 +170,9 @@ func New(cfg Config) (*Client, error) {
 	var held atomic.Bool
 	sw.lease = heldLease{lease: sw.lease, held: &held}
 	c.background = append(c.background, sw.service())
+	if rep != nil {
+		c.background = append(c.background, rep.service(cfg.SweepInterval))
+	}
 	scale, err := newScaleSignal(cfg, c.conn, c.reg, held.Load)
 	if err != nil {
 		return nil, err

@@ -32,13 +32,18 @@
 //     (a Postgres advisory lock, or the lock of the reserved session sessionstate.LeaseSessionID):
 //     it finds the sessions whose state says they are parked, blocked, waiting on a gap,
 //     stranded or waiting for a released retry (a query with Postgres; with Service Bus a
-//     sessionstate.Watch that reads only the sessions whose state changed since the last sweep),
+//     sessionstate.Watch that reads only the sessions whose state changed since the last sweep
+//     and that no replica's release report explains),
 //     wakes those the broker will not offer (stranded on deferred messages; past their gap
 //     timeout; due for their released retry, the ones not due yet on time by a timer armed for the
 //     earliest; the runner that released a session wakes it at its time too), refreshes the
 //     session gauges, warns
 //     about gaps open for 1 min, 10 min and 1 h, and clears tombstones older than
 //     Config.TombstoneTTL. The other replicas report 0 in the session gauges.
+//   - With Service Bus session state, the release reporter, every half Config.SweepInterval on
+//     every replica: the sessions this replica's runner saved in the last two intervals, and
+//     whether each saved state needs the sweeper, written into the state of its own reserved
+//     session (sessionstate.ReportSessionID), so that the sweeper need not read them.
 //   - Readiness checks every Config.ReadyInterval: the broker (a management call) and, with
 //     Postgres, the database.
 //   - The scaling signal, every Config.ScaleInterval on the replica that holds the sweeper lease:
@@ -78,7 +83,7 @@
 //	seqbus_lock_lost_total                  session runs stopped by a lost lock
 //	seqbus_sweeper_wakes_total              sessions the sweeper handed to the runner
 //	seqbus_sweeper_lease                    1 on the replica that holds the sweeper lease
-//	seqbus_sweep_broker_calls_total{op}     the sweeper's and its lease's Service Bus calls
+//	seqbus_sweep_broker_calls_total{op}     the sweeper's, its lease's and the release reports' Service Bus calls
 //	seqbus_ready                            1 when the last readiness check passed
 //	seqbus_replicas_wanted                  replicas the entity's work needs (the scaling signal)
 //	seqbus_sessions_ready                   sessions with messages ready to handle

@@ -49,7 +49,7 @@ func BenchmarkInstrumentationPerMessage(b *testing.B) {
 			b.Fatal(err)
 		}
 		h := m.handlerMiddleware(noop)
-		s := instrument(memory.New(), m)
+		s := instrument(memory.New(), m, nil)
 		var ver int64
 		b.ReportAllocs()
 		for b.Loop() {
@@ -76,7 +76,7 @@ func BenchmarkInstrumentationPerMessage(b *testing.B) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 			defer tp.Shutdown(ctx)
 			h := tracingMiddleware(tp, "orders")(m.handlerMiddleware(noop))
-			s := instrument(memory.New(), m)
+			s := instrument(memory.New(), m, nil)
 			tmsg := *msg
 			tmsg.Properties = map[string]any{PropertyTraceparent: tc.traceparent}
 			var ver int64

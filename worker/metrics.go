@@ -124,7 +124,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 		}),
 		sweepCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqbus_sweep_broker_calls_total",
-			Help: "Broker calls of the sweeper and its lease, by operation: list_sessions (one per page of 100 ids), accept, get_state, set_state, renew_lock, close.",
+			Help: "Broker calls of the sweeper and its lease, by operation: list_sessions (one per page of 100 ids), accept, get_state, set_state, renew_lock, close; and of this replica's release reports (Service Bus session state): report_accept, report_set_state, report_close.",
 		}, []string{"op"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seqbus_ready",

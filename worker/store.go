@@ -8,10 +8,12 @@ import (
 	"github.com/seqbus/seqbus/sequencer"
 )
 
-// instrumented counts and times the saves of a state store for the metrics.
+// instrumented counts and times the saves of a state store for the metrics, and tells saved
+// (when set) the outcome of each save and delete of the runner: the release reports.
 type instrumented struct {
 	sequencer.StateStore
-	m *metrics
+	m     *metrics
+	saved func(id string, st *sequencer.State, err error)
 }
 
 // instrumentedAtomic is instrumented for an AtomicStore, so that the engine still finds SaveWith.
@@ -20,9 +22,10 @@ type instrumentedAtomic struct {
 	atomic sequencer.AtomicStore
 }
 
-// instrument wraps s with the save metrics, keeping its AtomicStore side if it has one.
-func instrument(s sequencer.StateStore, m *metrics) sequencer.StateStore {
-	in := instrumented{StateStore: s, m: m}
+// instrument wraps s with the save metrics (and saved, when not nil), keeping its AtomicStore
+// side if it has one.
+func instrument(s sequencer.StateStore, m *metrics, saved func(id string, st *sequencer.State, err error)) sequencer.StateStore {
+	in := instrumented{StateStore: s, m: m, saved: saved}
 	if a, ok := s.(sequencer.AtomicStore); ok {
 		return &instrumentedAtomic{instrumented: in, atomic: a}
 	}
@@ -47,6 +50,9 @@ func (s *instrumented) Save(ctx context.Context, p sequencer.SaveParams) (int64,
 	start := time.Now()
 	v, err := s.StateStore.Save(ctx, p)
 	s.observe(start, err)
+	if s.saved != nil {
+		s.saved(p.Session.ID(), p.State, err)
+	}
 	return v, err
 }
 
@@ -54,6 +60,9 @@ func (s *instrumented) Delete(ctx context.Context, p sequencer.DeleteParams) err
 	start := time.Now()
 	err := s.StateStore.Delete(ctx, p)
 	s.observe(start, err)
+	if s.saved != nil {
+		s.saved(p.Session.ID(), nil, err)
+	}
 	return err
 }
 

@@ -19,18 +19,18 @@ func TestInstrumentKeepsTheStoresKind(t *testing.T) {
 	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
 	require.NoError(t, err)
 
-	sb := instrument(sbstate.New(nil), m)
+	sb := instrument(sbstate.New(nil), m, nil)
 	bound, ok := sb.(sequencer.SessionBoundStore)
 	require.True(t, ok && bound.WritesThroughSession(), "the Service Bus session state is session-bound")
 
-	mem := instrument(memory.New(), m)
+	mem := instrument(memory.New(), m, nil)
 	bound, ok = mem.(sequencer.SessionBoundStore)
 	require.True(t, ok)
 	require.False(t, bound.WritesThroughSession(), "a store of its own is not")
 	_, atomic := mem.(sequencer.AtomicStore)
 	require.False(t, atomic)
 
-	pg := instrument(&postgres.TxStore{}, m)
+	pg := instrument(&postgres.TxStore{}, m, nil)
 	_, atomic = pg.(sequencer.AtomicStore)
 	require.True(t, atomic, "the transactional store stays atomic")
 }
