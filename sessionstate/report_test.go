@@ -212,3 +212,50 @@ func TestWatchExpiryFindsWronglyExplained(t *testing.T) {
 	require.Equal(t, []string{"hole"}, ids(kept))
 	require.False(t, now.After(t0.Add(2*time.Second+ttl+ttl/4)), "within 1.25 × TTL of its change")
 }
+
+// TestWatchExpiryClearsStaleReports: the tombstone expiry pass clears a release report left
+// unchanged for the TTL (a stopped replica's) within 1.25 × TTL, and keeps the report of a
+// replica that goes on writing.
+func TestWatchExpiryClearsStaleReports(t *testing.T) {
+	t.Parallel()
+	f := newFakeEntity()
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	const ttl = time.Hour
+	w := sessionstate.NewWatch(sessionstate.WatchConfig{
+		ChangedIDs: f.changedIDs, Source: f, Store: sbstate.New(nil), Filter: attentionFilter, TombstoneTTL: ttl,
+		ReadReport: func(ctx context.Context, sess sequencer.Session) ([]byte, error) {
+			return sess.(sbstate.StateAccessor).GetState(ctx)
+		},
+		ClearReport: func(ctx context.Context, sess sequencer.Session) error {
+			return sess.(sbstate.StateAccessor).SetState(ctx, nil)
+		},
+	})
+	state := func(replica string) []byte {
+		sess, err := f.Accept(context.Background(), sessionstate.ReportSessionID(replica))
+		require.NoError(t, err)
+		b, err := sess.(sbstate.StateAccessor).GetState(context.Background())
+		require.NoError(t, err)
+		return b
+	}
+	write := func(replica string, at time.Time) {
+		f.report(t, replica, sessionstate.Report{Written: at, Clean: map[string]time.Time{"s-" + replica: at}}, 0, at)
+	}
+	write("stopped", t0)
+	write("live", t0)
+	var cleared time.Time
+	for now, wrote := t0, t0; now.Before(t0.Add(2 * ttl)); now = now.Add(30 * time.Second) {
+		if now.Sub(wrote) >= ttl/3 {
+			write("live", now)
+			wrote = now
+		}
+		_, _, err := w.Sweep(context.Background(), now)
+		require.NoError(t, err)
+		if cleared.IsZero() && len(state("stopped")) == 0 {
+			cleared = now
+		}
+		require.NotEmpty(t, state("live"), "at %s", now.Sub(t0))
+	}
+	require.False(t, cleared.IsZero(), "the stopped replica's report is cleared")
+	require.False(t, cleared.Before(t0.Add(ttl)), "not before the TTL: %s", cleared.Sub(t0))
+	require.False(t, cleared.After(t0.Add(ttl+ttl/4+time.Minute)), "within 1.25 × TTL: %s", cleared.Sub(t0))
+}

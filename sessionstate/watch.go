@@ -52,6 +52,11 @@ type WatchConfig struct {
 	// decided one Sweep after the one that lists it, and read only if no report explains its
 	// change. Without it, every changed session is read by the Sweep that lists it.
 	ReadReport func(ctx context.Context, sess sequencer.Session) ([]byte, error)
+	// ClearReport, when set with a TombstoneTTL, clears the state of a report session the Watch
+	// has locked. The tombstone expiry pass uses it on reports left unchanged for TombstoneTTL:
+	// the reports of stopped replicas (a live one that saved nothing for that long loses
+	// nothing and writes it again), which would otherwise stay in the full listings for good.
+	ClearReport func(ctx context.Context, sess sequencer.Session) error
 }
 
 // Watch keeps the sweeper's view of the sessions that need it (Filter: parked, blocked, on a
@@ -269,12 +274,23 @@ func (w *Watch) expire(ctx context.Context, now time.Time, stats *SweepStats) er
 		}
 		w.expiring = slices.DeleteFunc(window, func(id string) bool {
 			_, ok := fresh[idHash(id)]
-			return ok || Reserved(id)
+			return ok || id == LeaseSessionID || (IsReport(id) && w.cfg.ClearReport == nil)
 		})
 		w.expiredUntil = upper
 	}
 	n := min(w.cfg.RescanPerSweep, len(w.expiring))
 	for _, id := range w.expiring[:n] {
+		if IsReport(id) {
+			// Unchanged for TombstoneTTL: a stopped replica's; busy: its live replica writes it.
+			busy, err := withLock(ctx, w.cfg.Source, w.cfg.PerSession, id, w.cfg.ClearReport)
+			if err != nil {
+				return fmt.Errorf("clear the stale release report %q: %w", id, err)
+			}
+			if !busy {
+				stats.Expired++
+			}
+			continue
+		}
 		cleared, err := w.clearIfExpired(ctx, id, now)
 		if err != nil {
 			return err

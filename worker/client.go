@@ -159,7 +159,7 @@ func New(cfg Config) (*Client, error) {
 			ChangedIDs: c.conn.ManagementSource.ListSessionsWithStateAfter,
 			Source:     src, Store: c.conn.Store, Concurrency: scanConcurrency,
 			TombstoneTTL: cfg.TombstoneTTL, // 0: the engine keeps no tombstone
-			ReadReport:   readReport,
+			ReadReport:   readReport, ClearReport: clearReport,
 		})
 		sw.attention, sw.lease = &watchAttention{watch: w, lease: l, calls: calls, log: c.log}, l
 	}

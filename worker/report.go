@@ -164,3 +164,13 @@ func readReport(ctx context.Context, sess sequencer.Session) ([]byte, error) {
 	}
 	return acc.GetState(ctx)
 }
+
+// clearReport clears the state of a report session the sweeper's Watch has locked (a stopped
+// replica's, left unchanged for the tombstone TTL).
+func clearReport(ctx context.Context, sess sequencer.Session) error {
+	acc, ok := sess.(sbstate.StateAccessor)
+	if !ok {
+		return fmt.Errorf("the report session (%T) has no session state", sess)
+	}
+	return acc.SetState(ctx, nil)
+}
