@@ -26,13 +26,21 @@ func (f *fakeEntity) report(t *testing.T, replica string, rep sessionstate.Repor
 	f.updated[id] = at
 }
 
-func newReportWatch(f *fakeEntity) *sessionstate.Watch {
-	return sessionstate.NewWatch(sessionstate.WatchConfig{
-		ChangedIDs: f.changedIDs, Source: f, Store: sbstate.New(nil), Filter: attentionFilter,
+// newReportWatch is a Watch over f that reads release reports, with a tombstone ttl (0: none)
+// and, with clearReports, clears the stale ones.
+func newReportWatch(f *fakeEntity, ttl time.Duration, clearReports bool) *sessionstate.Watch {
+	cfg := sessionstate.WatchConfig{
+		ChangedIDs: f.changedIDs, Source: f, Store: sbstate.New(nil), Filter: attentionFilter, TombstoneTTL: ttl,
 		ReadReport: func(ctx context.Context, sess sequencer.Session) ([]byte, error) {
 			return sess.(sbstate.StateAccessor).GetState(ctx)
 		},
-	})
+	}
+	if clearReports {
+		cfg.ClearReport = func(ctx context.Context, sess sequencer.Session) error {
+			return sess.(sbstate.StateAccessor).SetState(ctx, nil)
+		}
+	}
+	return sessionstate.NewWatch(cfg)
 }
 
 // TestWatchReportsExplainChanges: with release reports, a changed session is decided at the
@@ -47,7 +55,7 @@ func TestWatchReportsExplainChanges(t *testing.T) {
 	gap := sequencer.NewState()
 	gap.Next, gap.Deferred[3], gap.GapSince = 2, 30, t0
 	f.set(t, "was-gap", gap, t0)
-	w := newReportWatch(f)
+	w := newReportWatch(f, 0, false)
 	kept, _, err := w.Sweep(context.Background(), t0.Add(time.Second)) // the first rescan
 	require.NoError(t, err)
 	require.Equal(t, []string{"was-gap"}, ids(kept))
@@ -125,7 +133,7 @@ func TestWatchReportOverflowReads(t *testing.T) {
 			t.Parallel()
 			f := newFakeEntity()
 			t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-			w := newReportWatch(f)
+			w := newReportWatch(f, 0, false)
 			_, _, err := w.Sweep(context.Background(), t0)
 			require.NoError(t, err)
 			ended := sequencer.NewState()
@@ -181,12 +189,7 @@ func TestWatchExpiryFindsWronglyExplained(t *testing.T) {
 	f := newFakeEntity()
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	const ttl = time.Hour
-	w := sessionstate.NewWatch(sessionstate.WatchConfig{
-		ChangedIDs: f.changedIDs, Source: f, Store: sbstate.New(nil), Filter: attentionFilter, TombstoneTTL: ttl,
-		ReadReport: func(ctx context.Context, sess sequencer.Session) ([]byte, error) {
-			return sess.(sbstate.StateAccessor).GetState(ctx)
-		},
-	})
+	w := newReportWatch(f, ttl, false)
 	_, _, err := w.Sweep(context.Background(), t0)
 	require.NoError(t, err)
 	stranded := sequencer.NewState()
@@ -221,15 +224,7 @@ func TestWatchExpiryClearsStaleReports(t *testing.T) {
 	f := newFakeEntity()
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	const ttl = time.Hour
-	w := sessionstate.NewWatch(sessionstate.WatchConfig{
-		ChangedIDs: f.changedIDs, Source: f, Store: sbstate.New(nil), Filter: attentionFilter, TombstoneTTL: ttl,
-		ReadReport: func(ctx context.Context, sess sequencer.Session) ([]byte, error) {
-			return sess.(sbstate.StateAccessor).GetState(ctx)
-		},
-		ClearReport: func(ctx context.Context, sess sequencer.Session) error {
-			return sess.(sbstate.StateAccessor).SetState(ctx, nil)
-		},
-	})
+	w := newReportWatch(f, ttl, true)
 	state := func(replica string) []byte {
 		sess, err := f.Accept(context.Background(), sessionstate.ReportSessionID(replica))
 		require.NoError(t, err)
