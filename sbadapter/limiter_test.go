@@ -73,20 +73,20 @@ func TestLimiterDecreaseMeasuresUse(t *testing.T) {
 			want: LimiterDecrease * 500,
 		},
 		{
-			// Allowed 1,000 per second but its sessions used only 200 in the last second: the
-			// cut starts from what it used, or it would not reduce its use at all.
-			name: "idle sessions",
+			// A later cut starts from the allowed rate, not from the use of the last window,
+			// which is bursty (a receive charges its whole batch at once).
+			name: "later cut",
 			before: func(clk *clock.Fake, l *Limiter) {
 				l.Charge(1000)
 				clk.Advance(LimiterWindow)
-				l.Busy() // rate 900
-				clk.Advance(3 * LimiterWindow)
+				l.Busy()                       // rate 900
+				clk.Advance(3 * LimiterWindow) // no call waited: no rise
 				for range 10 {
 					l.Charge(20)
 					clk.Advance(100 * time.Millisecond)
 				}
 			},
-			want: LimiterDecrease * 200,
+			want: LimiterDecrease * 900,
 		},
 		{
 			name:   "nothing used",
