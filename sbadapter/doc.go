@@ -56,10 +56,12 @@
 // # Throttling
 //
 // A throttled namespace (the Standard tier's credits) refuses operations with server-busy while
-// its balance is spent. A [Limiter], one per [Source] and shared by its sessions (one per replica
-// in the worker), paces the sessions' calls: unlimited until the first server-busy answer, then
-// AIMD on the credits per second, so that replicas converge on their shares without talking to
-// each other and refusals stay rare. A receive owes the limiter one credit per message delivered.
+// its balance is spent, until its next period (about a second). A [Limiter], one per [Source]
+// and shared by its sessions (one per replica in the worker), paces the sessions' calls:
+// unlimited until the first server-busy answer, then AIMD on the credits per second (a cut to
+// 90 % of the credits it measured used, a slow continuous rise, a short jittered hold of every
+// call after each refusal), so that replicas converge on their shares without talking to each
+// other and refusals stay rare. A receive owes the limiter one credit per message delivered.
 //
 // A refused settlement cannot be retried at the worker's pace, or at all, through the SDK
 // (azservicebus v1.11.0, go-amqp v1.7.0): the SDK settles through links.Retry with RetryOptions{}
@@ -69,7 +71,11 @@
 // 315-316), so the retry sends nothing and reports success (receiver.go:324-326). The message
 // stays locked with the session until it is closed and is then delivered again (the engine drops
 // it as a duplicate). The adapter tells the limiter of such a settlement (one that took 3 s or
-// more and succeeded) so that the next ones are paced; avoiding the refusal is the only remedy.
+// more and succeeded) so that the next ones are paced; and once the limiter has seen a refusal
+// since a settlement started, a settlement still unanswered after 500 ms is presumed refused and
+// reported settled at once, as the SDK would report it after its 4 s, instead of stalling its
+// session (and with it the session's pipeline) for those 4 s. Avoiding the refusal is the only
+// remedy for the message itself.
 //
 // This package may import the sequencer contract, the azservicebus SDK and go-amqp (for error
 // conditions); it must never import the engine's internals, the state stores, Postgres or the

@@ -23,6 +23,9 @@ type fakeReceiver struct {
 	failWith    error // returned by every call except Close
 	linkDown    bool  // ReceiveMessages returns nothing at once, as the SDK does after a link failure
 	closeHangs  bool  // Close waits for its ctx to end, as on a connection that stopped answering
+	// completeHangs makes CompleteMessage wait for its ctx to end and return its error, as the
+	// SDK does while it sleeps before retrying a settlement the broker refused as busy.
+	completeHangs bool
 	// sdkLockField mimics the SDK's SessionReceiver.lockedUntil: set when a call re-attaches the
 	// link, read by LockedUntil, both without a lock (so -race flags concurrent use).
 	sdkLockField *time.Time
@@ -125,7 +128,14 @@ func (f *fakeReceiver) settle(m *azservicebus.ReceivedMessage, how string) error
 	return nil
 }
 
-func (f *fakeReceiver) CompleteMessage(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+func (f *fakeReceiver) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	f.mu.Lock()
+	hangs := f.completeHangs
+	f.mu.Unlock()
+	if hangs {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	return f.settle(m, "complete")
 }
 

@@ -331,3 +331,43 @@ type rpcStatus int
 
 func (r rpcStatus) Error() string { return fmt.Sprintf("rpc: failed, status code %d", int(r)) }
 func (r rpcStatus) RPCCode() int  { return int(r) }
+
+func TestSessionSettlementPresumedRefusedWhileThrottled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// busy: another call is refused as busy while the settlement is unanswered.
+		busy bool
+	}{
+		{name: "namespace refusing calls", busy: true},
+		{name: "no refusal seen", busy: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeReceiver("s1")
+			f.active = []*azservicebus.ReceivedMessage{sbMsg("s1", 10, "a")}
+			f.completeHangs = true
+			s := newSession(f, discard())
+			s.limit = NewLimiter(nil)
+			s.settleTimeout = 2 * time.Second
+			msgs, err := s.Receive(t.Context(), 1)
+			require.NoError(t, err)
+			if tc.busy {
+				time.AfterFunc(50*time.Millisecond, s.limit.Busy)
+			}
+			start := time.Now()
+			err = s.Complete(t.Context(), msgs[0])
+			took := time.Since(start)
+			if tc.busy {
+				require.NoError(t, err, "reported settled, as the SDK would after its retry delay")
+				require.GreaterOrEqual(t, took, refusedSettlementWait)
+				require.Less(t, took, s.settleTimeout)
+				require.Equal(t, uint64(2), s.limit.Stats().Busy, "the presumed refusal is one more")
+				return
+			}
+			require.ErrorIs(t, err, sequencer.ErrLockLost, "no refusal seen: an unanswered settlement is a link gone")
+			require.GreaterOrEqual(t, took, s.settleTimeout)
+			require.Zero(t, s.limit.Stats().Busy)
+		})
+	}
+}
