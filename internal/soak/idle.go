@@ -164,12 +164,12 @@ func runIdleOne(ctx context.Context, o IdleOptions, w Worker, n int, base *IdleR
 	o.Logger.InfoContext(ctx, "soak: idle: seeding", slog.String("worker", w.Name), slog.Int("ended", n))
 	start := time.Now()
 	if o.Store == StorePostgres {
-		url, drop, err := postgresSchema(ctx, o.DatabaseURL)
+		pgEnv, url, drop, err := postgresEnv(ctx, o.DatabaseURL)
 		if err != nil {
 			return rep, err
 		}
 		defer drop()
-		env = append(env, "SEQBUS_STATE_STORE=postgres", "SEQBUS_DATABASE_URL="+url)
+		env = append(env, pgEnv...)
 		if err := seedPostgres(ctx, url, n, o.Messages); err != nil {
 			return rep, err
 		}

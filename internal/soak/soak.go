@@ -160,12 +160,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		"SEQBUS_MAX_CONCURRENT_SESSIONS="+strconv.Itoa(o.SessionsPerReplica),
 	)
 	if o.Store == StorePostgres {
-		url, drop, err := postgresSchema(ctx, o.DatabaseURL)
+		pgEnv, _, drop, err := postgresEnv(ctx, o.DatabaseURL)
 		if err != nil {
 			return rep, err
 		}
 		defer drop()
-		env = append(env, "SEQBUS_STATE_STORE=postgres", "SEQBUS_DATABASE_URL="+url)
+		env = append(env, pgEnv...)
 	}
 	env = append(env, o.Env...)
 
@@ -279,6 +279,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// postgresEnv creates a fresh schema (see postgresSchema) and returns the worker settings that
+// use it, its URL and what drops it.
+func postgresEnv(ctx context.Context, url string) (env []string, schemaURL string, drop func(), err error) {
+	schemaURL, drop, err = postgresSchema(ctx, url)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return []string{"SEQBUS_STATE_STORE=postgres", "SEQBUS_DATABASE_URL=" + schemaURL}, schemaURL, drop, nil
 }
 
 // postgresSchema creates a schema in url, migrates it, and returns the URL of the database with
