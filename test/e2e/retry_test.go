@@ -508,8 +508,8 @@ func TestReleasedRetryKeepsHealthySessionsFlowing(t *testing.T) {
 				require.Equal(t, oneToN(1, retryMessages), rel.down.handled(id), "session %s: each message handled once, in order", id)
 			}
 			rel.f.requireDrained(t)
-			require.Empty(t, cliJSON[listed](t, rel.env, "sessions", "list", "--parked").Sessions, "none parked")
-			require.Empty(t, cliJSON[listed](t, rel.env, "sessions", "list", "--retrying").Sessions)
+			requireNoneListed(t, rel.env, "--parked", isParked)
+			requireNoneListed(t, rel.env, "--retrying", isRetrying)
 
 			// Wake lateness against the plan, the wakes the kill cut off left out (above): while
 			// the healthy sessions keep every slot busy a woken session waits for a free one (a
