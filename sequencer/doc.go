@@ -241,7 +241,8 @@
 // # End
 //
 // The save that records the last message as handled sets State.EndedAt, so the state is a
-// tombstone before the last message is completed; leftovers are settled, and the tombstone is
+// tombstone before the last message is completed; leftovers are settled (the tombstone is saved
+// again only if that changed it: held or deferred messages, counters), and the tombstone is
 // kept for TombstoneTTL so that a late copy of any sequence of the ended session is a duplicate;
 // the first run after expiry deletes it. With NoTombstone the state is deleted at once and a
 // late copy starts a new sequence. Only a holder that lost its lock could write over a

@@ -93,6 +93,9 @@ type run struct {
 	// claimed: this run has saved the state at least once, so the version has moved since any
 	// earlier holder's last save (see SessionBoundStore).
 	claimed bool
+	// endSaved: the last save stored the tombstone (EndedAt set); with dirty false and nothing
+	// held or deferred, the stored state is st and end need not write it again.
+	endSaved bool
 }
 
 func (r *run) now() time.Time { return r.e.clock.Now() }

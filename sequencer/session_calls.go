@@ -41,6 +41,7 @@ func (r *run) save() error {
 		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, r.st.Next, err)
 	}
 	r.ver, r.dirty, r.record, r.claimed = ver, false, nil, true
+	r.endSaved = !r.st.EndedAt.IsZero()
 	r.flushGap()
 	return nil
 }
@@ -75,6 +76,7 @@ func (r *run) saveWith(m *msg, next *State) error {
 	}
 	clear(r.s.settled)
 	r.st, r.ver, r.dirty, r.record, r.claimed = next, ver, false, nil, true
+	r.endSaved = !r.st.EndedAt.IsZero()
 	r.flushGap()
 	return nil
 }
@@ -92,7 +94,7 @@ func (r *run) deleteState() error {
 	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.sess, ExpectedVersion: r.ver}); err != nil {
 		return fmt.Errorf("sequencer: session %s: deleting state: %w", r.id, err)
 	}
-	r.ver, r.dirty, r.record = 0, false, nil
+	r.ver, r.dirty, r.record, r.endSaved = 0, false, nil, false
 	return nil
 }
 

@@ -17,6 +17,10 @@ func (r *run) end() error {
 	if err := r.s.await(); err != nil {
 		return err
 	}
+	// The save that handled the last message stored the tombstone. With nothing held, deferred
+	// or changed since, what follows settles nothing and changes nothing: writing the same state
+	// again would cost a store call per session (a broker call with Service Bus session state).
+	unchanged := r.endSaved && !r.dirty && len(r.w.held) == 0 && len(r.st.Deferred) == 0
 	for _, k := range slices.Sorted(maps.Keys(r.w.held)) {
 		m := r.w.unhold(k)
 		if err := r.settleLeftover(m); err != nil {
@@ -34,8 +38,10 @@ func (r *run) end() error {
 		if err := r.deleteState(); err != nil {
 			return err
 		}
-	} else if err := r.save(); err != nil {
-		return err
+	} else if !unchanged {
+		if err := r.save(); err != nil {
+			return err
+		}
 	}
 	r.e.observe(Event{Kind: EventSessionEnded, SessionID: r.id, Sequence: r.st.Last})
 	return nil
