@@ -77,6 +77,7 @@
 //	seqbus_gap_oldest_seconds               age of the oldest open gap (as of the last sweep)
 //	seqbus_gaps_opened_total                sessions released idle with a sequence missing
 //	seqbus_state_saves_total                state saves
+//	seqbus_state_loads_total                state loads
 //	seqbus_state_conflicts_total            saves refused by the version check
 //	seqbus_state_save_duration_seconds      histogram of state saves
 //	seqbus_broker_calls_total{op}           Service Bus calls by operation

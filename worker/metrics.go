@@ -46,6 +46,7 @@ type metrics struct {
 	gapOldest       prometheus.Gauge
 	gapsOpened      prometheus.Counter
 	stateSaves      prometheus.Counter
+	stateLoads      prometheus.Counter
 	stateConflicts  prometheus.Counter
 	stateSaveTime   prometheus.Histogram
 	lockLost        prometheus.Counter
@@ -101,6 +102,10 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 			Name: "seqbus_state_saves_total",
 			Help: "State saves (with the version check), deletes included.",
 		}),
+		stateLoads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqbus_state_loads_total",
+			Help: "State loads: one when a session run starts, one after each handler retry wait (with Service Bus session state each is a broker call).",
+		}),
 		stateConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqbus_state_conflicts_total",
 			Help: "State saves refused because another holder changed the state (version conflict).",
@@ -137,7 +142,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 	}, activeSessions)
 	for _, c := range []prometheus.Collector{
 		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked, m.retrying,
-		m.gapWait, m.gapOldest, m.gapsOpened, m.stateSaves, m.stateConflicts, m.stateSaveTime, m.lockLost,
+		m.gapWait, m.gapOldest, m.gapsOpened, m.stateSaves, m.stateLoads, m.stateConflicts, m.stateSaveTime, m.lockLost,
 		m.sweeperWakes, m.sweeperLease, m.sweepCalls, m.ready, &brokerCallsCollector{calls: brokerCalls},
 	} {
 		if err := reg.Register(c); err != nil {
@@ -208,7 +213,7 @@ type brokerCallsCollector struct {
 }
 
 var brokerCallsDesc = prometheus.NewDesc("seqbus_broker_calls_total",
-	"Calls to Service Bus by operation: receive, receive_deferred, complete, defer, dead_letter, abandon, renew_lock, close, accept (session state reads and writes count under seqbus_state_saves_total).",
+	"Calls to Service Bus by operation: receive, receive_deferred, complete, defer, dead_letter, abandon, renew_lock, close, accept (session state reads count under seqbus_state_loads_total, writes under seqbus_state_saves_total).",
 	[]string{"op"}, nil)
 
 func (c *brokerCallsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- brokerCallsDesc }

@@ -8,7 +8,7 @@ import (
 	"github.com/seqbus/seqbus/sequencer"
 )
 
-// instrumented counts and times the saves of a state store for the metrics, and tells saved
+// instrumented counts the loads and counts and times the saves of a state store for the metrics, and tells saved
 // (when set) the outcome of each save and delete of the runner: the release reports.
 type instrumented struct {
 	sequencer.StateStore
@@ -44,6 +44,11 @@ func (s *instrumented) observe(start time.Time, err error) {
 	if errors.Is(err, sequencer.ErrVersionConflict) {
 		s.m.stateConflicts.Inc()
 	}
+}
+
+func (s *instrumented) Load(ctx context.Context, p sequencer.LoadParams) (*sequencer.State, int64, error) {
+	s.m.stateLoads.Inc()
+	return s.StateStore.Load(ctx, p)
 }
 
 func (s *instrumented) Save(ctx context.Context, p sequencer.SaveParams) (int64, error) {

@@ -115,7 +115,7 @@ type IdleReport struct {
 	Attaches, Management, Credits          float64
 	MaxAttaches, MaxManagement, MaxCredits float64
 	// WorkerCalls are the worker's own counts per interval (seqbus_broker_calls_total,
-	// seqbus_state_saves_total, seqbus_sweep_broker_calls_total and
+	// seqbus_state_saves_total, seqbus_state_loads_total, seqbus_sweep_broker_calls_total and
 	// seqbus_scale_broker_calls_total; a worker from before issue 22 does not count its
 	// sweeper's).
 	WorkerCalls float64
@@ -203,7 +203,7 @@ func runIdleOne(ctx context.Context, o IdleOptions, w Worker, n int, base *IdleR
 	sample := func() (idleSample, error) {
 		c, err := scrapeAll(ctx, replicas)
 		return idleSample{attaches: float64(counter.attaches.Load()), mgmt: float64(counter.management.Load()),
-			credits: float64(srv.PressureStats().Credits), worker: c.engine + c.saves + c.sweep + c.scale,
+			credits: float64(srv.PressureStats().Credits), worker: c.engine + c.state + c.sweep + c.scale,
 			sweep: c.sweep, scale: c.scale}, err
 	}
 	first, err := sample()

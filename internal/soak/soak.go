@@ -117,13 +117,14 @@ type Report struct {
 	// SliceRates are the messages per second handled in each tenth of the messages.
 	SliceRates [Slices]float64
 	// Calls are the replicas' own counts over the run: the engine's broker calls
-	// (seqbus_broker_calls_total), the state saves at the broker (seqbus_state_saves_total with
-	// the Service Bus store; 0 with Postgres, whose saves are DatabaseSaves) and the sweeper's
+	// (seqbus_broker_calls_total), the state loads and saves at the broker
+	// (seqbus_state_loads_total and seqbus_state_saves_total with the Service Bus store; 0 with
+	// Postgres, whose are DatabaseCalls) and the sweeper's
 	// calls (seqbus_sweep_broker_calls_total, until the idle measurement begins: it reads the
 	// sessions the run changed after their last change); Credits what the emulator charged (a message
 	// operation 1, a management operation 10: Standard-tier credits).
-	EngineCalls, StateSaves, SweepCalls, Credits float64
-	DatabaseSaves                                float64
+	EngineCalls, StateCalls, SweepCalls, Credits float64
+	DatabaseCalls                                float64
 	// PeakRSS is each replica's peak resident set (VmHWM), in bytes.
 	PeakRSS []int64
 	// CatchUp is how long the sweeper went on reading the run's changes after the last message
@@ -203,9 +204,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	rep.EngineCalls = counts.engine
 	if o.Store == StorePostgres {
-		rep.DatabaseSaves = counts.saves
+		rep.DatabaseCalls = counts.state
 	} else {
-		rep.StateSaves = counts.saves
+		rep.StateCalls = counts.state
 	}
 	rep.Credits = float64(srv.PressureStats().Credits - c0)
 	for _, r := range replicas {
@@ -254,7 +255,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	n := float64(o.IdleIntervals)
 	rep.IdleCalls = (i1.engine - i0.engine) / n
 	if o.Store != StorePostgres {
-		rep.IdleCalls += (i1.saves - i0.saves) / n
+		rep.IdleCalls += (i1.state - i0.state) / n
 	}
 	rep.IdleSweepCalls = (i1.sweep - i0.sweep) / n
 	rep.IdleCredits = float64(srv.PressureStats().Credits-ic0) / n
@@ -603,9 +604,9 @@ func (r *replica) peakRSS() int64 {
 	return 0
 }
 
-// counts are summed counters of the replicas' /metrics; scale is the scaling signal's broker
-// calls (seqbus_scale_broker_calls_total).
-type counts struct{ engine, saves, sweep, scale float64 }
+// counts are summed counters of the replicas' /metrics; state is the state store's loads and
+// saves, scale the scaling signal's broker calls (seqbus_scale_broker_calls_total).
+type counts struct{ engine, state, sweep, scale float64 }
 
 func scrapeAll(ctx context.Context, rs []*replica) (counts, error) {
 	var c counts
@@ -615,7 +616,7 @@ func scrapeAll(ctx context.Context, rs []*replica) (counts, error) {
 			return c, fmt.Errorf("soak: scrape %s: %w", r.name, err)
 		}
 		c.engine += sum(fams["seqbus_broker_calls_total"])
-		c.saves += sum(fams["seqbus_state_saves_total"])
+		c.state += sum(fams["seqbus_state_saves_total"]) + sum(fams["seqbus_state_loads_total"])
 		c.sweep += sum(fams["seqbus_sweep_broker_calls_total"])
 		c.scale += sum(fams["seqbus_scale_broker_calls_total"])
 	}
