@@ -19,16 +19,16 @@ import (
 func WriteTable(w io.Writer, reports []Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "store\tsessions\tmsgs/session\treplicas\telapsed\tmsg/s first 10%\tmsg/s last 10%\tlast/first\t"+
-		"calls/msg\tsweep calls/msg\tsweep catch-up\tcredits/msg\tpeak RSS MB (max)\tidle calls/interval\tidle sweep calls/interval\tidle credits/interval\tviolations\tduplicates\tmissing\t")
+		"calls/msg\tsweep calls/msg\tscale calls/msg\tsweep catch-up\tcredits/msg\tpeak RSS MB (max)\tidle calls/interval\tidle sweep calls/interval\tidle credits/interval\tviolations\tduplicates\tmissing\t")
 	for _, r := range reports {
 		var peak int64
 		for _, p := range r.PeakRSS {
 			peak = max(peak, p)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0fs\t%.0f\t%.0f\t%.2f\t%.2f\t%.3f\t%.0fs\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0fs\t%.0f\t%.0f\t%.2f\t%.2f\t%.3f\t%.3f\t%.0fs\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t\n",
 			r.Store, r.Sessions, r.Messages, r.Replicas, r.Elapsed.Seconds(), r.SliceRates[0], r.SliceRates[Slices-1],
 			r.SliceRates[Slices-1]/max(r.SliceRates[0], 1e-9),
-			r.PerMessage(r.EngineCalls+r.StateCalls+r.SweepCalls), r.PerMessage(r.SweepCalls), r.CatchUp.Seconds(), r.PerMessage(r.Credits),
+			r.PerMessage(r.EngineCalls+r.StateCalls+r.SweepCalls), r.PerMessage(r.SweepCalls), r.PerMessage(r.ScaleCalls), r.CatchUp.Seconds(), r.PerMessage(r.Credits),
 			float64(peak)/(1<<20), r.IdleCalls, r.IdleSweepCalls, r.IdleCredits, r.Violations, r.Duplicates, r.Missing)
 	}
 	if err := tw.Flush(); err != nil {
@@ -44,7 +44,7 @@ func WriteCSV(w io.Writer, reports []Report) error {
 	for k := range Slices {
 		header = append(header, fmt.Sprintf("rate_slice_%d_msg_per_s", k+1))
 	}
-	header = append(header, "engine_calls_per_msg", "state_calls_per_msg", "sweep_calls_per_msg", "database_calls_per_msg", "sweep_catch_up_s", "credits_per_msg",
+	header = append(header, "engine_calls_per_msg", "state_calls_per_msg", "sweep_calls_per_msg", "scale_calls_per_msg", "database_calls_per_msg", "sweep_catch_up_s", "credits_per_msg",
 		"peak_rss_bytes", "idle_calls_per_interval", "idle_sweep_calls_per_interval", "idle_credits_per_interval",
 		"order_violations", "duplicates", "missing")
 	if err := cw.Write(header); err != nil {
@@ -60,7 +60,7 @@ func WriteCSV(w io.Writer, reports []Report) error {
 		for _, p := range r.PeakRSS {
 			peaks = append(peaks, strconv.FormatInt(p, 10))
 		}
-		row = append(row, f(r.PerMessage(r.EngineCalls), 3), f(r.PerMessage(r.StateCalls), 3), f(r.PerMessage(r.SweepCalls), 3),
+		row = append(row, f(r.PerMessage(r.EngineCalls), 3), f(r.PerMessage(r.StateCalls), 3), f(r.PerMessage(r.SweepCalls), 3), f(r.PerMessage(r.ScaleCalls), 3),
 			f(r.PerMessage(r.DatabaseCalls), 3), f(r.CatchUp.Seconds(), 1), f(r.PerMessage(r.Credits), 3), fmt.Sprint(peaks), f(r.IdleCalls, 1), f(r.IdleSweepCalls, 1), f(r.IdleCredits, 1),
 			strconv.Itoa(r.Violations), strconv.Itoa(r.Duplicates), strconv.Itoa(r.Missing))
 		if err := cw.Write(row); err != nil {

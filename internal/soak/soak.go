@@ -124,7 +124,10 @@ type Report struct {
 	// sessions the run changed after their last change); Credits what the emulator charged (a message
 	// operation 1, a management operation 10: Standard-tier credits).
 	EngineCalls, StateCalls, SweepCalls, Credits float64
-	DatabaseCalls                                float64
+	// ScaleCalls are the scaling signal's broker calls over the run (seqbus_scale_broker_calls_total),
+	// on the lease holder: not in the calls per message, which are the sessions' work.
+	ScaleCalls    float64
+	DatabaseCalls float64
 	// PeakRSS is each replica's peak resident set (VmHWM), in bytes.
 	PeakRSS []int64
 	// CatchUp is how long the sweeper went on reading the run's changes after the last message
@@ -202,7 +205,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.EngineCalls = counts.engine
+	rep.EngineCalls, rep.ScaleCalls = counts.engine, counts.scale
 	if o.Store == StorePostgres {
 		rep.DatabaseCalls = counts.state
 	} else {
