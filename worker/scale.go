@@ -40,10 +40,12 @@ import (
 //   - Nothing cheaper tells a session's active messages from its deferred ones, or a session
 //     with state and messages from one with state alone: that takes the session's lock and a
 //     peek (accept, peek per 100 messages, close; and a state read with the Service Bus store).
-//     Only the sessions the listing and the state leave in doubt are peeked. With the Service
-//     Bus store a session whose state rules it out (ended, parked, blocked) is read once and
-//     not again until its state changes, which a listing of the states changed since the last
-//     evaluation tells (one more call per 100 changed ids).
+//     Only the sessions the listing and the state leave in doubt are peeked, and no more of them
+//     than SEQBUS_SCALE_CREDITS_PER_SECOND pays for in an interval (about 3 credits a peek):
+//     when more are in doubt, a uniform sample of that many is peeked and stands for the rest. With
+//     the Service Bus store a session whose state rules it out (ended, parked, blocked) is read
+//     once and not again until its state changes, which a listing of the states changed since
+//     the last evaluation tells (one more call per 100 changed ids).
 
 // Scale is one evaluation of the scaling signal, as GET /scale answers it.
 type Scale struct {
@@ -130,6 +132,11 @@ type readyCounter struct {
 	concurrency int
 	perSession  time.Duration
 	calls       func(op string, n int)
+	// maxPeeks bounds the sessions one evaluation peeks (0: no bound); when more are in doubt a
+	// uniform sample of that many is peeked and the share of it found ready stands for the
+	// rest. sample picks it (rand.Perm; a fixed source in tests).
+	maxPeeks int
+	sample   func(n int) []int
 
 	// With the Service Bus store: ruledOut are the sessions whose state, as last read, rules them
 	// out (ended, parked, blocked), as of cursor (when the last complete evaluation began).
@@ -206,13 +213,13 @@ func (c *readyCounter) count(ctx context.Context) (int, error) {
 			}
 		}
 		c.mu.Unlock()
-		m, err := c.peekAll(ctx, doubt)
+		m, err := c.estimate(ctx, doubt)
 		if err == nil || errors.Is(err, errPartial) {
 			c.cursor = at
 		}
 		return n + m, err
 	}
-	m, err := c.peekAll(ctx, doubt)
+	m, err := c.estimate(ctx, doubt)
 	return n + m, err
 }
 
@@ -283,6 +290,28 @@ func activeMessages(ac *admin.Client, e sbadapter.Entity) func(ctx context.Conte
 // pages is how many calls the SDK's pager made for a listing of n ids, a page of size per call:
 // it stops on a page shorter than size, so a full last page costs one more, empty, call.
 func pages(n, size int) int { return n/size + 1 }
+
+// estimate counts the sessions of doubt that are ready: all of them peeked, or, when they are more
+// than maxPeeks, a uniform sample of maxPeeks, the count scaled up to the whole (rounded up: the
+// signal would rather keep a replica than strand work). An evaluation's peeks, and so its
+// burst of calls at the broker, stay bounded however many sessions rest with state; the ruled-out
+// sessions each sample finds are not peeked again (Service Bus store), so later samples are drawn
+// from fewer.
+func (c *readyCounter) estimate(ctx context.Context, doubt []string) (int, error) {
+	if c.maxPeeks <= 0 || len(doubt) <= c.maxPeeks {
+		return c.peekAll(ctx, doubt)
+	}
+	picked := make([]string, 0, c.maxPeeks)
+	for _, i := range c.sample(len(doubt))[:c.maxPeeks] {
+		picked = append(picked, doubt[i])
+	}
+	m, err := c.peekAll(ctx, picked)
+	if err != nil && !errors.Is(err, errPartial) {
+		return 0, err
+	}
+	c.log.DebugContext(ctx, "worker: scaling signal: sessions in doubt sampled", slog.Int("in_doubt", len(doubt)), slog.Int("peeked", len(picked)), slog.Int("ready", m))
+	return (m*len(doubt) + len(picked) - 1) / len(picked), err
+}
 
 // peekAll counts the sessions of ids that are ready, concurrency at once. A session it cannot
 // look into counts as ready: the signal would rather keep a replica than strand work.

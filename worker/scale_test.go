@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -270,6 +271,60 @@ func TestReadyCounter(t *testing.T) {
 			require.NotContains(t, again, "tombstone, nothing")
 		})
 	}
+}
+
+// With more sessions in doubt than one evaluation may peek, a uniform sample of them is peeked
+// and its share found ready stands for the rest: the evaluation's calls stay bounded.
+func TestReadyCounterSamplesWhatItMayNotPeek(t *testing.T) {
+	t.Parallel()
+	const sessions, budget = 1000, 100
+	src := &peekSource{msgs: map[string][]azservicebus.MessageState{}, locked: map[string]bool{}, store: memory.New()}
+	var ids []string
+	for i := range sessions {
+		id := fmt.Sprintf("s-%04d", i)
+		ids = append(ids, id)
+		st := sequencer.NewState()
+		st.Next = 4
+		_, err := src.store.Save(context.Background(), sequencer.SaveParams{Session: storetest.NewSession(id), State: st})
+		require.NoError(t, err)
+		if i%4 != 0 {
+			src.msgs[id] = repeat(active, 1) // three in four ready; the rest rest with state only
+		}
+	}
+	calls := map[string]int{}
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	rc := &readyCounter{
+		log:     slog.New(slog.DiscardHandler),
+		listed:  func(context.Context) ([]string, error) { return ids, nil },
+		stated:  func(context.Context) ([]string, error) { return ids, nil },
+		changed: func(context.Context, time.Time) ([]string, error) { return nil, nil },
+		now:     time.Now, store: src.store, source: src,
+		concurrency: 4, perSession: time.Second,
+		calls:    func(op string, n int) { mu.Lock(); calls[op] += n; mu.Unlock() },
+		maxPeeks: budget, sample: rng.Perm,
+	}
+	n, err := rc.count(context.Background())
+	require.NoError(t, err)
+	require.Len(t, src.accepts, budget, "no more sessions peeked than the budget")
+	require.Len(t, slices.Compact(slices.Sorted(slices.Values(src.accepts))), budget, "each sampled once")
+	require.Equal(t, budget, calls["accept"])
+	// 750 ready; a sample of 100 from 1,000 is within ±4 standard deviations (±0.043 × 1,000).
+	require.InDelta(t, 750, n, 175, "the sample's share stands for the rest")
+
+	rc.maxPeeks = 0
+	src.accepts = nil
+	n, err = rc.count(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 750, n, "no budget: every session in doubt peeked")
+	require.Len(t, src.accepts, sessions)
+}
+
+func TestMaxPeeks(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 333, maxPeeks(100, 10*time.Second), "the defaults: 1,000 credits an interval, 3 a peek")
+	require.Equal(t, 0, maxPeeks(0, 10*time.Second), "no credit bound, no peek bound")
+	require.Equal(t, 1, maxPeeks(1, time.Second), "at least one")
 }
 
 // A session the counter cannot look into counts as ready, and the evaluation says it was

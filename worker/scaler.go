@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -99,6 +100,7 @@ func newScaleSignal(cfg Config, conn *Connections, reg *prometheus.Registry, eva
 		log:    cfg.Logger,
 		listed: conn.ManagementSource.ListSessions, source: conn.ManagementSource,
 		concurrency: scanConcurrency, perSession: 10 * time.Second, calls: calls,
+		maxPeeks: maxPeeks(cfg.ScaleCreditsPerSecond, cfg.ScaleInterval), sample: rand.Perm,
 	}
 	if conn.Admin != nil {
 		rc.active = activeMessages(conn.Admin, cfg.Entity)
@@ -139,6 +141,16 @@ func paced(interval time.Duration, spent int64, perSecond int) time.Duration {
 		return interval
 	}
 	return max(interval, time.Duration(spent)*time.Second/time.Duration(perSecond))
+}
+
+// maxPeeks is how many sessions one evaluation peeks at most (0: no bound): what perSecond
+// credits a second allow over an interval, at about 3 credits a peek (an accept, a state read or
+// a peek, a close), so that one evaluation's burst stays within what the pacing grants it.
+func maxPeeks(perSecond int, interval time.Duration) int {
+	if perSecond <= 0 {
+		return 0
+	}
+	return max(1, int(float64(perSecond)*interval.Seconds()/3))
 }
 
 // credits is what a Standard namespace charges for one call of the scaling signal: 10 for a
