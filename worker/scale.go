@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -137,6 +138,8 @@ type readyCounter struct {
 	// rest. sample picks it (rand.Perm; a fixed source in tests).
 	maxPeeks int
 	sample   func(n int) []int
+	// known is the entity's message count as the evaluation read it (-1: not read).
+	known int64
 
 	// With the Service Bus store: ruledOut are the sessions whose state, as last read, rules them
 	// out (ended, parked, blocked), as of cursor (when the last complete evaluation began).
@@ -150,9 +153,25 @@ const stateMargin = 5 * time.Second
 
 // count evaluates once and returns the sessions ready.
 func (c *readyCounter) count(ctx context.Context) (int, error) {
+	n, err := c.countListed(ctx)
+	if c.known >= 0 {
+		// Every ready session holds at least one message the count includes: a bound that
+		// matters when a sample stands for many sessions in doubt and few messages wait.
+		n = min(n, int(min(c.known, math.MaxInt32)))
+	}
+	return n, err
+}
+
+// countListed is count without the bound of the message count: the listing, the states and the
+// peeks.
+func (c *readyCounter) countListed(ctx context.Context) (int, error) {
+	c.known = -1
 	if c.active != nil {
 		n, err := c.active(ctx)
 		c.calls("runtime_properties", 1)
+		if err == nil {
+			c.known = n
+		}
 		switch {
 		case err == nil && n == 0:
 			return 0, nil

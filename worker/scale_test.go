@@ -318,6 +318,13 @@ func TestReadyCounterSamplesWhatItMayNotPeek(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 750, n, "no budget: every session in doubt peeked")
 	require.Len(t, src.accepts, sessions)
+
+	// A ready session holds a message: the entity's message count bounds the estimate.
+	rc.maxPeeks = budget
+	rc.active = func(context.Context) (int64, error) { return 300, nil }
+	n, err = rc.count(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 300, n, "no more sessions ready than messages waiting")
 }
 
 func TestMaxPeeks(t *testing.T) {
