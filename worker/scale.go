@@ -42,7 +42,7 @@ import (
 //     with state and messages from one with state alone: that takes the session's lock and a
 //     peek (accept, peek per 100 messages, close; and a state read with the Service Bus store).
 //     Only the sessions the listing and the state leave in doubt are peeked, and no more of them
-//     than SEQBUS_SCALE_CREDITS_PER_SECOND pays for in an interval (about 3 credits a peek):
+//     than SEQBUS_SCALE_CREDITS_PER_SECOND pays for in 10 s (about 3 credits a peek):
 //     when more are in doubt, a uniform sample of that many is peeked and stands for the rest. With
 //     the Service Bus store a session whose state rules it out (ended, parked, blocked) is read
 //     once and not again until its state changes, which a listing of the states changed since

@@ -100,7 +100,7 @@ func newScaleSignal(cfg Config, conn *Connections, reg *prometheus.Registry, eva
 		log:    cfg.Logger,
 		listed: conn.ManagementSource.ListSessions, source: conn.ManagementSource,
 		concurrency: scanConcurrency, perSession: 10 * time.Second, calls: calls,
-		maxPeeks: maxPeeks(cfg.ScaleCreditsPerSecond, cfg.ScaleInterval), sample: rand.Perm,
+		maxPeeks: maxPeeks(cfg.ScaleCreditsPerSecond), sample: rand.Perm,
 	}
 	if conn.Admin != nil {
 		rc.active = activeMessages(conn.Admin, cfg.Entity)
@@ -143,14 +143,19 @@ func paced(interval time.Duration, spent int64, perSecond int) time.Duration {
 	return max(interval, time.Duration(spent)*time.Second/time.Duration(perSecond))
 }
 
+// peekHorizon is the time whose credits one evaluation's peeks may spend at most.
+const peekHorizon = 10 * time.Second
+
 // maxPeeks is how many sessions one evaluation peeks at most (0: no bound): what perSecond
-// credits a second allow over an interval, at about 3 credits a peek (an accept, a state read or
-// a peek, a close), so that one evaluation's burst stays within what the pacing grants it.
-func maxPeeks(perSecond int, interval time.Duration) int {
+// credits a second pay for in peekHorizon, at about 3 credits a peek (an accept, a state read or
+// a peek, a close). The pacing then puts the next evaluation no sooner than peekHorizon after
+// it began, and one evaluation's burst is bounded however many sessions are in doubt. Not the
+// interval: a short one would cut the sample to a few sessions and the count's precision with it.
+func maxPeeks(perSecond int) int {
 	if perSecond <= 0 {
 		return 0
 	}
-	return max(1, int(float64(perSecond)*interval.Seconds()/3))
+	return max(1, int(float64(perSecond)*peekHorizon.Seconds()/3))
 }
 
 // credits is what a Standard namespace charges for one call of the scaling signal: 10 for a
