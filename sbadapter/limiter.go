@@ -88,6 +88,8 @@ type LimiterStats struct {
 	Busy, Decreases uint64
 	// Waited is the total time calls waited for credits.
 	Waited time.Duration
+	// Used is the credits the calls and receives took (refused calls included).
+	Used float64
 	// Rate is the current rate in credits per second (0: not limiting).
 	Rate float64
 }
@@ -251,4 +253,5 @@ func (l *Limiter) count(now time.Time, cost float64) {
 		l.first = now
 	}
 	l.used += cost
+	l.stats.Used += cost
 }
