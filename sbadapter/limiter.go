@@ -27,16 +27,27 @@ import (
 //   - on every server-busy answer holds all calls for LimiterHold plus a random share of it of
 //     its own (the rest of the period would refuse them too; the jitter spreads the replicas'
 //     restarts so that they do not all spend the refill at once);
-//   - at most once per LimiterWindow cuts the rate to LimiterDecrease of itself; the first
-//     cut starts from the credits actually used over the last window, measured over the time
-//     since its first call if that is shorter, so that a replica that had just started is not
-//     cut to nothing. (Later cuts from the use of the last window were tried: with 4 and 8
-//     replicas the bench spent less of the credits than before; a replica's use over a window
-//     is bursty, a receive charges its batch at once.)
+//   - at most once per LimiterWindow, and only if a call was admitted since the last cut, cuts
+//     the rate to LimiterDecrease of itself. While the namespace refuses everything (its
+//     balance in debt after a publisher's large batch) refusals say nothing of the rate: in the
+//     bench every replica was cut again each second of such a debt, to a fraction of its share.
+//     The first cut starts from the credits actually used over the last window, measured over
+//     the time since its first call if that is shorter, and from at least LimiterStartRate, so
+//     that a replica refused at its first calls is not cut to nothing (in the bench, one such
+//     replica held its 4 sessions at 5-12 credits/s for 16 s after the others had finished).
+//     (Later cuts from the use of the last window were tried: with 4 and 8 replicas the bench
+//     spent less of the credits than before; a replica's use over a window is bursty, a
+//     receive charges its batch at once.)
 //   - while calls wait for credits and no refusal came for a LimiterWindow, raises the rate
 //     continuously by LimiterIncrease of itself plus LimiterMinIncrease per second: slowly, so
 //     that the probing that ends in a refusal comes seldom, and without steps, so that replicas
-//     that were cut together do not all raise their rate at the same instant.
+//     that were cut together do not all raise their rate at the same instant. After LimiterQuiet
+//     without a refusal it rises by LimiterQuietIncrease per second instead: the namespace has
+//     credits to spare, as when the other replicas' sessions ended and the last ones are this
+//     replica's. The rise is the same for every replica, whatever its rate, so that they still
+//     converge to fair shares. "Calls wait" counts every call until its wait ends, however
+//     long ago it was reserved: after a receive charged a batch at a low rate, the next call
+//     waits for seconds, and that low rate is what must rise.
 //
 // Calls wait for credits in a token bucket that holds at most LimiterBurst worth of the rate. A
 // call costs one credit before it is made; a receive also owes one per message it returned
@@ -82,7 +93,11 @@ const (
 	// tenth of a Standard namespace.
 	LimiterStartRate = 100.0
 	// LimiterQuiet is how long without a refusal, while calls wait, makes the rate rise by
-	// LimiterQuietIncrease credits/s per second instead: the namespace has credits to spare.
+	// LimiterQuietIncrease credits/s per second instead: the namespace has credits to spare. In
+	// the simulation of the bench's cell (TestLimiterCellUsesTheCredits), 2.5 s and 3 s left 4
+	// replicas at 0.83-0.89 of the credits, and 500 per second at 0.88-0.91; this pair costs
+	// more refusals once the replicas have settled (TestLimiterReplicasConvergeOnTheNamespaceRate:
+	// 14 per second with 8 replicas, against 7 without the quiet rise).
 	LimiterQuiet         = 2 * time.Second
 	LimiterQuietIncrease = 1000.0
 	LimiterBurst         = 0.1 // seconds of the rate
