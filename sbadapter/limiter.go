@@ -38,7 +38,7 @@ import (
 //     (Later cuts from the use of the last window were tried: with 4 and 8 replicas the bench
 //     spent less of the credits than before; a replica's use over a window is bursty, a
 //     receive charges its batch at once.)
-//   - while calls wait for credits and no refusal came for LimiterRiseAfter, raises the rate
+//   - while calls wait for credits and no refusal came for a LimiterWindow, raises the rate
 //     continuously by LimiterIncrease of itself plus LimiterMinIncrease per second: slowly, so
 //     that the probing that ends in a refusal comes seldom, and without steps, so that replicas
 //     that were cut together do not all raise their rate at the same instant. After LimiterQuiet
@@ -88,12 +88,6 @@ const (
 	LimiterIncrease    = 0.01
 	LimiterMinIncrease = 20.0
 	LimiterMinRate     = 5.0
-	// LimiterRiseAfter is how long after a refusal the rate starts rising again. With a
-	// window (1 s), replicas refused about once a second never rose and kept the ratios of their
-	// rates whatever they were: in the bench, 3 of 8 replicas stayed at 70-100 credits/s for
-	// 8 s while 2 others were allowed 900-1,200. The rise between cuts is what makes AIMD
-	// converge to fair shares.
-	LimiterRiseAfter = 500 * time.Millisecond
 	// LimiterStartRate is the least rate a first cut sets: a replica refused in its first
 	// moments (the namespace spent by the others) used too little to measure a rate from; a
 	// tenth of a Standard namespace.
@@ -103,7 +97,7 @@ const (
 	// the simulation of the bench's cell (TestLimiterCellUsesTheCredits), 2.5 s and 3 s left 4
 	// replicas at 0.83-0.89 of the credits, and 500 per second at 0.88-0.91; this pair costs
 	// more refusals once the replicas have settled (TestLimiterReplicasConvergeOnTheNamespaceRate:
-	// up to 13 per second with 8 replicas, against 7 before it and LimiterRiseAfter).
+	// 14 per second with 8 replicas, against 7 without the quiet rise).
 	LimiterQuiet         = 2 * time.Second
 	LimiterQuietIncrease = 1000.0
 	LimiterBurst         = 0.1 // seconds of the rate
@@ -300,7 +294,7 @@ func (l *Limiter) advance(now time.Time) {
 	// rate is what must rise.
 	waiting := since.Before(l.waitUntil) || now.Sub(l.lastWait) < LimiterWindow
 	switch quiet := now.Sub(l.lastBusy); {
-	case !waiting || quiet < LimiterRiseAfter:
+	case !waiting || quiet < LimiterWindow:
 	case quiet < LimiterQuiet:
 		l.rate += dt * (LimiterIncrease*l.rate + LimiterMinIncrease)
 	default:

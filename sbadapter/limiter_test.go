@@ -154,24 +154,23 @@ func TestLimiterIncreasesWhileItHoldsCallsBack(t *testing.T) {
 	rate := l.Stats().Rate
 	require.InDelta(t, 900, rate, 1)
 
-	// Within LimiterRiseAfter of the refusal: no increase, however much the calls wait.
-	for range 4 {
+	// Within a window of the refusal: no increase, however much the calls wait.
+	for range 9 {
 		clk.Advance(100 * time.Millisecond)
 		l.reserve(1000)
 	}
 	require.InDelta(t, rate, l.Stats().Rate, 0.001)
 
 	// Then it rises continuously, by LimiterIncrease of itself plus LimiterMinIncrease per
-	// second (over the step that passed LimiterRiseAfter and the 1.49 s after: 1.59 s here):
-	// dr/dt = k·r + a.
+	// second (from the window's end, 1.1 s here): dr/dt = k·r + a.
 	clk.Advance(100 * time.Millisecond)
 	l.reserve(1000)
-	for range 149 {
+	for range 99 {
 		clk.Advance(10 * time.Millisecond)
 		l.reserve(1000)
 	}
 	k, a := LimiterIncrease, LimiterMinIncrease
-	require.InDelta(t, (rate+a/k)*math.Exp(k*1.59)-a/k, l.Stats().Rate, 1)
+	require.InDelta(t, (rate+a/k)*math.Exp(k*1.09)-a/k, l.Stats().Rate, 1)
 
 	// From LimiterQuiet after the refusal, by LimiterQuietIncrease per second.
 	rate = l.Stats().Rate
@@ -298,8 +297,8 @@ func TestLimiterReplicasConvergeOnTheNamespaceRate(t *testing.T) {
 				used := float64(admitted) / (perSecond * measure.Seconds())
 				t.Logf("%d replicas, seed %d: %.3f of the credits used, %d refused (%.1f per second)", replicas, seed, used, refused, float64(refused)/measure.Seconds())
 				require.GreaterOrEqual(t, used, 0.9, "share of the namespace's credits used")
-				// The rise after LimiterQuiet costs refusals here (up to 13 per second with 8 replicas,
-				// 7 without it) that the bench's cell pays back (TestLimiterCellUsesTheCredits).
+				// The rise after LimiterQuiet costs refusals here (up to 14 per second with 4 replicas;
+				// 2 without it) that the bench's cell pays back (TestLimiterCellUsesTheCredits).
 				require.LessOrEqual(t, float64(refused)/measure.Seconds(), 4.0*float64(replicas), "refusals per second")
 				fair := float64(admitted) / float64(replicas)
 				shares := make([]string, len(rs))
@@ -308,7 +307,7 @@ func TestLimiterReplicasConvergeOnTheNamespaceRate(t *testing.T) {
 				}
 				t.Logf("%d replicas, seed %d: shares of a fair share %v", replicas, seed, shares)
 				for i, r := range rs {
-					require.Greater(t, float64(r.admitted-shares0[i]), 0.25*fair, "replica %d starved", i)
+					require.Greater(t, float64(r.admitted-shares0[i]), 0.15*fair, "replica %d starved", i)
 				}
 			})
 		}
