@@ -97,7 +97,7 @@ const (
 	// the simulation of the bench's cell (TestLimiterCellUsesTheCredits), 2.5 s and 3 s left 4
 	// replicas at 0.83-0.89 of the credits, and 500 per second at 0.88-0.91; this pair costs
 	// more refusals once the replicas have settled (TestLimiterReplicasConvergeOnTheNamespaceRate:
-	// 14 per second with 8 replicas, against 7 without the quiet rise).
+	// up to 14 per second with 4 replicas and 21 with 8, against 2 and 7 before it).
 	LimiterQuiet         = 2 * time.Second
 	LimiterQuietIncrease = 1000.0
 	LimiterBurst         = 0.1 // seconds of the rate

@@ -297,8 +297,8 @@ func TestLimiterReplicasConvergeOnTheNamespaceRate(t *testing.T) {
 				used := float64(admitted) / (perSecond * measure.Seconds())
 				t.Logf("%d replicas, seed %d: %.3f of the credits used, %d refused (%.1f per second)", replicas, seed, used, refused, float64(refused)/measure.Seconds())
 				require.GreaterOrEqual(t, used, 0.9, "share of the namespace's credits used")
-				// The rise after LimiterQuiet costs refusals here (up to 14 per second with 4 replicas;
-				// 2 without it) that the bench's cell pays back (TestLimiterCellUsesTheCredits).
+				// The rise after LimiterQuiet costs refusals here (up to 14 per second with 4 replicas and 21 with 8;
+				// 2 and 7 without it) that the bench's cell pays back (TestLimiterCellUsesTheCredits).
 				require.LessOrEqual(t, float64(refused)/measure.Seconds(), 4.0*float64(replicas), "refusals per second")
 				fair := float64(admitted) / float64(replicas)
 				shares := make([]string, len(rs))
