@@ -59,9 +59,11 @@
 // its balance is spent, until its next period (about a second). A [Limiter], one per [Source]
 // and shared by its sessions (one per replica in the worker), paces the sessions' calls:
 // unlimited until the first server-busy answer, then AIMD on the credits per second (a cut to
-// 90 % of the credits it measured used, a slow continuous rise, a short jittered hold of every
-// call after each refusal), so that replicas converge on their shares without talking to each
-// other and refusals stay rare. A receive owes the limiter one credit per message delivered.
+// 90 % of the credits it measured used, at most once a second and only after an admitted call;
+// a slow continuous rise, a fast one after 2 s without a refusal; a short jittered hold of
+// every call after each refusal), so that replicas converge on their shares without talking to
+// each other, the last replica with work takes up the credits the others left, and refusals
+// stay rare. A receive owes the limiter one credit per message delivered.
 //
 // A refused settlement cannot be retried at the worker's pace, or at all, through the SDK
 // (azservicebus v1.11.0, go-amqp v1.7.0): the SDK settles through links.Retry with RetryOptions{}

@@ -27,16 +27,27 @@ import (
 //   - on every server-busy answer holds all calls for LimiterHold plus a random share of it of
 //     its own (the rest of the period would refuse them too; the jitter spreads the replicas'
 //     restarts so that they do not all spend the refill at once);
-//   - at most once per LimiterWindow cuts the rate to LimiterDecrease of itself; the first
-//     cut starts from the credits actually used over the last window, measured over the time
-//     since its first call if that is shorter, so that a replica that had just started is not
-//     cut to nothing. (Later cuts from the use of the last window were tried: with 4 and 8
-//     replicas the bench spent less of the credits than before; a replica's use over a window
-//     is bursty, a receive charges its batch at once.)
+//   - at most once per LimiterWindow, and only if a call was admitted since the last cut, cuts
+//     the rate to LimiterDecrease of itself. While the namespace refuses everything (its
+//     balance in debt after a publisher's large batch) refusals say nothing of the rate: in the
+//     bench every replica was cut again each second of such a debt, to a fraction of its share.
+//     The first cut starts from the credits actually used over the last window, measured over
+//     the time since its first call if that is shorter, and from at least LimiterStartRate, so
+//     that a replica refused at its first calls is not cut to nothing (in the bench, one such
+//     replica held its 4 sessions at 5-12 credits/s for 16 s after the others had finished).
+//     (Later cuts from the use of the last window were tried: with 4 and 8 replicas the bench
+//     spent less of the credits than before; a replica's use over a window is bursty, a
+//     receive charges its batch at once.)
 //   - while calls wait for credits and no refusal came for a LimiterWindow, raises the rate
 //     continuously by LimiterIncrease of itself plus LimiterMinIncrease per second: slowly, so
 //     that the probing that ends in a refusal comes seldom, and without steps, so that replicas
-//     that were cut together do not all raise their rate at the same instant.
+//     that were cut together do not all raise their rate at the same instant. After LimiterQuiet
+//     without a refusal it rises by LimiterQuietIncrease per second instead: the namespace has
+//     credits to spare, as when the other replicas' sessions ended and the last ones are this
+//     replica's. The rise is the same for every replica, whatever its rate, so that they still
+//     converge to fair shares. "Calls wait" counts every call until its wait ends, however
+//     long ago it was reserved: after a receive charged a batch at a low rate, the next call
+//     waits for seconds, and that low rate is what must rise.
 //
 // Calls wait for credits in a token bucket that holds at most LimiterBurst worth of the rate. A
 // call costs one credit before it is made; a receive also owes one per message it returned
@@ -59,7 +70,11 @@ type Limiter struct {
 	// lastBusy is the last server-busy answer, lastDecrease the last cut, lastWait the last
 	// call that had to wait for credits.
 	lastBusy, lastDecrease, lastWait time.Time
-	stats                            LimiterStats
+	// waitUntil is when the last call that waited for credits may go.
+	waitUntil time.Time
+	// admitted counts the calls answered without server-busy since the last cut.
+	admitted uint64
+	stats    LimiterStats
 }
 
 // The Limiter's constants. The Standard tier grants credits per second, so one second is the
@@ -73,7 +88,19 @@ const (
 	LimiterIncrease    = 0.01
 	LimiterMinIncrease = 20.0
 	LimiterMinRate     = 5.0
-	LimiterBurst       = 0.1 // seconds of the rate
+	// LimiterStartRate is the least rate a first cut sets: a replica refused in its first
+	// moments (the namespace spent by the others) used too little to measure a rate from; a
+	// tenth of a Standard namespace.
+	LimiterStartRate = 100.0
+	// LimiterQuiet is how long without a refusal, while calls wait, makes the rate rise by
+	// LimiterQuietIncrease credits/s per second instead: the namespace has credits to spare. In
+	// the simulation of the bench's cell (TestLimiterCellUsesTheCredits), 2.5 s and 3 s left 4
+	// replicas at 0.83-0.89 of the credits, and 500 per second at 0.88-0.91; this pair costs
+	// more refusals once the replicas have settled (TestLimiterReplicasConvergeOnTheNamespaceRate:
+	// up to 14 per second with 4 replicas and 21 with 8, against 2 and 7 before it).
+	LimiterQuiet         = 2 * time.Second
+	LimiterQuietIncrease = 1000.0
+	LimiterBurst         = 0.1 // seconds of the rate
 	// LimiterHold is how long every call waits after a server-busy answer, at least (and at
 	// most twice that). The namespace refills within a second; without a pause every call until
 	// then is refused too, a long one leaves the refill unused. In a simulation of the
@@ -88,6 +115,8 @@ type LimiterStats struct {
 	Busy, Decreases uint64
 	// Waited is the total time calls waited for credits.
 	Waited time.Duration
+	// Used is the credits the calls and receives took (refused calls included).
+	Used float64
 	// Rate is the current rate in credits per second (0: not limiting).
 	Rate float64
 }
@@ -152,6 +181,9 @@ func (l *Limiter) reserve(cost float64) time.Duration {
 	wait := time.Duration(-l.tokens / l.rate * float64(time.Second))
 	l.stats.Waited += wait
 	l.lastWait = now
+	if until := now.Add(wait); until.After(l.waitUntil) {
+		l.waitUntil = until
+	}
 	return wait
 }
 
@@ -174,10 +206,18 @@ func (l *Limiter) Charge(cost float64) {
 // Observe learns from the outcome of a call: err a server-busy answer (IsServerBusy) cuts the
 // rate, anything else is no news.
 func (l *Limiter) Observe(err error) {
-	if l == nil || err == nil || !IsServerBusy(err) {
+	if l == nil {
 		return
 	}
-	l.Busy()
+	if err == nil {
+		l.mu.Lock()
+		l.admitted++
+		l.mu.Unlock()
+		return
+	}
+	if IsServerBusy(err) {
+		l.Busy()
+	}
 }
 
 // Busy records a server-busy answer: it holds the calls and, once per window, cuts the rate.
@@ -191,8 +231,12 @@ func (l *Limiter) Busy() {
 	l.advance(now)
 	l.stats.Busy++
 	l.lastBusy = now
-	if l.lastDecrease.IsZero() || now.Sub(l.lastDecrease) >= LimiterWindow {
+	// A cut needs a call admitted since the last one: while the namespace refuses everything
+	// (its balance in debt after a large batch, or in the hold), the refusals say nothing about
+	// the rate the replica was just allowed.
+	if l.rate == 0 || (now.Sub(l.lastDecrease) >= LimiterWindow && l.admitted > 0) {
 		l.lastDecrease = now
+		l.admitted = 0
 		l.stats.Decreases++
 		// The credits used over the last window (the previous one's share and the current
 		// one), per second of the time they were used in, are what the namespace just refused
@@ -209,6 +253,11 @@ func (l *Limiter) Busy() {
 			// bursty (a receive charges a whole batch at once) to start from.
 			measured = l.rate
 		}
+		if l.rate == 0 {
+			// A replica refused before it ran for long (while the others, or the publisher,
+			// had spent the namespace's credits) measured little of anything.
+			measured = max(measured, LimiterStartRate/LimiterDecrease)
+		}
 		l.rate = max(LimiterMinRate, LimiterDecrease*measured)
 	}
 	hold := LimiterHold + time.Duration(l.rnd.Int64N(int64(LimiterHold)+1))
@@ -222,6 +271,7 @@ func (l *Limiter) advance(now time.Time) {
 	if dt <= 0 {
 		return
 	}
+	since := l.last
 	l.last = now
 	for now.Sub(l.windowStart) >= LimiterWindow {
 		l.prev, l.used = l.used, 0
@@ -239,8 +289,20 @@ func (l *Limiter) advance(now time.Time) {
 	// Raise the rate only while it is what holds the calls back (a replica whose sessions are
 	// idle would otherwise reach any rate and spend it at once when they wake) and no refusal
 	// came for a window.
-	if now.Sub(l.lastBusy) >= LimiterWindow && now.Sub(l.lastWait) < LimiterWindow {
+	// Calls wait until waitUntil, however long ago the last of them was reserved: after a
+	// receive that charged a batch, the next calls wait for seconds at a low rate, and that low
+	// rate is what must rise.
+	waiting := since.Before(l.waitUntil) || now.Sub(l.lastWait) < LimiterWindow
+	switch quiet := now.Sub(l.lastBusy); {
+	case !waiting || quiet < LimiterWindow:
+	case quiet < LimiterQuiet:
 		l.rate += dt * (LimiterIncrease*l.rate + LimiterMinIncrease)
+	default:
+		// No refusal for LimiterQuiet although calls wait: the namespace has credits to spare
+		// (the other replicas' sessions ended, or they hold back); find them fast.
+		// The same for every replica, whatever its rate, so that the replicas still converge
+		// to fair shares (a rise in proportion to the rate would keep their ratios).
+		l.rate += dt * LimiterQuietIncrease
 	}
 	l.tokens = min(l.tokens+dt*l.rate, LimiterBurst*l.rate)
 }
@@ -251,4 +313,5 @@ func (l *Limiter) count(now time.Time, cost float64) {
 		l.first = now
 	}
 	l.used += cost
+	l.stats.Used += cost
 }

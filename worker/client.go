@@ -398,6 +398,10 @@ func (c *Client) Stats() sequencer.Stats {
 	return c.runner.Stats()
 }
 
+// LimiterStats returns what the limiter of the sessions' broker calls did so far (sbadapter.Limiter):
+// how the worker paced itself against a throttled namespace.
+func (c *Client) LimiterStats() sbadapter.LimiterStats { return c.conn.Source.Limiter().Stats() }
+
 // HTTPAddr returns the address the HTTP server listens on ("" when there is none).
 func (c *Client) HTTPAddr() string { return c.ops.addr() }
 

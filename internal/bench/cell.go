@@ -189,7 +189,7 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 		conn = srv.ConnectionString()
 		entity, plainEntity = sbadapter.Entity{Queue: emulatorQueue}, sbadapter.Entity{Queue: emulatorPlainQueue}
 	}
-	res.Err = runWorkers(ctx, o, index, cell, conn, entity, phaseBacklog, &res)
+	res.Err = runWorkers(ctx, o, index, cell, conn, entity, phaseBacklog, srv, &res)
 	if srv != nil {
 		ps := srv.PressureStats()
 		res.Throttled, res.DeliveriesDelayed, res.Credits = ps.Throttled, ps.DeliveriesDelayed, ps.Credits
@@ -216,7 +216,7 @@ func runOffered(ctx context.Context, o Options, index int, cell Cell, srv *emula
 	ph := phase{tag: "o", offered: o.OfferedShare * limited}
 	before := srv.PressureStats().Throttled
 	var r Result
-	err := runWorkers(ctx, o, index, cell, srv.ConnectionString(), entity, ph, &r)
+	err := runWorkers(ctx, o, index, cell, srv.ConnectionString(), entity, ph, srv, &r)
 	res.Offered = OfferedResult{Rate: ph.offered, Handled: r.Rate, Elapsed: r.Elapsed,
 		LatencyP50: r.LatencyP50, LatencyP99: r.LatencyP99, Throttled: srv.PressureStats().Throttled - before}
 	res.Violations += r.Violations
@@ -236,8 +236,9 @@ type phase struct {
 var phaseBacklog = phase{tag: "s"}
 
 // runWorkers runs the cell's replicas on entity until they handled every session, and fills in
-// their part of res; the replicas are stopped when it returns.
-func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn string, entity sbadapter.Entity, ph phase, res *Result) error {
+// their part of res; the replicas are stopped when it returns. srv is the in-process emulator
+// (nil with a connection string), sampled for the debug timeline (sampleTimeline).
+func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn string, entity sbadapter.Entity, ph phase, srv *emulator.Server, res *Result) error {
 	ids := make([]string, o.Sessions)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-c%02d-%s%04d", o.RunID, index, ph.tag, i)
@@ -247,6 +248,7 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 
 	replicas := make([]*worker.Client, 0, cell.Replicas)
 	regs := make([]*prometheus.Registry, 0, cell.Replicas)
+	counts := make([]*countingHandler, 0, cell.Replicas)
 	defer func() {
 		for _, w := range replicas {
 			stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
@@ -259,7 +261,8 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 	for n := range cell.Replicas {
 		reg := prometheus.NewRegistry()
 		cfg := worker.DefaultConfig()
-		cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, entity, h, worker.HTTPOff
+		counted := &countingHandler{h: h}
+		cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, entity, counted, worker.HTTPOff
 		cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = o.HandlerRetry.Attempts, o.HandlerRetry.Base, o.HandlerRetry.Cap
 		cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, o.SessionsPerReplica, 2*time.Second
 		cfg.PipelineRuns = o.PipelineRuns
@@ -273,9 +276,13 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 		}
 		replicas = append(replicas, w)
 		regs = append(regs, reg)
+		counts = append(counts, counted)
 	}
 
 	start := time.Now()
+	sctx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	go sampleTimeline(sctx, o.Logger, ph.tag, srv, replicas, counts)
 	pubErr := make(chan error, 1)
 	go func() {
 		if ph.offered > 0 {
@@ -622,6 +629,67 @@ func (h *cellHandler) Handle(ctx context.Context, m *sequencer.Message) error {
 		h.finished.add()
 	}
 	return nil
+}
+
+// countingHandler counts the messages one replica handled, for the debug timeline.
+type countingHandler struct {
+	h       sequencer.Handler
+	handled atomic.Uint64
+}
+
+// Handle implements sequencer.Handler.
+func (c *countingHandler) Handle(ctx context.Context, m *sequencer.Message) error {
+	err := c.h.Handle(ctx, m)
+	if err == nil {
+		c.handled.Add(1)
+	}
+	return err
+}
+
+// sampleTimeline logs, once a second at debug level until ctx ends, where the throttle's credits
+// went: the credits the emulator charged and the operations it refused in that second, and per
+// replica the messages handled, the credits its limiter took, its rate, the time its calls
+// waited for credits and the server-busy answers it saw.
+func sampleTimeline(ctx context.Context, log *slog.Logger, tag string, srv *emulator.Server, replicas []*worker.Client, counts []*countingHandler) {
+	if srv == nil || !log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	type sample struct {
+		handled uint64
+		lim     sbadapter.LimiterStats
+	}
+	take := func() (emulator.PressureStats, []sample) {
+		out := make([]sample, len(replicas))
+		for i, w := range replicas {
+			out[i] = sample{handled: counts[i].handled.Load(), lim: w.LimiterStats()}
+		}
+		return srv.PressureStats(), out
+	}
+	start := time.Now()
+	prevP, prev := take()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p, cur := take()
+		handled, used, rate, waited, busy := make([]uint64, len(cur)), make([]int, len(cur)), make([]int, len(cur)), make([]int64, len(cur)), make([]uint64, len(cur))
+		for i := range cur {
+			handled[i] = cur[i].handled - prev[i].handled
+			used[i] = int(cur[i].lim.Used - prev[i].lim.Used)
+			rate[i] = int(cur[i].lim.Rate)
+			waited[i] = (cur[i].lim.Waited - prev[i].lim.Waited).Milliseconds()
+			busy[i] = cur[i].lim.Busy - prev[i].lim.Busy
+		}
+		log.DebugContext(ctx, "bench: timeline", slog.String("phase", tag), slog.Int("t", int(time.Since(start).Seconds()+0.5)),
+			slog.Uint64("credits", p.Credits-prevP.Credits), slog.Uint64("refused", p.Throttled-prevP.Throttled),
+			slog.Any("handled", handled), slog.Any("limiter_credits", used), slog.Any("rate", rate),
+			slog.Any("waited_ms", waited), slog.Any("busy", busy))
+		prevP, prev = p, cur
+	}
 }
 
 // sessionsFinished counts the sessions a consumer finished, for the publisher's backlog. The
