@@ -124,13 +124,20 @@ func TestLimiterDecreaseMeasuresUse(t *testing.T) {
 	}
 }
 
-func TestLimiterHoldsCallsAfterARefusal(t *testing.T) {
-	t.Parallel()
+// limiterCutTo900 is a Limiter on a fake clock that used 1,000 credits in its first window and was
+// then refused once: its rate is 900 and its calls are held.
+func limiterCutTo900() (*clock.Fake, *Limiter) {
 	clk := clock.NewFake(time.Time{})
 	l := NewLimiter(clk)
 	l.Charge(1000)
 	clk.Advance(LimiterWindow)
-	l.Busy() // rate 900, calls held
+	l.Busy()
+	return clk, l
+}
+
+func TestLimiterHoldsCallsAfterARefusal(t *testing.T) {
+	t.Parallel()
+	clk, l := limiterCutTo900()
 	seen := map[time.Duration]bool{}
 	for range 6 { // 900 ms: within the window, so no further cut of the rate
 		clk.Advance(3 * LimiterHold) // the hold is over, the bucket full again
@@ -146,11 +153,7 @@ func TestLimiterHoldsCallsAfterARefusal(t *testing.T) {
 
 func TestLimiterIncreasesWhileItHoldsCallsBack(t *testing.T) {
 	t.Parallel()
-	clk := clock.NewFake(time.Time{})
-	l := NewLimiter(clk)
-	l.Charge(1000)
-	clk.Advance(LimiterWindow)
-	l.Busy()
+	clk, l := limiterCutTo900()
 	rate := l.Stats().Rate
 	require.InDelta(t, 900, rate, 1)
 
@@ -183,11 +186,7 @@ func TestLimiterIncreasesWhileItHoldsCallsBack(t *testing.T) {
 
 func TestLimiterDoesNotIncreaseWhileNothingWaits(t *testing.T) {
 	t.Parallel()
-	clk := clock.NewFake(time.Time{})
-	l := NewLimiter(clk)
-	l.Charge(1000)
-	clk.Advance(LimiterWindow)
-	l.Busy() // rate 900
+	clk, l := limiterCutTo900()
 	// Idle sessions do not raise it: a replica whose sessions are idle would otherwise reach
 	// any rate and spend it at once when they wake.
 	for range 10 {
