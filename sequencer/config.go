@@ -244,5 +244,18 @@ func (c EngineConfig) Validate() error {
 	return nil
 }
 
+// ReplayWindow is the at-least-once window this configuration promises: after a crash, a lost
+// lock or a failed settlement, at most this many of the messages handled last are handed to the
+// handler again, in their order (1, or MaxPendingSettlements + 1 with PipelineRuns; see Crash
+// consistency in the package documentation). It is a bound: a store that turns PipelineRuns off
+// keeps the window at 1.
+func (c EngineConfig) ReplayWindow() int {
+	pending := c.WithDefaults().MaxPendingSettlements
+	if !c.PipelineRuns || c.SaveEachMessage || pending <= 1 {
+		return 1
+	}
+	return pending + 1
+}
+
 func (c EngineConfig) windowMessages() int         { return max(c.WindowMessages, 0) }
 func (c EngineConfig) tombstoneTTL() time.Duration { return max(c.TombstoneTTL, 0) }

@@ -99,6 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, r := range results {
 		if r.Err != nil || r.Violations > 0 || r.Incomplete > 0 {
 			fmt.Fprintf(stderr, "bench: cell %s: %d order violations, %d sessions unfinished, error: %v\n", r.Cell, r.Violations, r.Incomplete, r.Err)
+			for _, v := range r.ViolationSamples {
+				fmt.Fprintf(stderr, "bench: cell %s: %s\n", r.Cell, v)
+			}
 			code = 1
 		}
 	}

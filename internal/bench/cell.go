@@ -100,6 +100,8 @@ type Result struct {
 	// Violations counts order violations (must be 0); Incomplete the sessions not finished when
 	// the cell ended (0 unless it timed out).
 	Violations, Incomplete int
+	// ViolationSamples are the first order violations, as the checker words them.
+	ViolationSamples []string
 	// Err is what stopped the cell early, if anything.
 	Err error
 }
@@ -220,12 +222,16 @@ func runOffered(ctx context.Context, o Options, index int, cell Cell, srv *emula
 	res.Offered = OfferedResult{Rate: ph.offered, Handled: r.Rate, Elapsed: r.Elapsed,
 		LatencyP50: r.LatencyP50, LatencyP99: r.LatencyP99, Throttled: srv.PressureStats().Throttled - before}
 	res.Violations += r.Violations
+	res.ViolationSamples = append(res.ViolationSamples, r.ViolationSamples...)
 	res.Incomplete += r.Incomplete
 	if err != nil {
 		return fmt.Errorf("bench: offered %.0f msg/s: %w", ph.offered, err)
 	}
 	return nil
 }
+
+// maxViolationSamples bounds Result.ViolationSamples: the first few tell where to look.
+const maxViolationSamples = 5
 
 // phase is how runWorkers publishes: against a backlog (offered 0) or at a fixed rate.
 type phase struct {
@@ -243,7 +249,7 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-c%02d-%s%04d", o.RunID, index, ph.tag, i)
 	}
-	h := newCellHandler(ids, o.Messages, cell.ExceptionRate)
+	h := newCellHandler(ids, o.Messages, o.replicaConfig().EngineConfig().ReplayWindow(), cell.ExceptionRate)
 	var err error
 
 	replicas := make([]*worker.Client, 0, cell.Replicas)
@@ -260,12 +266,11 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 	}()
 	for n := range cell.Replicas {
 		reg := prometheus.NewRegistry()
-		cfg := worker.DefaultConfig()
+		cfg := o.replicaConfig()
 		counted := &countingHandler{h: h}
 		cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, entity, counted, worker.HTTPOff
 		cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = o.HandlerRetry.Attempts, o.HandlerRetry.Base, o.HandlerRetry.Cap
 		cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, o.SessionsPerReplica, 2*time.Second
-		cfg.PipelineRuns = o.PipelineRuns
 		cfg.Registry, cfg.Logger = reg, o.Logger.With(slog.Int("replica", n))
 		w, err := worker.New(cfg)
 		if err == nil {
@@ -311,7 +316,9 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 	res.Rate = float64(handled) / res.Elapsed.Seconds()
 	res.HandlerCalls, res.HandlerErrors = h.calls.Load(), h.errors.Load()
 	res.LatencyP50, res.LatencyP99 = h.percentiles()
-	res.Violations = len(h.checker.Violations())
+	violations := h.checker.Violations()
+	res.Violations = len(violations)
+	res.ViolationSamples = violations[:min(len(violations), maxViolationSamples)]
 	res.Incomplete = len(h.checker.Incomplete())
 	for i, w := range replicas {
 		st := w.Stats()
@@ -591,12 +598,22 @@ type cellHandler struct {
 	latencies []time.Duration
 }
 
-func newCellHandler(ids []string, messages int, rate float64) *cellHandler {
+// replicaConfig is what every replica's configuration starts from; the replay window the order
+// checker allows comes from it.
+func (o Options) replicaConfig() worker.Config {
+	cfg := worker.DefaultConfig()
+	cfg.PipelineRuns = o.PipelineRuns
+	return cfg
+}
+
+// newCellHandler checks the order of messages in each of ids, allowing the engine's replay
+// window (sequencer.EngineConfig.ReplayWindow), and fails a share rate of the calls.
+func newCellHandler(ids []string, messages, replayWindow int, rate float64) *cellHandler {
 	known := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		known[id] = true
 	}
-	return &cellHandler{checker: demo.NewChecker(ids, messages), known: known, rate: rate,
+	return &cellHandler{checker: demo.NewReplayChecker(ids, messages, replayWindow), known: known, rate: rate,
 		latencies: make([]time.Duration, 0, len(ids)*messages)}
 }
 

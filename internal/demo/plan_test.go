@@ -93,3 +93,36 @@ func TestChecker(t *testing.T) {
 	require.EqualValues(t, 1, c.Redelivered())
 	require.EqualValues(t, 4, c.Handled())
 }
+
+// A wider replay window (pipelined runs) takes the last sequences handed over again in order as
+// a replay, and nothing else.
+func TestCheckerReplayWindow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		window      int
+		calls       []int64
+		violations  int
+		redelivered uint64
+	}{
+		{"window 1: two back is a violation", 1, []int64{1, 2, 3, 2, 3, 4, 5}, 1, 1},
+		{"the last three again", 3, []int64{1, 2, 3, 4, 2, 3, 4, 5}, 0, 3},
+		{"the last four, window 3", 3, []int64{1, 2, 3, 4, 5, 2, 3, 4, 5}, 1, 3},
+		{"a replay started again lower", 3, []int64{1, 2, 3, 4, 3, 2, 3, 4, 5}, 0, 4},
+		{"a replay that skips", 3, []int64{1, 2, 3, 4, 2, 4, 5}, 1, 1},
+		{"a replay stopped short", 3, []int64{1, 2, 3, 4, 2, 3, 5}, 1, 2},
+		{"out of order is still a violation", 3, []int64{2, 1, 3, 4, 5}, 2, 0},
+		{"never handled is no replay", 3, []int64{1, 3, 2, 4, 5}, 2, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := NewReplayChecker([]string{"a"}, 5, tt.window)
+			for _, s := range tt.calls {
+				require.NoError(t, c.Handle(context.Background(), &sequencer.Message{SessionID: "a", Sequence: s}))
+			}
+			require.Len(t, c.Violations(), tt.violations, c.Violations())
+			require.Equal(t, tt.redelivered, c.Redelivered())
+		})
+	}
+}
