@@ -520,7 +520,7 @@ func TestAdversarialPipelinedRunHole(t *testing.T) {
 		return nil
 	}
 	engine := func(proc *sequencertest.Process) *sequencer.Engine {
-		e, err := sequencer.NewEngine(sequencer.EngineConfig{TombstoneTTL: time.Hour, PipelineRuns: true,
+		e, err := sequencer.NewEngine(sequencer.EngineConfig{TombstoneTTL: time.Hour, PipelineRuns: true, PipelineLease: -1,
 			Retry: sequencer.RetryPolicy{Attempts: 1}},
 			sequencer.EngineDeps{Store: store.BoundClient(proc), Clock: clk,
 				Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {

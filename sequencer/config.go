@@ -153,6 +153,13 @@ type EngineConfig struct {
 	// that is not session-bound (its fence awaits the completions before each handler call) or
 	// MaxPendingSettlements 1.
 	PipelineRuns bool
+	// PipelineLease bounds, with PipelineRuns, how long a run goes on calling the handler
+	// without waiting for its completions in flight after the last call the broker answered,
+	// and is how long a run that inherits a record waits before its first handler call, so that
+	// a replica whose lock was lost without its knowing (a cut connection) has stopped calling
+	// before the replay starts (default 1s; see "Pipelined runs" in the package documentation).
+	// Negative turns both off, for tests whose clock moves only when told.
+	PipelineLease time.Duration
 	// LockRenewInterval is how often the session lock is renewed (default: half of the
 	// remaining lock time, at least 100ms; 10s when Session.LockedUntil is zero).
 	LockRenewInterval time.Duration
@@ -184,6 +191,7 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.MaxGap = cmp.Or(c.MaxGap, 10_000)
 	c.TombstoneTTL = cmp.Or(c.TombstoneTTL, 24*time.Hour)
 	c.MaxPendingSettlements = cmp.Or(c.MaxPendingSettlements, 16)
+	c.PipelineLease = cmp.Or(c.PipelineLease, time.Second)
 	return c
 }
 

@@ -164,6 +164,23 @@
 // gap. As with pipelined completion, the first failed complete stops the run before its next
 // handler call, and every other settlement, the end and the release wait for the pipeline.
 //
+// A lost lock is not always known at once: after a cut connection the broker gives the session
+// to another replica while the old run's completions hang in the SDK's recovery, and without a
+// bound the old run would go on calling the handler for the entries in hand (up to
+// MaxPendingSettlements of them) while the new run replays the same entries, the two runs'
+// calls interleaved (a chaos run with connection cuts showed exactly that). The lease rules it
+// out (EngineConfig.PipelineLease, 1s by default). A pipelined run calls the handler without
+// waiting for its completions only while the latest call the broker answered for it (a
+// settlement or a save in the session) was sent less than the lease ago; otherwise it first
+// waits for them, as without pipelining. The broker hands the session over only after it last
+// honoured the old run's lock, so the old run starts no handler call later than the lease after
+// the handover, but for the one that follows an await whose completions all landed, as without
+// pipelining. A run that inherits a record waits the lease after it loaded the state before its
+// first handler call, so its replay comes after the old run's calls, except one still running,
+// as without pipelining. The lease costs nothing while completions are answered in
+// milliseconds, and a replacement waits one lease for a session whose earlier run ended without
+// its release.
+//
 // Runs never contain a deferred message, the last message, or the message before a deferred one
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is
 // ever deferred while recorded); with an AtomicStore each message has its own transaction and

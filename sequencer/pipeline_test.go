@@ -387,3 +387,67 @@ func TestEngineFencesAStoreOfItsOwn(t *testing.T) {
 	require.Equal(t, seqs(1, 5), b.got("s1"), "each handed over once, in order")
 	require.Zero(t, staleCalls.Load())
 }
+
+// TestPipelinedRunLease: with PipelineRuns a run does not call the handler past
+// EngineConfig.PipelineLease after the last call the broker answered (a connection cut leaves its
+// completions hanging, and another replica may have the session by then), and a run that
+// inherits a record waits the lease before its first handler call.
+func TestPipelinedRunLease(t *testing.T) {
+	t.Parallel()
+	const quiet = 200 * time.Millisecond // real time in which no handler call may come
+
+	t.Run("a run stops calling once its completions go unanswered for the lease", func(t *testing.T) {
+		t.Parallel()
+		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}
+		b := setupBound(t, cfg)
+		release := make(chan struct{})
+		b.proc.Hook = onComplete(func(n int64) error {
+			if n >= 2 {
+				<-release // from the second on, the completions hang (a cut connection)
+			}
+			return nil
+		})
+		third := make(chan struct{})
+		b.setFail(func(m *sequencer.Message) error {
+			if m.Sequence == 3 {
+				b.clock.Advance(2 * time.Second) // the lease runs out while handler(3) runs
+				close(third)
+			}
+			return nil
+		})
+		publish(b, "s1", seqs(1, 6), 0)
+		done := make(chan sequencer.Outcome, 1)
+		go func() {
+			out, _ := b.runNext(t)
+			done <- out
+		}()
+		<-third
+		time.Sleep(quiet)
+		require.Equal(t, seqs(1, 3), b.got("s1"), "no handler call while the completions are unanswered past the lease")
+		close(release)
+		require.Equal(t, sequencer.OutcomeIdle, <-done)
+		require.Equal(t, seqs(1, 6), b.got("s1"))
+	})
+
+	t.Run("a run that inherits a record waits the lease before the replay", func(t *testing.T) {
+		t.Parallel()
+		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}
+		b := setupBound(t, cfg)
+		bs1 := b.broker.PublishSeq("s1", 1, false)
+		bs2 := b.broker.PublishSeq("s1", 2, false)
+		b.broker.PublishSeq("s1", 3, false)
+		st := sequencer.NewState()
+		st.InFlight = map[int64]int64{1: bs1, 2: bs2} // an earlier holder's run, not completed
+		b.store.Put("s1", st)
+		done := make(chan sequencer.Outcome, 1)
+		go func() {
+			out, _ := b.runNext(t)
+			done <- out
+		}()
+		time.Sleep(quiet)
+		require.Empty(t, b.got("s1"), "no handler call before the lease has passed")
+		b.clock.Advance(time.Second)
+		require.Equal(t, sequencer.OutcomeIdle, <-done)
+		require.Equal(t, seqs(1, 3), b.got("s1"))
+	})
+}

@@ -606,6 +606,11 @@ func compactReplays(t *testing.T, seed uint64, id string, got []int64, depth int
 	return compact
 }
 
+// noLease turns EngineConfig.PipelineLease off: these worlds run one holder at a time on a clock
+// that moves only when told, so a run's wait for an earlier holder would never end
+// (TestPipelinedRunLease tests the lease).
+const noLease = -1
+
 // TestPropertyPipelinedRuns is TestPropertyRandomSessions with EngineConfig.PipelineRuns: entries
 // of recorded runs are completed in the background, so a fault may hand over again up to
 // MaxPendingSettlements of the entries handled last, in order, and completions land out of order
@@ -619,6 +624,7 @@ func TestPropertyPipelinedRuns(t *testing.T) {
 	propCases(t, n, func(seed uint64, tot *propTotals) {
 		c := newPropCase(seed)
 		c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = []int{2, 4, 16}[seed%3], false, true
+		c.cfg.PipelineLease = noLease
 		runCase(t, seed, c, tot)
 	})
 }
@@ -633,6 +639,7 @@ func TestCrashAtEveryStepPipelinedRuns(t *testing.T) {
 				scenario := func() *propCase {
 					c := newPropCase(seed)
 					c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = 16, false, true
+					c.cfg.PipelineLease = noLease
 					return c
 				}
 				var tot propTotals

@@ -93,6 +93,9 @@ type run struct {
 	// claimed: this run has saved the state at least once, so the version has moved since any
 	// earlier holder's last save (see SessionBoundStore).
 	claimed bool
+	// handoverAt, when set, is the earliest time of this run's first handler call: the run
+	// inherited a record and the engine pipelines runs (holdHandover).
+	handoverAt time.Time
 	// endSaved: the last save stored the tombstone (EndedAt set); with dirty false and nothing
 	// held or deferred, the stored state is st and end need not write it again.
 	endSaved bool
@@ -124,6 +127,9 @@ func (r *run) loop() (Outcome, error) {
 	}
 	if len(r.st.InFlight) > 0 {
 		r.phase = resolving
+		if r.e.cfg.PipelineRuns && r.e.cfg.PipelineLease > 0 {
+			r.handoverAt = r.now().Add(r.e.cfg.PipelineLease)
+		}
 	}
 	if err := r.startup(); err != nil {
 		return 0, err

@@ -40,6 +40,9 @@ func (r *run) save() error {
 	if err != nil {
 		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, r.st.Next, err)
 	}
+	if r.e.sessionBound {
+		r.s.noteAnswered(r.st.UpdatedAt) // the store's save is a call on the session
+	}
 	r.ver, r.dirty, r.record, r.claimed = ver, false, nil, true
 	r.endSaved = !r.st.EndedAt.IsZero()
 	r.flushGap()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/seqbus/seqbus/clock"
 )
@@ -19,16 +20,8 @@ import (
 // where a deferred message is completed at once and an active one waits as the drain's anchor
 // while the message for Next is deferred. A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
-	if err := r.s.failure(); err != nil {
-		return err // a background completion failed: hand nothing more to the handler
-	}
-	if !r.e.sessionBound {
-		// Fence (see SessionBoundStore): a save to this store says nothing about the session
-		// lock, so the completions issued since the last save must have been answered (which
-		// they are not once the lock is lost) before the handler is called again.
-		if err := r.s.await(); err != nil {
-			return err
-		}
+	if err := r.beforeHandler(); err != nil {
+		return err
 	}
 	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
 	switch {
@@ -80,13 +73,8 @@ func (r *run) inOrder(m *msg) error {
 // is the fence). A handler that keeps failing dead-letters m (HandlerFailed) whatever the poison
 // policy: an unordered message never parks or blocks the ordered ones.
 func (r *run) passThrough(m *msg) error {
-	if err := r.s.failure(); err != nil {
+	if err := r.beforeHandler(); err != nil {
 		return err
-	}
-	if !r.e.sessionBound {
-		if err := r.s.await(); err != nil {
-			return err
-		}
 	}
 	ok, err := r.handOver(m, func() error {
 		if r.e.atomic == nil {
@@ -109,6 +97,47 @@ func (r *run) passThrough(m *msg) error {
 		return err
 	}
 	return r.s.completeLater(m)
+}
+
+// beforeHandler holds the next handler call until this run may make it: not after a failed
+// background completion, not before the completions since the last save are answered with a
+// store that says nothing about the lock (the fence), not while an earlier holder of a pipelined
+// run may still be calling (holdHandover), and not past the lease of a pipelined run.
+func (r *run) beforeHandler() error {
+	if err := r.s.failure(); err != nil {
+		return err // a background completion failed: hand nothing more to the handler
+	}
+	if !r.e.sessionBound {
+		// Fence (see SessionBoundStore): a save to this store says nothing about the session
+		// lock, so the completions issued since the last save must have been answered (which
+		// they are not once the lock is lost) before the handler is called again.
+		if err := r.s.await(); err != nil {
+			return err
+		}
+	}
+	if err := r.holdHandover(); err != nil {
+		return err
+	}
+	return r.s.holdLease()
+}
+
+// holdHandover makes a run of a pipelined engine that inherited a record wait, before its first
+// handler call, until EngineConfig.PipelineLease after it loaded the state: the run that left the record may
+// not know yet that its lock is lost and may still be calling the handler for the entries it had
+// in hand (settler.holdLease bounds for how long).
+func (r *run) holdHandover() error {
+	if r.handoverAt.IsZero() {
+		return nil
+	}
+	wait := r.handoverAt.Sub(r.now())
+	r.handoverAt = time.Time{}
+	if wait <= 0 {
+		return nil
+	}
+	if err := clock.Sleep(r.ctx, r.e.clock, wait); err != nil {
+		return fmt.Errorf("sequencer: session %s: waiting for the earlier holder of a pipelined run: %w", r.id, context.Cause(r.ctx))
+	}
+	return nil
 }
 
 // handOver runs once (one handler call, with its save) through retry and counts m handled once

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // settler makes one run's settlements at the broker (complete, defer, dead-letter, abandon) and
@@ -30,6 +31,9 @@ type settler struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	lost   atomic.Bool
+	// answered is when the latest call the broker answered for this run was sent (UnixNano): the
+	// lock was held then. Background completions land in any order, so it only moves forward.
+	answered atomic.Int64
 	// pipe runs the completions of handled messages in the background (nil: no pipelining).
 	pipe *pipeline
 	// settled maps the application sequence of settled messages that may still have an index
@@ -54,6 +58,7 @@ type anchor struct {
 func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *Engine, sess Session) {
 	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
 	s.settled = map[int64]int64{}
+	s.noteAnswered(e.clock.Now()) // the session was just accepted: its lock is held
 	if n := e.cfg.MaxPendingSettlements; n > 1 {
 		s.pipe = newPipeline(n)
 	}
@@ -90,10 +95,43 @@ func (s *settler) settleNow(kind CallKind, m *msg, fn func(context.Context, *Mes
 		return s.callErr(kind, ErrLockLost)
 	}
 	s.e.stats.calls[kind].Add(1)
+	sent := s.e.clock.Now()
 	if err := fn(s.ctx, m.raw); err != nil {
 		return s.callErr(kind, err)
 	}
+	s.noteAnswered(sent)
 	return nil
+}
+
+// noteAnswered records that a call sent at sent was answered: the broker held the lock for this
+// run at some moment after sent.
+func (s *settler) noteAnswered(sent time.Time) {
+	t := sent.UnixNano()
+	for {
+		cur := s.answered.Load()
+		if t <= cur || s.answered.CompareAndSwap(cur, t) {
+			return
+		}
+	}
+}
+
+// holdLease makes a pipelined run wait for its completions in flight before the next handler
+// call once the latest answered call was sent EngineConfig.PipelineLease ago or more. The broker
+// gives the session to another replica only after it stopped holding the lock for this run, so
+// a run that does not know its lock is lost (a connection cut: its completions hang, then fail)
+// starts handler calls at most until the lease after its last answered call, plus the one call
+// that follows an await whose completions all landed, as without pipelining; a run that
+// inherits a record waits the lease before its first handler call (run.holdHandover), so the
+// earlier holder's calls come before the replay.
+func (s *settler) holdLease() error {
+	lease := s.e.cfg.PipelineLease
+	if s.pipe == nil || !s.e.cfg.PipelineRuns || lease < 0 {
+		return nil
+	}
+	if s.e.clock.Now().Sub(time.Unix(0, s.answered.Load())) < lease {
+		return nil
+	}
+	return s.await()
 }
 
 func (s *settler) complete(m *msg) error { return s.settle(CallComplete, m, s.sess.Complete) }
