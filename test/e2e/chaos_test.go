@@ -71,10 +71,13 @@ var (
 // TestChaos runs worker replicas through a TCP proxy that cuts every connection again and again,
 // SIGKILLs a random replica every few seconds and starts a replacement, with a handler that fails
 // transiently; then the faults stop and the run must finish by itself. Checked with each state
-// store: every sequence of every session handled (nothing lost), no handler call out of order
-// (a call for a session's sequence is either the next one or a repeat of the last one handled,
-// the documented at-least-once window, counted), every late copy of an ended session dropped,
-// the queue drained, and the dead-letter queue holding exactly the garbage published.
+// store, and with the Service Bus store in pipelined runs (SEQBUS_PIPELINE_RUNS): every sequence
+// of every session handled (nothing lost), no handler call out of order (a call for a session's
+// sequence is either the next one or part of a replay: the sequences handled last, handed over
+// again in their order, as many as the documented at-least-once window allows, one message by
+// default and sequencer.EngineConfig.ReplayWindow with pipelined runs; counted), every late copy
+// of an ended session dropped, the queue drained, and the dead-letter queue holding exactly the
+// garbage published.
 //
 //	go test ./test/e2e -run TestChaos -v                                   # the short preset
 //	go test ./test/e2e -run TestChaos/servicebus -chaos.long -count 10 -v  # issue 10's shape
@@ -84,22 +87,30 @@ func TestChaos(t *testing.T) {
 	if *chaosLong {
 		preset = chaosLongPreset
 	}
+	type variant struct {
+		name, store string
+		pipelined   bool
+	}
+	variants := []variant{{name: "servicebus-pipelined", store: "servicebus", pipelined: true}}
 	for _, store := range stores {
-		t.Run(store, func(t *testing.T) {
+		variants = append(variants, variant{name: store, store: store})
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
 			if !*chaosLong {
 				t.Parallel()
 			}
-			runChaos(t, store, preset)
+			runChaos(t, v.store, v.pipelined, preset)
 		})
 	}
 }
 
-func runChaos(t *testing.T, store string, p chaosPreset) {
+func runChaos(t *testing.T, store string, pipelined bool, p chaosPreset) {
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	t.Logf("chaos %s, store %s, seed %d (-chaos.seed to repeat)", p.name, store, seed)
+	t.Logf("chaos %s, store %s, pipelined runs %t, seed %d (-chaos.seed to repeat)", p.name, store, pipelined, seed)
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
 
 	f := newFixture(t)
@@ -107,11 +118,12 @@ func runChaos(t *testing.T, store string, p chaosPreset) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = px.Close() })
 
-	h := newChaosHandler(p, rng.Uint64())
+	h := newChaosHandler(p, sequencer.EngineConfig{PipelineRuns: pipelined}.ReplayWindow(), rng.Uint64())
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 
 	env := f.baseEnv(append(storeEnv(t, store),
+		"SEQBUS_PIPELINE_RUNS="+strconv.FormatBool(pipelined),
 		"SEQBUS_CONNECTION_STRING="+strings.Replace(f.srv.ConnectionString(), f.srv.AMQPAddr(), px.Addr(), 1),
 		"SEQBUS_HANDLER=http",
 		"SEQBUS_HANDLER_URL="+hs.URL,
@@ -170,8 +182,8 @@ faults:
 	}
 
 	s := h.summary()
-	t.Logf("chaos summary: preset=%s store=%s seed=%d kills=%d cuts=%d calls=%d handled=%d failed=%d repeats=%d violations=%d dead_lettered=%d faults=%s total=%s",
-		p.name, store, seed, kills, cuts, s.calls, s.handled, s.failed, s.repeats, len(s.violations), f.counts(t).DeadLetter,
+	t.Logf("chaos summary: preset=%s store=%s pipelined=%t seed=%d kills=%d cuts=%d calls=%d handled=%d failed=%d repeats=%d longest_replay=%d violations=%d dead_lettered=%d faults=%s total=%s",
+		p.name, store, pipelined, seed, kills, cuts, s.calls, s.handled, s.failed, s.repeats, s.longestReplay, len(s.violations), f.counts(t).DeadLetter,
 		faultsEnd.Round(time.Second), took.Round(time.Second))
 	require.Empty(t, s.violations, "handler calls out of order")
 	require.Equal(t, p.sessions*p.messages, s.handled, "every sequence handled once, repeats aside")
@@ -228,19 +240,24 @@ type chaosHandler struct {
 	mu    sync.Mutex
 	rng   *rand.Rand
 	fails map[string]int
-	// last is the last sequence of each session whose call succeeded.
-	last       map[string]int64
-	calls      int
-	handled    int
-	failed     int
-	repeats    int
-	violations []string
+	// window is the replay window (sequencer.EngineConfig.ReplayWindow).
+	window int64
+	// last is the highest sequence of each session whose call succeeded; replayed, while a
+	// replay is in progress, the sequence it last handed over successfully.
+	last, replayed map[string]int64
+	calls          int
+	handled        int
+	failed         int
+	repeats        int
+	longestReplay  int64
+	violations     []string
 }
 
-func newChaosHandler(p chaosPreset, seed uint64) *chaosHandler {
+func newChaosHandler(p chaosPreset, window int, seed uint64) *chaosHandler {
 	return &chaosHandler{
-		latency: p.latency, failRate: p.failRate, maxFails: p.maxFails,
-		rng: rand.New(rand.NewPCG(seed, 0xfa11)), fails: map[string]int{}, last: map[string]int64{},
+		latency: p.latency, failRate: p.failRate, maxFails: p.maxFails, window: int64(window),
+		rng:   rand.New(rand.NewPCG(seed, 0xfa11)),
+		fails: map[string]int{}, last: map[string]int64{}, replayed: map[string]int64{},
 	}
 }
 
@@ -261,15 +278,24 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // record checks one call against the session's last handled sequence and decides its answer.
-// A call is in order when it asks for the next sequence or repeats the last one handled (a
-// worker that died or lost its lock before settling hands its message over again).
+// A call is in order when it asks for the next sequence or is part of a replay: a worker that
+// died or lost its lock before its completions landed hands the messages handled last over
+// again, at most window of them, in their order (a replay may start again lower if it is cut
+// short too, and must reach the last one handled before the next sequence).
 func (h *chaosHandler) record(sid string, seq int64) (fail bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls++
-	last := h.last[sid]
-	if seq != last && seq != last+1 {
+	last, r := h.last[sid], h.replayed[sid]
+	switch {
+	case seq == last+1 && r != 0 && r != last:
+		h.violations = append(h.violations, fmt.Sprintf("session %s: call for %d after a replay stopped at %d (last handled %d)", sid, seq, r, last))
+	case seq > last+1:
 		h.violations = append(h.violations, fmt.Sprintf("session %s: call for %d after %d was handled", sid, seq, last))
+	case seq <= last && last-seq >= h.window:
+		h.violations = append(h.violations, fmt.Sprintf("session %s: call for %d again after %d was handled (replay window %d)", sid, seq, last, h.window))
+	case seq <= last && r != 0 && seq > r+1:
+		h.violations = append(h.violations, fmt.Sprintf("session %s: a replay skipped from %d to %d", sid, r, seq))
 	}
 	key := sid + "/" + strconv.FormatInt(seq, 10)
 	if h.fails[key] < h.maxFails && h.rng.Float64() < h.failRate {
@@ -277,10 +303,14 @@ func (h *chaosHandler) record(sid string, seq int64) (fail bool) {
 		h.failed++
 		return true
 	}
-	if seq == last {
+	switch {
+	case seq <= last:
 		h.repeats++
-	} else if seq == last+1 {
+		h.replayed[sid] = seq
+		h.longestReplay = max(h.longestReplay, last-seq+1)
+	case seq == last+1:
 		h.last[sid] = seq
+		delete(h.replayed, sid)
 		h.handled++
 	}
 	return false
@@ -316,11 +346,13 @@ func (h *chaosHandler) progress(ids []string, messages int64) string {
 
 type chaosSummary struct {
 	calls, handled, failed, repeats int
+	longestReplay                   int64
 	violations                      []string
 }
 
 func (h *chaosHandler) summary() chaosSummary {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return chaosSummary{calls: h.calls, handled: h.handled, failed: h.failed, repeats: h.repeats, violations: slices.Clone(h.violations)}
+	return chaosSummary{calls: h.calls, handled: h.handled, failed: h.failed, repeats: h.repeats,
+		longestReplay: h.longestReplay, violations: slices.Clone(h.violations)}
 }
