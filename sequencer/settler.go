@@ -58,7 +58,6 @@ type anchor struct {
 func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *Engine, sess Session) {
 	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
 	s.settled = map[int64]int64{}
-	s.noteAnswered(e.clock.Now()) // the session was just accepted: its lock is held
 	if n := e.cfg.MaxPendingSettlements; n > 1 {
 		s.pipe = newPipeline(n)
 	}
