@@ -73,11 +73,14 @@
 // 315-316), so the retry sends nothing and reports success (receiver.go:324-326). The message
 // stays locked with the session until it is closed and is then delivered again (the engine drops
 // it as a duplicate). The adapter tells the limiter of such a settlement (one that took 3 s or
-// more and succeeded) so that the next ones are paced; and once the limiter has seen a refusal
-// since a settlement started, a settlement still unanswered after 500 ms is presumed refused and
+// more and succeeded) so that the next ones are paced; and once a refusal was seen since a
+// settlement started, a settlement still unanswered after 500 ms is presumed refused and
 // reported settled at once, as the SDK would report it after its 4 s, instead of stalling its
-// session (and with it the session's pipeline) for those 4 s. Avoiding the refusal is the only
-// remedy for the message itself.
+// session (and with it the session's pipeline) for those 4 s. A refusal is seen by the limiter
+// (a call of the source's own refused) or in the SDK's log, which reports each refused
+// settlement the moment it happens: the adapter installs a listener on azcore's log (one per
+// process, [WatchSDKLog]) for that, which is how a replica whose calls are only settlements
+// learns of it at all. Avoiding the refusal is the only remedy for the message itself.
 //
 // This package may import the sequencer contract, the azservicebus SDK and go-amqp (for error
 // conditions); it must never import the engine's internals, the state stores, Postgres or the

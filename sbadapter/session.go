@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -46,6 +47,9 @@ type Session struct {
 	settleTimeout time.Duration
 	// limit paces the calls of the source's sessions (Config.Limiter; nil: no pacing).
 	limit *Limiter
+	// settleRefusals counts the settlements the SDK logged as refused as busy (the process's
+	// count, sdklog.go; tests give a session one of its own).
+	settleRefusals *atomic.Uint64
 	// busy is how calls refused with server-busy are retried (Config.BusyRetry).
 	busy         backoff.Policy
 	busyAttempts int
@@ -84,7 +88,7 @@ func newSession(r sessionReceiver, logger *slog.Logger) *Session {
 	return &Session{
 		r: r, id: r.SessionID(), logger: logger, settled: map[[16]byte]struct{}{},
 		lockedUntil: until, lockDuration: time.Until(until), settleTimeout: DefaultSettleTimeout,
-		busy: DefaultBusyRetry, busyAttempts: DefaultBusyAttempts,
+		busy: DefaultBusyRetry, busyAttempts: DefaultBusyAttempts, settleRefusals: &sdkLog.settleRefusals,
 	}
 }
 
@@ -271,7 +275,7 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 const refusedSettlementHint = 3 * time.Second
 
 // refusedSettlementWait is how long a settlement may go unanswered while the namespace refuses
-// calls as busy (the source's Limiter observed a server-busy answer since it started) before it
+// calls as busy (a server-busy answer was seen since it started, see watchRefusal) before it
 // is presumed refused and reported settled. That is what the SDK reports of a refused
 // settlement anyway, after its fixed retry delay of about 4 s, without sending it again (see
 // refusedSettlementHint): waiting for it only stalls the session. The outcome is the same as
@@ -291,14 +295,16 @@ const refusedSettlementPoll = 100 * time.Millisecond
 var errSettleRefused = errors.New("settlement presumed refused as busy")
 
 // watchRefusal cancels a settlement with errSettleRefused once it has run refusedSettlementWait
-// and the source's Limiter has observed a server-busy answer since it started (the namespace
-// refuses everything for the rest of its period, so this settlement most likely was refused
-// too). The returned func stops the watch.
+// and a server-busy answer was seen since it started: by the source's Limiter, or in the SDK's
+// log of a settlement refused (sdklog.go), which is how a session whose only calls are
+// settlements learns of it (the namespace refuses everything for the rest of its period, so
+// this settlement most likely was refused too; one that was not is answered within a round
+// trip). The returned func stops the watch.
 func (s *Session) watchRefusal(refuse context.CancelCauseFunc) (stop func()) {
 	if s.limit == nil {
 		return func() {}
 	}
-	mark := s.limit.busyCount()
+	mark, logged := s.limit.busyCount(), s.settleRefusals.Load()
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
@@ -310,7 +316,7 @@ func (s *Session) watchRefusal(refuse context.CancelCauseFunc) (stop func()) {
 		if stopped {
 			return
 		}
-		if s.limit.busyCount() > mark {
+		if s.limit.busyCount() > mark || s.settleRefusals.Load() > logged {
 			refuse(errSettleRefused)
 			return
 		}

@@ -110,6 +110,7 @@ func NewSource(client *azservicebus.Client, cfg Config) (*Source, error) {
 	if err := cfg.Entity.Validate(); err != nil {
 		return nil, err
 	}
+	watchSDKLogFor(cfg.Logger) // the SDK reports a settlement refused as busy only in its log
 	return newSource(clientAccepter{c: client, e: cfg.Entity}, cfg), nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	azlog "github.com/Azure/azure-sdk-for-go/sdk/azcore/log"
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/seqbus/seqbus/internal/bench"
@@ -49,16 +48,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o := cfg.opts
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.level}))
-	if cfg.level <= slog.LevelDebug {
-		// The SDK retries some refusals itself (a throttled settlement or send) and says so only
-		// in its own log: show those retries with the components' logs.
-		azlog.SetListener(func(ev azlog.Event, msg string) {
-			if strings.Contains(msg, "Retry attempt") {
-				o.Logger.Debug("azservicebus: "+msg, slog.String("event", string(ev)))
-			}
-		})
-		defer azlog.SetListener(nil)
-	}
+	// The SDK retries some refusals itself (a throttled settlement or send) and says so only in
+	// its own log: at debug level those retries show with the components' logs.
+	sbadapter.WatchSDKLog(o.Logger)
 	cells := len(o.WithDefaults().Cells())
 	var bar *progressbar.ProgressBar
 	if cfg.progress {

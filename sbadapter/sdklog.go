@@ -1,0 +1,75 @@
+package sbadapter
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	azlog "github.com/Azure/azure-sdk-for-go/sdk/azcore/log"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// The SDK's log (azcore/log) is the only place it reports a settlement the broker refused as
+// busy when it happens: the settlement's retry loop logs "(settle) Retry attempt 0 returned
+// retryable error: *Error{Condition: com.microsoft:server-busy, …}" at once and then sleeps its
+// fixed delay (see refusedSettlementHint). The adapter listens for that line so that a session
+// whose settlement is held that way learns it now, not 4 s later (Session.watchRefusal).
+//
+// azcore's log has one listener per process. The adapter installs it with the first Source (or
+// WatchSDKLog) and enables only the SDK's connection, receiver and sender events; a program that
+// installs a listener of its own afterwards takes the signal away (settlements refused as busy
+// are then noticed only after the SDK's delay, as before).
+
+// sdkLog is the process's listener state.
+var sdkLog struct {
+	once sync.Once
+	// logger receives the SDK's retry lines at debug level (nil: not logged).
+	logger atomic.Pointer[slog.Logger]
+	// settleRefusals counts settlements the SDK logged as refused with server-busy.
+	settleRefusals atomic.Uint64
+}
+
+// WatchSDKLog installs the adapter's listener on the SDK's log if it is not installed yet, and,
+// with a non-nil logger, makes that logger receive the SDK's retry lines (a retry it makes
+// without telling its caller: a throttled settlement or send) at debug level. NewSource calls it
+// with the source's logger unless a logger was set already.
+func WatchSDKLog(logger *slog.Logger) {
+	sdkLog.once.Do(func() {
+		azlog.SetEvents(azservicebus.EventConn, azservicebus.EventReceiver, azservicebus.EventSender)
+		azlog.SetListener(noteSDKLog)
+	})
+	if logger != nil {
+		sdkLog.logger.Store(logger)
+	}
+}
+
+// watchSDKLogFor is WatchSDKLog for a source: its logger is used only when none was set.
+func watchSDKLogFor(logger *slog.Logger) {
+	WatchSDKLog(nil)
+	if logger != nil {
+		sdkLog.logger.CompareAndSwap(nil, logger)
+	}
+}
+
+// noteSDKLog is the listener: it counts settlements refused as busy and forwards retry lines.
+func noteSDKLog(ev azlog.Event, msg string) {
+	if !strings.Contains(msg, "Retry attempt") {
+		return
+	}
+	if isSettleRefusedLine(msg) {
+		sdkLog.settleRefusals.Add(1)
+	}
+	if l := sdkLog.logger.Load(); l != nil && l.Enabled(context.Background(), slog.LevelDebug) {
+		l.Debug("azservicebus: "+msg, slog.String("event", string(ev)))
+	}
+}
+
+// isSettleRefusedLine tells whether msg is the SDK's report of a settlement attempt refused as
+// busy (not its "sleeping" line, not another error).
+func isSettleRefusedLine(msg string) bool {
+	return strings.Contains(msg, "(settle) Retry attempt") &&
+		strings.Contains(msg, "returned retryable error") &&
+		strings.Contains(msg, string(condServerBusy))
+}
