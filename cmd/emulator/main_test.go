@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,50 +19,40 @@ import (
 	"github.com/seqbus/seqbus/internal/testio"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
-
 func noEnv(string) string { return "" }
 
 func TestRunServesUntilCancelled(t *testing.T) {
 	t.Parallel()
 	cfgFile := filepath.Join(t.TempDir(), "Config.json")
 	require.NoError(t, os.WriteFile(cfgFile, []byte(`{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[{"Name":"q1","Properties":{}}],"Topics":[]}],"Logging":{"Type":"File"}}}`), 0o600))
-	amqpAddr, httpAddr := freeAddr(t), freeAddr(t)
 	env := map[string]string{"SEQBUS_EMULATOR_KEY": "from-env"}
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr testio.SyncBuffer
 	done := make(chan int, 1)
 	start := time.Now()
+	// Port 0 for both: the emulator prints what it bound (a port picked here and closed could
+	// be taken by a parallel test before the emulator binds it).
 	go func() {
-		done <- run(ctx, []string{"-config", cfgFile, "-amqp-addr", amqpAddr, "-http-addr", httpAddr}, func(k string) string { return env[k] }, &stdout, &stderr)
+		done <- run(ctx, []string{"-config", cfgFile, "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, &stdout, &stderr)
 	}()
 
-	var healthy bool
-	for !healthy && time.Since(start) < 5*time.Second {
-		resp, err := http.Get("http://" + httpAddr + "/health")
-		if err == nil {
-			healthy = resp.StatusCode == http.StatusOK
-			_ = resp.Body.Close()
-		}
-		if !healthy {
-			time.Sleep(10 * time.Millisecond)
+	ready := regexp.MustCompile(`emulator: ready" amqp_addr=(\S+) http_addr=(\S+)`)
+	var m []string
+	for m == nil && time.Since(start) < 5*time.Second {
+		if m = ready.FindStringSubmatch(stderr.String()); m == nil {
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	require.True(t, healthy, "stderr: %s", stderr.String())
+	require.NotNil(t, m, "no ready line; stderr: %s", stderr.String())
+	amqpAddr, httpAddr := m[1], m[2]
+	resp, err := http.Get("http://" + httpAddr + "/health")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = resp.Body.Close()
 	require.Less(t, time.Since(start), time.Second, "start to healthy")
-	for stdout.String() == "" && time.Since(start) < 5*time.Second {
-		time.Sleep(5 * time.Millisecond) // printed right after Start returns
-	}
 	require.Equal(t,
 		"Endpoint=sb://"+amqpAddr+";SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=from-env;UseDevelopmentEmulator=true\n",
-		stdout.String())
+		stdout.String(), "the connection string names the bound address")
 
 	cancel() // what SIGTERM does through signal.NotifyContext
 	select {
