@@ -132,14 +132,21 @@ func runChaos(t *testing.T, store string, pipelined bool, p chaosPreset) {
 		"SEQBUS_LOG_LEVEL=info", // "worker: running" tells the test a process has taken its signals
 	)...)
 	var procs []*proc
+	// Each process calls the handler under a path of its own, so that a violation can say
+	// which processes' calls interleaved.
+	start := func(name string) *proc {
+		p := startWorker(t, name, append(slices.Clip(env), "SEQBUS_HANDLER_URL="+hs.URL+"/"+name))
+		procs = append(procs, p)
+		return p
+	}
 	live := make([]*proc, p.replicas)
 	for i := range live {
-		live[i] = startWorker(t, fmt.Sprintf("worker-%d", i), env)
-		procs = append(procs, live[i])
+		live[i] = start(fmt.Sprintf("worker-%d", i))
 	}
 
 	plan := demo.Plan(p.sessions, p.messages, p.duplicates, seed)
-	start := time.Now()
+	began := time.Now()
+	h.began = began
 	f.publish(t, plan)
 	publishGarbage(t, f, p.garbage)
 
@@ -154,8 +161,7 @@ faults:
 			i := rng.IntN(len(live))
 			live[i].kill(t)
 			kills++
-			live[i] = startWorker(t, fmt.Sprintf("worker-%d-after-kill-%d", i, kills), env)
-			procs = append(procs, live[i])
+			live[i] = start(fmt.Sprintf("worker-%d-after-kill-%d", i, kills))
 		case <-cutT.C:
 			px.Cut()
 			cuts++
@@ -165,7 +171,7 @@ faults:
 	}
 	killT.Stop()
 	cutT.Stop()
-	faultsEnd := time.Since(start)
+	faultsEnd := time.Since(began)
 
 	// The run must finish by itself: every session handled to its end and the queue drained.
 	ids := sessionIDs(p.sessions)
@@ -176,7 +182,7 @@ faults:
 	waitFor(t, p.finishWithin, finished, func() string {
 		return fmt.Sprintf("%s; queue %+v; first messages left: %s", h.progress(ids, int64(p.messages)), f.counts(t), f.peek(t))
 	})
-	took := time.Since(start)
+	took := time.Since(began)
 	for _, w := range live {
 		w.stop(t)
 	}
@@ -185,6 +191,9 @@ faults:
 	t.Logf("chaos summary: preset=%s store=%s pipelined=%t seed=%d kills=%d cuts=%d calls=%d handled=%d failed=%d repeats=%d longest_replay=%d violations=%d dead_lettered=%d faults=%s total=%s",
 		p.name, store, pipelined, seed, kills, cuts, s.calls, s.handled, s.failed, s.repeats, s.longestReplay, len(s.violations), f.counts(t).DeadLetter,
 		faultsEnd.Round(time.Second), took.Round(time.Second))
+	if len(s.violations) > 0 {
+		logViolations(t, h, s.violations, procs)
+	}
 	require.Empty(t, s.violations, "handler calls out of order")
 	require.Equal(t, p.sessions*p.messages, s.handled, "every sequence handled once, repeats aside")
 	require.Positive(t, kills)
@@ -251,6 +260,18 @@ type chaosHandler struct {
 	repeats        int
 	longestReplay  int64
 	violations     []string
+	// began is when the run started; history is every call of each session, for the report
+	// of a violation.
+	began   time.Time
+	history map[string][]chaosCall
+}
+
+// chaosCall is one handler call as the handler saw it arrive.
+type chaosCall struct {
+	worker string
+	seq    int64
+	at     time.Duration
+	failed bool
 }
 
 func newChaosHandler(p chaosPreset, window int, seed uint64) *chaosHandler {
@@ -258,6 +279,7 @@ func newChaosHandler(p chaosPreset, window int, seed uint64) *chaosHandler {
 		latency: p.latency, failRate: p.failRate, maxFails: p.maxFails, window: int64(window),
 		rng:   rand.New(rand.NewPCG(seed, 0xfa11)),
 		fails: map[string]int{}, last: map[string]int64{}, replayed: map[string]int64{},
+		began: time.Now(), history: map[string][]chaosCall{},
 	}
 }
 
@@ -268,7 +290,7 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no session or sequence", http.StatusBadRequest)
 		return
 	}
-	fail := h.record(sid, seq)
+	fail := h.record(strings.TrimPrefix(r.URL.Path, "/"), sid, seq)
 	time.Sleep(h.latency)
 	if fail {
 		http.Error(w, "transient failure (chaos)", http.StatusServiceUnavailable)
@@ -282,10 +304,15 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // died or lost its lock before its completions landed hands the messages handled last over
 // again, at most window of them, in their order (a replay may start again lower if it is cut
 // short too, and must reach the last one handled before the next sequence).
-func (h *chaosHandler) record(sid string, seq int64) (fail bool) {
+func (h *chaosHandler) record(worker, sid string, seq int64) (fail bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls++
+	call := chaosCall{worker: worker, seq: seq, at: time.Since(h.began)}
+	defer func() {
+		call.failed = fail
+		h.history[sid] = append(h.history[sid], call)
+	}()
 	last, r := h.last[sid], h.replayed[sid]
 	switch {
 	case seq == last+1 && r != 0 && r != last:
@@ -355,4 +382,37 @@ func (h *chaosHandler) summary() chaosSummary {
 	defer h.mu.Unlock()
 	return chaosSummary{calls: h.calls, handled: h.handled, failed: h.failed, repeats: h.repeats,
 		longestReplay: h.longestReplay, violations: slices.Clone(h.violations)}
+}
+
+// logViolations reports, for the first sessions with a violation, every handler call in the
+// order they arrived (the process that made it, when, the sequence) and the lines of the
+// processes' logs that name the session: which runs interleaved, and what their processes saw.
+func logViolations(t *testing.T, h *chaosHandler, violations []string, procs []*proc) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, v := range violations {
+		sid, _, _ := strings.Cut(strings.TrimPrefix(v, "session "), ":")
+		if seen[sid] || len(seen) == 4 {
+			continue
+		}
+		seen[sid] = true
+		var b strings.Builder
+		for _, c := range h.history[sid] {
+			fmt.Fprintf(&b, "  %8.3fs %-28s %3d", c.at.Seconds(), c.worker, c.seq)
+			if c.failed {
+				b.WriteString(" (answered 503)")
+			}
+			b.WriteByte('\n')
+		}
+		for _, p := range procs {
+			for line := range strings.Lines(p.stderr.String()) {
+				if strings.Contains(line, sid) {
+					fmt.Fprintf(&b, "  %s: %s", p.name, line)
+				}
+			}
+		}
+		t.Logf("session %s, every handler call and its processes' log lines:\n%s", sid, b.String())
+	}
 }
