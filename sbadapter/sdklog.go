@@ -20,7 +20,9 @@ import (
 // azcore's log has one listener per process. The adapter installs it with the first Source (or
 // WatchSDKLog) and enables only the SDK's connection, receiver and sender events; a program that
 // installs a listener of its own afterwards takes the signal away (settlements refused as busy
-// are then noticed only after the SDK's delay, as before).
+// are then noticed only after the SDK's delay, as before). The count is the process's: sources
+// in one process (the bench's replicas) see each other's refusals, which changes little, since
+// a settlement is presumed refused only if it is itself still unanswered 500 ms later.
 
 // sdkLog is the process's listener state.
 var sdkLog struct {
