@@ -177,7 +177,10 @@
 // the handover, but for the one that follows an await whose completions all landed, as without
 // pipelining. A run that inherits a record waits the lease after it loaded the state before its
 // first handler call, so its replay comes after the old run's calls, except one still running,
-// as without pipelining. The lease costs nothing while completions are answered in
+// as without pipelining; and before its first save, because a save that resolves the record
+// removes it, and the run after that one, finding no record, waits for nothing (a chaos run
+// showed that too: the second holder resolved the record and lost the session, and the third
+// replayed at once while the first was still calling). The lease costs nothing while completions are answered in
 // milliseconds, and a replacement waits one lease for a session whose earlier run ended without
 // its release.
 //

@@ -450,4 +450,30 @@ func TestPipelinedRunLease(t *testing.T) {
 		require.Equal(t, sequencer.OutcomeIdle, <-done)
 		require.Equal(t, seqs(1, 3), b.got("s1"))
 	})
+
+	t.Run("a run that inherits a record waits the lease before a save resolves it", func(t *testing.T) {
+		t.Parallel()
+		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}
+		b := setupBound(t, cfg)
+		bs1 := b.broker.PublishSeq("s1", 1, false)
+		bs2 := b.broker.PublishSeq("s1", 2, false)
+		b.broker.PublishSeq("s1", 3, false)
+		st := sequencer.NewState()
+		st.InFlight = map[int64]int64{1: bs1, 2: bs2}
+		b.store.Put("s1", st)
+		done := make(chan sequencer.Outcome, 1)
+		go func() {
+			out, _ := b.runNext(t)
+			done <- out
+		}()
+		time.Sleep(quiet)
+		// Every entry is delivered, so the run could resolve the record (and save the exact
+		// Next) at once; a holder that loaded that save would find no record to wait for.
+		got, _ := b.store.Get("s1")
+		require.NotEmpty(t, got.InFlight, "the record stays until the lease has passed")
+		require.Empty(t, b.got("s1"))
+		b.clock.Advance(time.Second)
+		require.Equal(t, sequencer.OutcomeIdle, <-done)
+		require.Equal(t, seqs(1, 3), b.got("s1"))
+	})
 }

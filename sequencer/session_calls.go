@@ -32,6 +32,11 @@ func (r *run) load() error {
 // save writes the exact Next; only recordRun writes a run's record. A save ends the run's own
 // record: the entries left are handled with saves of their own.
 func (r *run) save() error {
+	// A save may resolve an inherited record, and the next holder waits only for a record it
+	// finds (see Pipelined runs): wait out the earlier holder's calls before it is gone.
+	if err := r.holdHandover(); err != nil {
+		return err
+	}
 	r.st.pruneSettled(r.s.settled)
 	clear(r.s.settled)
 	r.st.UpdatedAt = r.now()

@@ -122,9 +122,11 @@ func (r *run) beforeHandler() error {
 }
 
 // holdHandover makes a run of a pipelined engine that inherited a record wait, before its first
-// handler call, until EngineConfig.PipelineLease after it loaded the state: the run that left
-// the record may not know yet that its lock is lost and may still be calling the handler for
-// the entries it had in hand (settler.holdLease bounds for how long).
+// handler call and before its first save, until EngineConfig.PipelineLease after it loaded the
+// state: the run that left the record may not know yet that its lock is lost and may still be
+// calling the handler for the entries it had in hand (settler.holdLease bounds for how long).
+// The save matters as much as the call: a save that resolves the record removes it, and a run
+// that loads the state after that save finds no record to wait for.
 func (r *run) holdHandover() error {
 	if r.handoverAt.IsZero() {
 		return nil
