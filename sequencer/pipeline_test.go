@@ -429,32 +429,13 @@ func TestPipelinedRunLease(t *testing.T) {
 		require.Equal(t, seqs(1, 6), b.got("s1"))
 	})
 
-	t.Run("a run that inherits a record waits the lease before the replay", func(t *testing.T) {
-		t.Parallel()
-		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}
+	// inherit leaves in the store an earlier holder's run of 1 and 2, not completed, with both
+	// entries and 3 at the broker (after what first publishes), and starts a run of s1.
+	inherit := func(t *testing.T, cfg sequencer.EngineConfig, first func(*bundle)) (*bundle, chan sequencer.Outcome) {
 		b := setupBound(t, cfg)
-		bs1 := b.broker.PublishSeq("s1", 1, false)
-		bs2 := b.broker.PublishSeq("s1", 2, false)
-		b.broker.PublishSeq("s1", 3, false)
-		st := sequencer.NewState()
-		st.InFlight = map[int64]int64{1: bs1, 2: bs2} // an earlier holder's run, not completed
-		b.store.Put("s1", st)
-		done := make(chan sequencer.Outcome, 1)
-		go func() {
-			out, _ := b.runNext(t)
-			done <- out
-		}()
-		time.Sleep(quiet)
-		require.Empty(t, b.got("s1"), "no handler call before the lease has passed")
-		b.clock.Advance(time.Second)
-		require.Equal(t, sequencer.OutcomeIdle, <-done)
-		require.Equal(t, seqs(1, 3), b.got("s1"))
-	})
-
-	t.Run("a run that inherits a record waits the lease before a save resolves it", func(t *testing.T) {
-		t.Parallel()
-		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}
-		b := setupBound(t, cfg)
+		if first != nil {
+			first(b)
+		}
 		bs1 := b.broker.PublishSeq("s1", 1, false)
 		bs2 := b.broker.PublishSeq("s1", 2, false)
 		b.broker.PublishSeq("s1", 3, false)
@@ -466,12 +447,31 @@ func TestPipelinedRunLease(t *testing.T) {
 			out, _ := b.runNext(t)
 			done <- out
 		}()
+		return b, done
+	}
+
+	t.Run("a run that inherits a record waits the lease before a handler call", func(t *testing.T) {
+		t.Parallel()
+		// An unsequenced message passed through is handed over while the record is unresolved,
+		// before any save.
+		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4, Unsequenced: sequencer.UnsequencedPassThrough}
+		b, done := inherit(t, cfg, func(b *bundle) { b.broker.Publish("s1", nil, []byte("unsequenced")) })
+		time.Sleep(quiet)
+		require.Empty(t, b.got("s1"), "no handler call before the lease has passed")
+		b.clock.Advance(time.Second)
+		require.Equal(t, sequencer.OutcomeIdle, <-done)
+		require.Equal(t, []int64{0, 1, 2, 3}, b.got("s1"), "the unsequenced message (sequence 0), then the replay")
+	})
+
+	t.Run("a run that inherits a record waits the lease before a save resolves it", func(t *testing.T) {
+		t.Parallel()
+		b, done := inherit(t, sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}, nil)
 		time.Sleep(quiet)
 		// Every entry is delivered, so the run could resolve the record (and save the exact
 		// Next) at once; a holder that loaded that save would find no record to wait for.
 		got, _ := b.store.Get("s1")
 		require.NotEmpty(t, got.InFlight, "the record stays until the lease has passed")
-		require.Empty(t, b.got("s1"))
+		require.Empty(t, b.got("s1"), "no replay before the lease has passed")
 		b.clock.Advance(time.Second)
 		require.Equal(t, sequencer.OutcomeIdle, <-done)
 		require.Equal(t, seqs(1, 3), b.got("s1"))
