@@ -79,8 +79,9 @@
 // session (and with it the session's pipeline) for those 4 s. A refusal is seen by the limiter
 // (a call of the source's own refused) or in the SDK's log, which reports each refused
 // settlement the moment it happens: the adapter installs a listener on azcore's log (one per
-// process, [WatchSDKLog]) for that, which is how a replica whose calls are only settlements
-// learns of it at all. Avoiding the refusal is the only remedy for the message itself.
+// process, when the package is initialised, because it cannot be set safely once a client runs;
+// [LogSDKRetries] shows what it sees) for that, which is how a replica whose calls are only
+// settlements learns of it at all. Avoiding the refusal is the only remedy for the message itself.
 //
 // This package may import the sequencer contract, the azservicebus SDK and go-amqp (for error
 // conditions); it must never import the engine's internals, the state stores, Postgres or the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	azlog "github.com/Azure/azure-sdk-for-go/sdk/azcore/log"
@@ -17,41 +16,34 @@ import (
 // fixed delay (see refusedSettlementHint). The adapter listens for that line so that a session
 // whose settlement is held that way learns it now, not 4 s later (Session.watchRefusal).
 //
-// azcore's log has one listener per process. The adapter installs it with the first Source (or
-// WatchSDKLog) and enables only the SDK's connection, receiver and sender events; a program that
-// installs a listener of its own afterwards takes the signal away (settlements refused as busy
-// are then noticed only after the SDK's delay, as before). The count is the process's: sources
-// in one process (the bench's replicas) see each other's refusals, which changes little, since
-// a settlement is presumed refused only if it is itself still unanswered 500 ms later.
+// azcore's log has one listener per process, and setting it is not safe while any SDK client
+// runs (azcore/log.SetListener writes a global the SDK reads unguarded), so the adapter installs
+// it when the package is initialised, before any client exists, and enables only the SDK's
+// connection, receiver and sender events. A program that installs a listener of its own takes
+// the signal away (settlements refused as busy are then noticed only after the SDK's delay, as
+// before). The count is the process's: sources in one process (the bench's replicas) see each
+// other's refusals, which changes little, since a settlement is presumed refused only if it is
+// itself still unanswered 500 ms later.
 
 // sdkLog is the process's listener state.
 var sdkLog struct {
-	once sync.Once
 	// logger receives the SDK's retry lines at debug level (nil: not logged).
 	logger atomic.Pointer[slog.Logger]
 	// settleRefusals counts settlements the SDK logged as refused with server-busy.
 	settleRefusals atomic.Uint64
 }
 
-// WatchSDKLog installs the adapter's listener on the SDK's log if it is not installed yet, and,
-// with a non-nil logger, makes that logger receive the SDK's retry lines (a retry it makes
-// without telling its caller: a throttled settlement or send) at debug level. NewSource calls it
-// with the source's logger unless a logger was set already.
-func WatchSDKLog(logger *slog.Logger) {
-	sdkLog.once.Do(func() {
-		azlog.SetEvents(azservicebus.EventConn, azservicebus.EventReceiver, azservicebus.EventSender)
-		azlog.SetListener(noteSDKLog)
-	})
-	if logger != nil {
-		sdkLog.logger.Store(logger)
-	}
+func init() {
+	azlog.SetEvents(azservicebus.EventConn, azservicebus.EventReceiver, azservicebus.EventSender)
+	azlog.SetListener(noteSDKLog)
 }
 
-// watchSDKLogFor is WatchSDKLog for a source: its logger is used only when none was set.
-func watchSDKLogFor(logger *slog.Logger) {
-	WatchSDKLog(nil)
+// LogSDKRetries makes logger receive the SDK's retry lines (a retry it makes without telling its
+// caller: a throttled settlement or send) at debug level. NewSource sets the source's logger
+// unless one was set already.
+func LogSDKRetries(logger *slog.Logger) {
 	if logger != nil {
-		sdkLog.logger.CompareAndSwap(nil, logger)
+		sdkLog.logger.Store(logger)
 	}
 }
 

@@ -110,7 +110,9 @@ func NewSource(client *azservicebus.Client, cfg Config) (*Source, error) {
 	if err := cfg.Entity.Validate(); err != nil {
 		return nil, err
 	}
-	watchSDKLogFor(cfg.Logger) // the SDK reports a settlement refused as busy only in its log
+	if cfg.Logger != nil {
+		sdkLog.logger.CompareAndSwap(nil, cfg.Logger) // the SDK's retry lines, at debug level
+	}
 	return newSource(clientAccepter{c: client, e: cfg.Entity}, cfg), nil
 }
 

@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.level}))
 	// The SDK retries some refusals itself (a throttled settlement or send) and says so only in
 	// its own log: at debug level those retries show with the components' logs.
-	sbadapter.WatchSDKLog(o.Logger)
+	sbadapter.LogSDKRetries(o.Logger)
 	cells := len(o.WithDefaults().Cells())
 	var bar *progressbar.ProgressBar
 	if cfg.progress {
