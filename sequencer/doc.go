@@ -180,9 +180,9 @@
 // as without pipelining; and before its first save, because a save that resolves the record
 // removes it, and the run after that one, finding no record, waits for nothing (a chaos run
 // showed that too: the second holder resolved the record and lost the session, and the third
-// replayed at once while the first was still calling). The lease costs nothing while completions are answered in
-// milliseconds, and a replacement waits one lease for a session whose earlier run ended without
-// its release.
+// replayed at once while the first was still calling). The lease costs nothing while
+// completions are answered in milliseconds, and a replacement waits one lease for a session
+// whose earlier run ended without its release.
 //
 // Runs never contain a deferred message, the last message, or the message before a deferred one
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is

@@ -146,7 +146,9 @@ func runChaos(t *testing.T, store string, pipelined bool, p chaosPreset) {
 
 	plan := demo.Plan(p.sessions, p.messages, p.duplicates, seed)
 	began := time.Now()
-	h.began = began
+	h.mu.Lock()
+	h.began = began // the handler's times count from here
+	h.mu.Unlock()
 	f.publish(t, plan)
 	publishGarbage(t, f, p.garbage)
 
