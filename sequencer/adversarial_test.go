@@ -504,7 +504,10 @@ func TestAdversarialPipelinedRunHole(t *testing.T) {
 	}
 	var handled []int64
 	proc := &sequencertest.Process{}
-	landed3, refused2 := make(chan struct{}), make(chan struct{})
+	// The order is forced: 1 and 3 land, the handler is called for 4, then 2 is refused, then
+	// the process dies. (Left to the scheduler, 1 could still be in flight at the crash, or 2's
+	// refusal could stop the run before handler(4).)
+	landed1, landed3, started4, refused2 := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	proc.Hook = func(c sequencertest.Call) error {
 		if c.Op != "complete" {
 			return nil
@@ -512,8 +515,11 @@ func TestAdversarialPipelinedRunHole(t *testing.T) {
 		switch {
 		case c.Phase == sequencertest.Before && slices.Equal(c.BrokerSequences, []int64{2}):
 			<-landed3
+			<-started4
 			close(refused2)
 			return sequencertest.ErrInjected
+		case c.Phase == sequencertest.After && slices.Equal(c.BrokerSequences, []int64{1}):
+			close(landed1)
 		case c.Phase == sequencertest.After && slices.Equal(c.BrokerSequences, []int64{3}):
 			close(landed3)
 		}
@@ -526,7 +532,9 @@ func TestAdversarialPipelinedRunHole(t *testing.T) {
 				Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
 					handled = append(handled, m.Sequence)
 					if proc != nil && m.Sequence == 4 {
+						close(started4)
 						<-refused2
+						<-landed1
 						proc.Crash()
 						return errors.New("process died")
 					}
