@@ -305,7 +305,9 @@
 // with ErrVersionConflict if another holder wrote meanwhile. With an AtomicStore the handler's
 // effects in the store commit only with the version check, whatever the interleaving; a
 // handler's effects elsewhere (an HTTP call) are at least once, as ever: at most the message a
-// holder had in hand when it lost its lock is handed over again, by the next holder.
+// holder had in hand when it lost its lock is handed over again, by the next holder (with
+// PipelineRuns and a session-bound store, up to MaxPendingSettlements + 1 of the messages it
+// handled last, in order).
 //
 // # Gaps
 //

@@ -54,8 +54,8 @@ func TestClientCompletesWorkUnderThrottle(t *testing.T) {
 		require.NoError(t, e.Send(context.Background(), msgs))
 	}
 
-	checker := demo.NewChecker(ids, messages)
 	cfg := worker.DefaultConfig()
+	checker := demo.NewReplayChecker(ids, messages, cfg.EngineConfig().ReplayWindow())
 	cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = srv.ConnectionString(), sbadapter.Entity{Queue: queue}, checker, worker.HTTPOff
 	cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, 4, time.Second
 	w, err := worker.New(cfg)

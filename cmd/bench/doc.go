@@ -21,7 +21,7 @@
 // the worker's p99 latency, the operations the throttle refused, the credits a message cost and
 // the credit ratio (the worker's rate over the rate the throttle's credits allow at that cost).
 // A progress bar runs on stderr. -quick runs a small matrix in under a minute; the dimension
-// flags select subsets; -pipeline-runs runs the replicas with SEQBUS_PIPELINE_RUNS=true. Handler exceptions are transient: the
+// flags select subsets; -pipeline-runs=false runs the replicas with SEQBUS_PIPELINE_RUNS=false (each completion awaited; the worker's default pipelines them). Handler exceptions are transient: the
 // engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts (-retry-base
 // changes the first wait; the worker's default of 1 s would make the exception cells measure
 // the backoff).

@@ -18,6 +18,7 @@ import (
 
 	"github.com/seqbus/seqbus/internal/bench"
 	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/worker"
 )
 
 func main() {
@@ -139,7 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return err
 	})
 	fs.BoolVar(&o.OfferedTrickle, "offered-trickle", false, "with -offered: publish the messages one at a time, round robin over as many sessions as the replicas hold at once, instead of one batch per session")
-	fs.BoolVar(&o.PipelineRuns, "pipeline-runs", false, "run the replicas with SEQBUS_PIPELINE_RUNS=true (a recorded run's completions in the background)")
+	pipelineRuns := fs.Bool("pipeline-runs", worker.DefaultConfig().PipelineRuns, "run the replicas with SEQBUS_PIPELINE_RUNS (a recorded run's completions in the background, the worker's default); -pipeline-runs=false awaits each completion")
 	fs.DurationVar(&retryBase, "retry-base", 0, "the engine's first wait after a failed handler call (default 2ms, doubling up to 20ms, 10 attempts)")
 	fs.DurationVar(&o.CellTimeout, "cell-timeout", 0, "bound of one cell (default 3m)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffles (default 1)")
@@ -157,6 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	o.AwaitCompletions = !*pipelineRuns
 	if quick {
 		q := bench.Quick()
 		o.Replicas, o.Pressures, o.ExceptionRates, o.Arrivals = q.Replicas, q.Pressures, q.ExceptionRates, q.Arrivals

@@ -54,6 +54,9 @@
 //	SEQBUS_LOCK_RENEW_INTERVAL      session lock renewal (default 0: half the remaining lock time)
 //	SEQBUS_SAVE_EACH_MESSAGE        save the state after every message instead of once per run of
 //	                                in-order messages in hand (default false; see README)
+//	SEQBUS_PIPELINE_RUNS            complete a run's messages in the background, 16 at a time;
+//	                                after a crash up to 17 are handed over again, in order
+//	                                (default true; false: each completion awaited; see README)
 //	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are woken, session gauges refreshed,
 //	                                old gaps warned about and expired tombstones cleared, by the
 //	                                one replica that holds the entity's sweeper lease (default 30s)

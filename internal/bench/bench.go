@@ -29,8 +29,9 @@ type Options struct {
 	ThrottleCredits int
 	// Latency is the delay of every answer with the latency pressure [5ms].
 	Latency time.Duration
-	// PipelineRuns sets the replicas' worker.Config.PipelineRuns (SEQBUS_PIPELINE_RUNS) [false].
-	PipelineRuns bool
+	// AwaitCompletions runs the replicas with SEQBUS_PIPELINE_RUNS=false, each completion of a
+	// run awaited before the next handler call [false: the worker's default, pipelined runs].
+	AwaitCompletions bool
 	// OfferedShare, when positive, adds to each throttle cell a phase offered that share of the
 	// cell's credit-limited rate (measured in the same cell, before it): fresh replicas and
 	// sessions, messages published one at a time at a fixed rate [0: none].

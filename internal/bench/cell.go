@@ -602,7 +602,9 @@ type cellHandler struct {
 // checker allows comes from it.
 func (o Options) replicaConfig() worker.Config {
 	cfg := worker.DefaultConfig()
-	cfg.PipelineRuns = o.PipelineRuns
+	if o.AwaitCompletions {
+		cfg.PipelineRuns = false
+	}
 	return cfg
 }
 

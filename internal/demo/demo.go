@@ -179,7 +179,9 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	for i := range ids {
 		ids[i] = SessionID(i)
 	}
-	checker := NewChecker(ids, o.Messages)
+	// The replicas run the worker's defaults (startReplica), and so does the replay the checker
+	// allows after the crash.
+	checker := NewReplayChecker(ids, o.Messages, worker.DefaultConfig().EngineConfig().ReplayWindow())
 	var logHandler sequencer.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
 	if o.Verbose {
 		logHandler = handler.NewLog(o.Out)

@@ -28,6 +28,7 @@ import (
 	memstore "github.com/seqbus/seqbus/sessionstate/memory"
 	"github.com/seqbus/seqbus/sessionstate/postgres"
 	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
+	seqworker "github.com/seqbus/seqbus/worker"
 )
 
 // The shape of one cell: benchSessions sessions of benchMessages each, benchConcurrency
@@ -330,14 +331,15 @@ func fmtRatios(rs []float64) string {
 // BenchmarkWorkerVsPlainConsumer measures, on one in-process emulator and in the same run, the
 // throughput of benchSessions sessions × benchMessages messages through a plain pipelined SDK
 // session consumer (plainConsume) and through the worker's pipeline (Runner + sbadapter +
-// Service Bus session-state store) with each session published in order and fully reversed, in
-// order with one state save per message (EngineConfig.SaveEachMessage, completions pipelined;
-// fully reversed sessions always take that path, their broker order being the opposite of
-// theirs), in order with pipelined runs (EngineConfig.PipelineRuns), and in order with the in-memory store (no state writes: the cost of the pipeline
-// alone). Each variant is paired with a plain consumer run of its own (comparePairs). Metrics:
-// msgs/s of each, the worker/plain ratios over all iterations (…_ratio) and the lowest of one
-// iteration (…_min_ratio), and broker calls per message (session and source calls; the state
-// calls, which the Service Bus store also makes to the broker, separately).
+// Service Bus session-state store): in order with the worker's default (pipelined runs,
+// EngineConfig.PipelineRuns), in order with each completion awaited (SEQBUS_PIPELINE_RUNS=false),
+// fully reversed, in order with one state save per message (EngineConfig.SaveEachMessage,
+// completions pipelined; fully reversed sessions always take that path, their broker order being
+// the opposite of theirs), and in order with the in-memory store (no state writes). Each variant
+// is paired with a plain consumer run of its own (comparePairs). Metrics: msgs/s of each, the
+// worker/plain ratios over all iterations (…_ratio) and the lowest of one iteration
+// (…_min_ratio), and broker calls per message (session and source calls; the state calls, which
+// the Service Bus store also makes to the broker, separately).
 func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 	e := newBenchEnv(b)
 	store := sbstate.New(nil)
@@ -347,15 +349,18 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 		}
 	}
 	sb := func() sequencer.StateStore { return store }
+	// The worker's default: entries of recorded runs completed in the background.
+	pipelined := seqworker.DefaultConfig().PipelineRuns
 	res := e.comparePairs(b, []benchVariant{
-		{name: "inorder", run: worker(sequencer.EngineConfig{}, sb)},
-		// Entries of recorded runs completed in the background (opt-in): the at-least-once
-		// window it widens is the price of what it gains here.
-		{name: "pipelined", run: worker(sequencer.EngineConfig{PipelineRuns: true}, sb)},
-		{name: "reversed", reversed: true, run: worker(sequencer.EngineConfig{}, sb)},
+		{name: "inorder", run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, sb)},
+		// Each completion awaited before the next handler call (SEQBUS_PIPELINE_RUNS=false): the
+		// one-message window's price.
+		{name: "awaited", run: worker(sequencer.EngineConfig{}, sb)},
+		{name: "reversed", reversed: true, run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, sb)},
 		// One save per message in order: what recording runs saves.
 		{name: "save_each", run: worker(sequencer.EngineConfig{SaveEachMessage: true}, sb)},
-		// The same pipeline with the in-memory store: what the state writes cost.
+		// The same pipeline with the in-memory store: what the state writes cost (a store that
+		// is not session-bound awaits each completion, as "awaited" does).
 		{name: "memstore", run: worker(sequencer.EngineConfig{}, func() sequencer.StateStore { return memstore.New() })},
 	})
 	msgs := float64(b.N * benchSessions * benchMessages)
@@ -364,7 +369,7 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 		b.ReportMetric(msgs/t.plain.Seconds(), name+"_plain_msgs/s")
 		b.ReportMetric(t.ratio(), name+"_ratio")
 		b.ReportMetric(t.minRatio, name+"_min_ratio")
-		if name == "inorder" || name == "pipelined" || name == "reversed" {
+		if name == "inorder" || name == "awaited" || name == "reversed" {
 			b.ReportMetric(float64(t.calls)/msgs, name+"_calls/msg")
 			b.ReportMetric(float64(t.storeCalls)/msgs, name+"_state_calls/msg")
 		}

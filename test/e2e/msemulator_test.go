@@ -120,8 +120,8 @@ func TestWorkerOnMicrosoftEmulator(t *testing.T) {
 	for i := range ids {
 		ids[i] = demo.SessionID(i)
 	}
-	checker := demo.NewChecker(ids, messages)
 	cfg := worker.DefaultConfig()
+	checker := demo.NewReplayChecker(ids, messages, cfg.EngineConfig().ReplayWindow())
 	cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, sbadapter.Entity{Queue: "orders"}, checker, worker.HTTPOff
 	cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions = 2*time.Second, 4
 	w, err := worker.New(cfg)
