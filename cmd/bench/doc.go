@@ -21,10 +21,11 @@
 // the worker's p99 latency, the operations the throttle refused, the credits a message cost and
 // the credit ratio (the worker's rate over the rate the throttle's credits allow at that cost).
 // A progress bar runs on stderr. -quick runs a small matrix in under a minute; the dimension
-// flags select subsets; -pipeline-runs=false runs the replicas with SEQBUS_PIPELINE_RUNS=false (each completion awaited; the worker's default pipelines them). Handler exceptions are transient: the
-// engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts (-retry-base
-// changes the first wait; the worker's default of 1 s would make the exception cells measure
-// the backoff).
+// flags select subsets; -pipeline-runs=false runs the replicas with SEQBUS_PIPELINE_RUNS=false
+// (each completion awaited; the worker's default pipelines them). Handler exceptions are
+// transient: the engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts
+// (-retry-base changes the first wait; the worker's default of 1 s would make the exception
+// cells measure the backoff).
 //
 // Exit codes: 0 when every cell finished in order, 1 when a cell failed, did not finish or saw
 // an order violation, 2 for bad flags.
