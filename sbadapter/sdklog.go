@@ -14,7 +14,7 @@ import (
 // busy when it happens: the settlement's retry loop logs "(settle) Retry attempt 0 returned
 // retryable error: *Error{Condition: com.microsoft:server-busy, …}" at once and then sleeps its
 // fixed delay (see refusedSettlementHint). The adapter listens for that line so that a session
-// whose settlement is held that way learns it now, not 4 s later (Session.watchRefusal).
+// whose settlement is held that way learns it now, not 4 s later (Session.watchSettlement).
 //
 // azcore's log has one listener per process, and setting it is not safe while any SDK client
 // runs (azcore/log.SetListener writes a global the SDK reads unguarded), so the adapter installs

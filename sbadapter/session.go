@@ -225,13 +225,10 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 	}
 	var timedOut bool
 	err = s.call(ctx, func(ctx context.Context) error {
-		sctx, cancel := context.WithTimeoutCause(ctx, s.settleTimeout, errSettleTimeout)
-		defer cancel()
-		rctx, refuse := context.WithCancelCause(sctx)
-		defer refuse(nil)
-		defer s.watchRefusal(refuse)()
+		sctx, stop := s.watchSettlement(ctx)
+		defer stop()
 		start := time.Now()
-		err := fn(rctx, rm)
+		err := fn(sctx, rm)
 		if err == nil && time.Since(start) >= refusedSettlementHint {
 			// The SDK hides a settlement the broker refused as busy: it waits its fixed retry
 			// delay and then reports success (see refusedSettlementHint). Tell the limiter.
@@ -239,7 +236,8 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 			s.logger.DebugContext(ctx, "sbadapter: settlement refused as busy, hidden by the SDK", slog.String("session_id", s.id),
 				slog.String("settlement", what), slog.Duration("took", time.Since(start)))
 		}
-		if err != nil && sctx.Err() == nil && errors.Is(context.Cause(rctx), errSettleRefused) {
+		cause := context.Cause(sctx)
+		if err != nil && ctx.Err() == nil && errors.Is(cause, errSettleRefused) {
 			// Presumed refused: the SDK would report it settled after its retry delay anyway
 			// (see refusedSettlementHint), so report it now rather than stall the session.
 			s.limit.Busy()
@@ -247,7 +245,7 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 				slog.String("settlement", what), slog.Duration("took", time.Since(start)))
 			return nil
 		}
-		timedOut = err != nil && ctx.Err() == nil && errors.Is(context.Cause(sctx), errSettleTimeout)
+		timedOut = err != nil && ctx.Err() == nil && errors.Is(cause, errSettleTimeout)
 		return err
 	})
 	if err != nil {
@@ -275,7 +273,7 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 const refusedSettlementHint = 3 * time.Second
 
 // refusedSettlementWait is how long a settlement may go unanswered while the namespace refuses
-// calls as busy (a server-busy answer was seen since it started, see watchRefusal) before it
+// calls as busy (a server-busy answer was seen since it started, see watchSettlement) before it
 // is presumed refused and reported settled. That is what the SDK reports of a refused
 // settlement anyway, after its fixed retry delay of about 4 s, without sending it again (see
 // refusedSettlementHint): waiting for it only stalls the session. The outcome is the same as
@@ -294,39 +292,52 @@ const refusedSettlementPoll = 100 * time.Millisecond
 // errSettleRefused is the cause of a settlement's ctx when it was presumed refused as busy.
 var errSettleRefused = errors.New("settlement presumed refused as busy")
 
-// watchRefusal cancels a settlement with errSettleRefused once it has run refusedSettlementWait
-// and a server-busy answer was seen since it started: by the source's Limiter, or in the SDK's
-// log of a settlement refused (sdklog.go), which is how a session whose only calls are
-// settlements learns of it (the namespace refuses everything for the rest of its period, so
-// this settlement most likely was refused too; one that was not is answered within a round
-// trip). The returned func stops the watch.
-func (s *Session) watchRefusal(refuse context.CancelCauseFunc) (stop func()) {
-	if s.limit == nil {
-		return func() {}
+// watchSettlement returns the ctx of one settlement attempt and the func that ends it. The ctx
+// is canceled with errSettleTimeout once settleTimeout has passed and, with a Limiter, with
+// errSettleRefused once the settlement has run refusedSettlementWait and a server-busy answer
+// was seen since it started: by the Limiter, or in the SDK's log of a settlement refused
+// (sdklog.go), which is how a session whose only calls are settlements learns of it (the
+// namespace refuses everything for the rest of its period, so this settlement most likely was
+// refused too; one that was not is answered within a round trip). One context and one timer
+// watch both: a settlement runs for every message (two contexts and two timers cost a few
+// percent of the worker's CPU in the unthrottled benchmark).
+func (s *Session) watchSettlement(ctx context.Context) (context.Context, func()) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	start := time.Now()
+	var mark, logged uint64
+	first := s.settleTimeout
+	if s.limit != nil {
+		mark, logged = s.limit.busyCount(), s.settleRefusals.Load()
+		first = min(first, refusedSettlementWait)
 	}
-	mark, logged := s.limit.busyCount(), s.settleRefusals.Load()
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
 	mu.Lock() // the callback reads t
 	defer mu.Unlock()
-	t = time.AfterFunc(refusedSettlementWait, func() {
+	t = time.AfterFunc(first, func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
 			return
 		}
-		if s.limit.busyCount() > mark || s.settleRefusals.Load() > logged {
-			refuse(errSettleRefused)
+		left := s.settleTimeout - time.Since(start)
+		switch {
+		case left <= 0:
+			cancel(errSettleTimeout)
+			return
+		case s.limit != nil && (s.limit.busyCount() > mark || s.settleRefusals.Load() > logged):
+			cancel(errSettleRefused)
 			return
 		}
-		t.Reset(refusedSettlementPoll)
+		t.Reset(min(left, refusedSettlementPoll))
 	})
-	return func() {
+	return sctx, func() {
 		mu.Lock()
-		defer mu.Unlock()
 		stopped = true
 		t.Stop()
+		mu.Unlock()
+		cancel(nil)
 	}
 }
 

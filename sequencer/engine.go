@@ -161,6 +161,7 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	} else if perr != nil && !errors.Is(err, perr) {
 		err = errors.Join(err, perr) // the background failure is often the cause of err
 	}
+	r.s.close()
 	if out == OutcomeFailed && r.s.lost.Load() {
 		out = OutcomeLockLost
 	}

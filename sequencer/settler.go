@@ -184,7 +184,7 @@ func (s *settler) startComplete(m *msg) error {
 		<-p.slots
 		return s.callErr(CallComplete, ErrLockLost)
 	}
-	p.wg.Go(func() {
+	p.run(func() {
 		defer func() { <-p.slots }()
 		if err := s.settleNow(CallComplete, m, s.sess.Complete); err != nil {
 			p.fail(err)
@@ -211,6 +211,13 @@ func (s *settler) completeEntry(m *msg) error {
 		return err
 	}
 	return p.failure()
+}
+
+// close ends the goroutines of the background completions once they are done.
+func (s *settler) close() {
+	if s.pipe != nil {
+		s.pipe.close()
+	}
 }
 
 // failure reports the error of a background completion that has already finished.
@@ -255,16 +262,48 @@ func (s *settler) settleAnchors() error {
 
 // pipeline runs the completions of one run in the background, at most cap(slots) at a time, and
 // keeps the first error. Only the run's own goroutine starts completions and waits for them.
+//
+// Its goroutines are kept for the run (run, close): a settlement's calls through the adapter,
+// the SDK and the AMQP library grow a new goroutine's stack (profiled: about 2.6 µs of copying
+// per completion, a few percent of the worker's CPU), which a kept goroutine does once.
 type pipeline struct {
 	slots chan struct{}
-	wg    sync.WaitGroup
+	// wg counts the tasks started and not finished; workers the goroutines that run them.
+	wg      sync.WaitGroup
+	tasks   chan func()
+	workers sync.WaitGroup
 
 	mu  sync.Mutex
 	err error
 }
 
 func newPipeline(n int) *pipeline {
-	return &pipeline{slots: make(chan struct{}, n)}
+	return &pipeline{slots: make(chan struct{}, n), tasks: make(chan func())}
+}
+
+// run runs fn on an idle goroutine of the pipeline, or on a new one when none is idle.
+func (p *pipeline) run(fn func()) {
+	p.wg.Add(1)
+	task := func() {
+		defer p.wg.Done()
+		fn()
+	}
+	select {
+	case p.tasks <- task:
+	default:
+		p.workers.Go(func() {
+			for ; task != nil; task = <-p.tasks {
+				task()
+			}
+		})
+	}
+}
+
+// close ends the pipeline's goroutines once its tasks are done. Nothing is started after it.
+func (p *pipeline) close() {
+	p.wg.Wait()
+	close(p.tasks)
+	p.workers.Wait()
 }
 
 // failure returns the first error of a completion that has finished, if any.

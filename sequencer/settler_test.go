@@ -99,6 +99,7 @@ func setupSettler(t *testing.T, pending int) settlerBundle {
 	t.Cleanup(func() { cancel(nil) })
 	s := &settler{}
 	s.init(ctx, cancel, e, sess)
+	t.Cleanup(s.close)
 	return settlerBundle{sess: sess, s: s, ctx: ctx, events: &events}
 }
 
