@@ -10,15 +10,11 @@ import (
 
 // Checker is a handler that verifies the order it sees: each session must be handled 1, 2, 3, …
 // with no gap and nothing after its last message, and nothing repeated but the engine's
-// at-least-once replay (sequencer.EngineConfig.ReplayWindow): up to that many of the sequences
-// handled last, handed over again in their order. It is safe for concurrent use.
+// at-least-once replay (SessionOrder). It is safe for concurrent use.
 type Checker struct {
 	mu         sync.Mutex
 	expected   int64 // messages per session
-	window     int64 // the replay window (1: only the sequence handled last)
-	next       map[string]int64
-	replayed   map[string]int64 // the sequence a replay in progress handed over last
-	runFrom    map[string]int64 // the first of the sequences handled without a gap up to next-1
+	order      map[string]*SessionOrder
 	complete   map[string]bool
 	handled    uint64
 	redeliv    uint64
@@ -39,16 +35,13 @@ func NewChecker(sessionIDs []string, messages int) *Checker {
 func NewReplayChecker(sessionIDs []string, messages, window int) *Checker {
 	c := &Checker{
 		expected:  int64(messages),
-		window:    int64(max(window, 1)),
-		next:      make(map[string]int64, len(sessionIDs)),
-		replayed:  make(map[string]int64, len(sessionIDs)),
-		runFrom:   make(map[string]int64, len(sessionIDs)),
+		order:     make(map[string]*SessionOrder, len(sessionIDs)),
 		complete:  make(map[string]bool, len(sessionIDs)),
 		done:      make(chan struct{}),
 		remaining: len(sessionIDs),
 	}
 	for _, id := range sessionIDs {
-		c.next[id] = 1
+		c.order[id] = &SessionOrder{Window: int64(window)}
 	}
 	if c.remaining == 0 {
 		close(c.done)
@@ -62,25 +55,18 @@ func (c *Checker) Handle(_ context.Context, m *sequencer.Message) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.handled++
-	want, known := c.next[m.SessionID]
+	o, known := c.order[m.SessionID]
 	if !known {
 		c.violations = append(c.violations, fmt.Sprintf("session %q is not one the demo published", m.SessionID))
 		return nil
 	}
-	if m.Sequence < want {
-		c.replay(m.SessionID, m.Sequence, want)
-		return nil
+	want := o.Last() + 1
+	v := o.Check(m.Sequence)
+	if v != "" {
+		c.violations = append(c.violations, fmt.Sprintf("session %q: %s", m.SessionID, v))
 	}
-	if r := c.replayed[m.SessionID]; r != 0 && r != want-1 {
-		c.violations = append(c.violations, fmt.Sprintf("session %q: a replay stopped at sequence %d, then %d was handled", m.SessionID, r, m.Sequence))
-	}
-	delete(c.replayed, m.SessionID)
-	if m.Sequence != want {
-		c.violations = append(c.violations, fmt.Sprintf("session %q: handled sequence %d, expected %d", m.SessionID, m.Sequence, want))
-		c.runFrom[m.SessionID] = m.Sequence
-	}
-	if m.Sequence >= want {
-		c.next[m.SessionID] = m.Sequence + 1
+	if repeat, _ := o.Handled(m.Sequence); repeat && v == "" {
+		c.redeliv++
 	}
 	if m.Sequence == c.expected && want == c.expected && !c.complete[m.SessionID] {
 		c.complete[m.SessionID] = true
@@ -90,26 +76,6 @@ func (c *Checker) Handle(_ context.Context, m *sequencer.Message) error {
 		}
 	}
 	return nil
-}
-
-// replay judges seq, below the next expected sequence want: a replay after a crash, a lost lock
-// or a failed settlement (at-least-once delivery), not an order violation, if it was handled
-// before, is within the window and either starts a replay, goes on with the one in progress, or
-// starts it again lower (another crash during it).
-func (c *Checker) replay(id string, seq, want int64) {
-	r := c.replayed[id]
-	switch {
-	case seq < c.runFrom[id]:
-		c.violations = append(c.violations, fmt.Sprintf("session %q: handled sequence %d, which came after a gap, below %d", id, seq, c.runFrom[id]))
-	case want-seq > c.window:
-		c.violations = append(c.violations, fmt.Sprintf("session %q: handled sequence %d again, %d back (replay window %d)", id, seq, want-seq, c.window))
-	case r != 0 && seq > r+1:
-		c.violations = append(c.violations, fmt.Sprintf("session %q: a replay skipped from %d to %d", id, r, seq))
-		c.replayed[id] = seq
-	default:
-		c.redeliv++
-		c.replayed[id] = seq
-	}
 }
 
 // Done is closed once every session's last sequence was handled in order.
@@ -143,9 +109,9 @@ func (c *Checker) Incomplete() map[string]int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]int64{}
-	for id, n := range c.next {
+	for id, o := range c.order {
 		if !c.complete[id] {
-			out[id] = n
+			out[id] = o.Last() + 1
 		}
 	}
 	return out

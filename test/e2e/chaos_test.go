@@ -253,15 +253,14 @@ type chaosHandler struct {
 	fails map[string]int
 	// window is the replay window (sequencer.EngineConfig.ReplayWindow).
 	window int64
-	// last is the highest sequence of each session whose call succeeded; replayed, while a
-	// replay is in progress, the sequence it last handed over successfully.
-	last, replayed map[string]int64
-	calls          int
-	handled        int
-	failed         int
-	repeats        int
-	longestReplay  int64
-	violations     []string
+	// order judges each session's calls (demo.SessionOrder, the demo's rule).
+	order         map[string]*demo.SessionOrder
+	calls         int
+	handled       int
+	failed        int
+	repeats       int
+	longestReplay int64
+	violations    []string
 	// began is when the run started; history is every call of each session, for the report
 	// of a violation.
 	began   time.Time
@@ -280,7 +279,7 @@ func newChaosHandler(p chaosPreset, window int, seed uint64) *chaosHandler {
 	return &chaosHandler{
 		latency: p.latency, failRate: p.failRate, maxFails: p.maxFails, window: int64(window),
 		rng:   rand.New(rand.NewPCG(seed, 0xfa11)),
-		fails: map[string]int{}, last: map[string]int64{}, replayed: map[string]int64{},
+		fails: map[string]int{}, order: map[string]*demo.SessionOrder{},
 		began: time.Now(), history: map[string][]chaosCall{},
 	}
 }
@@ -301,11 +300,9 @@ func (h *chaosHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// record checks one call against the session's last handled sequence and decides its answer.
-// A call is in order when it asks for the next sequence or is part of a replay: a worker that
-// died or lost its lock before its completions landed hands the messages handled last over
-// again, at most window of them, in their order (a replay may start again lower if it is cut
-// short too, and must reach the last one handled before the next sequence).
+// record checks one call against the order of its session (demo.SessionOrder: the next
+// sequence, or a replay of at most window of the sequences handled last, in their order) as it
+// arrives, and decides its answer; only a call answered with success moves the session on.
 func (h *chaosHandler) record(worker, sid string, seq int64) (fail bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -315,16 +312,9 @@ func (h *chaosHandler) record(worker, sid string, seq int64) (fail bool) {
 		call.failed = fail
 		h.history[sid] = append(h.history[sid], call)
 	}()
-	last, r := h.last[sid], h.replayed[sid]
-	switch {
-	case seq == last+1 && r != 0 && r != last:
-		h.violations = append(h.violations, fmt.Sprintf("session %s: call for %d after a replay stopped at %d (last handled %d)", sid, seq, r, last))
-	case seq > last+1:
-		h.violations = append(h.violations, fmt.Sprintf("session %s: call for %d after %d was handled", sid, seq, last))
-	case seq <= last && last-seq >= h.window:
-		h.violations = append(h.violations, fmt.Sprintf("session %s: call for %d again after %d was handled (replay window %d)", sid, seq, last, h.window))
-	case seq <= last && r != 0 && seq > r+1:
-		h.violations = append(h.violations, fmt.Sprintf("session %s: a replay skipped from %d to %d", sid, r, seq))
+	o := h.sessionOrder(sid)
+	if v := o.Check(seq); v != "" {
+		h.violations = append(h.violations, fmt.Sprintf("session %s: %s", sid, v))
 	}
 	key := sid + "/" + strconv.FormatInt(seq, 10)
 	if h.fails[key] < h.maxFails && h.rng.Float64() < h.failRate {
@@ -332,24 +322,30 @@ func (h *chaosHandler) record(worker, sid string, seq int64) (fail bool) {
 		h.failed++
 		return true
 	}
-	switch {
-	case seq <= last:
+	if repeat, depth := o.Handled(seq); repeat {
 		h.repeats++
-		h.replayed[sid] = seq
-		h.longestReplay = max(h.longestReplay, last-seq+1)
-	case seq == last+1:
-		h.last[sid] = seq
-		delete(h.replayed, sid)
+		h.longestReplay = max(h.longestReplay, depth)
+	} else {
 		h.handled++
 	}
 	return false
+}
+
+// sessionOrder returns the order of session sid, started on its first call.
+func (h *chaosHandler) sessionOrder(sid string) *demo.SessionOrder {
+	o, ok := h.order[sid]
+	if !ok {
+		o = &demo.SessionOrder{Window: h.window}
+		h.order[sid] = o
+	}
+	return o
 }
 
 func (h *chaosHandler) ended(ids []string, messages int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, id := range ids {
-		if h.last[id] != messages {
+		if h.sessionOrder(id).Last() != messages {
 			return false
 		}
 	}
@@ -361,8 +357,8 @@ func (h *chaosHandler) progress(ids []string, messages int64) string {
 	defer h.mu.Unlock()
 	var open []string
 	for _, id := range ids {
-		if h.last[id] != messages {
-			open = append(open, fmt.Sprintf("%s at %d", id, h.last[id]))
+		if last := h.sessionOrder(id).Last(); last != messages {
+			open = append(open, fmt.Sprintf("%s at %d", id, last))
 		}
 	}
 	n := len(open)
