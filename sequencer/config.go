@@ -148,10 +148,9 @@ type EngineConfig struct {
 	// handler call: the session is held up by one handler call at a time, not by one broker
 	// round trip at a time. The price is the at-least-once window: a crash or a lost lock may
 	// hand over again up to MaxPendingSettlements + 1 of the entries handled last (the one in
-	// hand and those whose completion had not landed), in their order, instead of one message (see "Pipelined runs"
-	// in the package documentation). No effect with SaveEachMessage, an AtomicStore, a store
-	// that is not session-bound (its fence awaits the completions before each handler call) or
-	// MaxPendingSettlements 1.
+	// hand and those whose completion had not landed), in their order, instead of one message
+	// (see "Pipelined runs" in the package documentation). No effect with SaveEachMessage, an
+	// AtomicStore or MaxPendingSettlements 1.
 	PipelineRuns bool
 	// PipelineLease bounds, with PipelineRuns, how long a run goes on calling the handler
 	// without waiting for its completions in flight after the last call the broker answered,
@@ -255,8 +254,8 @@ func (c EngineConfig) Validate() error {
 // ReplayWindow is the at-least-once window this configuration promises: after a crash, a lost
 // lock or a failed settlement, at most this many of the messages handled last are handed to the
 // handler again, in their order (1, or MaxPendingSettlements + 1 with PipelineRuns; see Crash
-// consistency in the package documentation). It is a bound: a store that turns PipelineRuns off
-// keeps the window at 1.
+// consistency in the package documentation). It is a bound: an AtomicStore, which runs no
+// recorded runs, keeps the window at 1.
 func (c EngineConfig) ReplayWindow() int {
 	pending := c.WithDefaults().MaxPendingSettlements
 	if !c.PipelineRuns || c.SaveEachMessage || pending <= 1 {

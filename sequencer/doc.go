@@ -147,9 +147,9 @@
 //
 // # Pipelined runs
 //
-// With EngineConfig.PipelineRuns (and MaxPendingSettlements > 1, a session-bound store) the
-// complete of an entry goes to the background pipeline like the completes above, and the next
-// entry's handler is called without waiting for its answer: one handler call at a time, not one
+// With EngineConfig.PipelineRuns (and MaxPendingSettlements > 1) the complete of an entry goes
+// to the background pipeline like the completes above, and the next entry's handler is called
+// without waiting for its answer: one handler call at a time, not one
 // broker round trip at a time. Nothing about the record changes: the state still says "run from
 // k" until the next save, and an entry is still completed only after it was handled, so the
 // inference above holds. What changes is what a crash, a lost lock or a failed complete leaves:
@@ -183,6 +183,22 @@
 // replayed at once while the first was still calling). The lease costs nothing while
 // completions are answered in milliseconds, and a replacement waits one lease for a session
 // whose earlier run ended without its release.
+//
+// With a store of its own (not session-bound, see Lock tenure) the same holds, with the lease in
+// place of the fence's wait for the entries after a run's first: their handler calls do not
+// wait for the completions before them while the lease lasts. Such a store's saves are not
+// calls the broker answers, so the lease runs from the run's settlements alone (until one is
+// answered, each entry waits for the completions before it), and a save
+// does not show the lock held: an old holder may save a record after a new holder loaded the
+// state. The old holder's entries follow its record's save, and the new holder saves before its
+// first handler call (its claim, its own record or the save that resolves the record it
+// inherited), both with the version each loaded: if the new holder loaded the old holder's
+// record, it waits the lease first, as above; if it loaded the state before that record landed,
+// one of the two saves fails on the version, and either the old holder hands no entry of that
+// record over or the new holder stops before any handler call. However many records the old
+// holder saves after it lost its lock unnoticed, the first entry of each follows the fence's
+// wait and the later ones the lease after its last answered call, which was sent before the
+// handover: the bound above does not move.
 //
 // Runs never contain a deferred message, the last message, or the message before a deferred one
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is
@@ -297,7 +313,9 @@
 //     an earlier holder that lost its lock without noticing can save no more, and this run goes
 //     on from the latest state;
 //   - before each handler call it waits for the answers to the completions issued since the
-//     last save (no completion overlaps the next message; completions of a lost lock fail);
+//     last save (no completion overlaps the next message; completions of a lost lock fail),
+//     except, with PipelineRuns, before the later entries of a run, which the lease bounds
+//     instead (see Pipelined runs);
 //   - after a retry backoff, the one stretch without calls, it renews the lock before it hands
 //     the message over again.
 //
@@ -306,8 +324,7 @@
 // effects in the store commit only with the version check, whatever the interleaving; a
 // handler's effects elsewhere (an HTTP call) are at least once, as ever: at most the message a
 // holder had in hand when it lost its lock is handed over again, by the next holder (with
-// PipelineRuns and a session-bound store, up to MaxPendingSettlements + 1 of the messages it
-// handled last, in order).
+// PipelineRuns, up to MaxPendingSettlements + 1 of the messages it handled last, in order).
 //
 // # Gaps
 //

@@ -179,8 +179,9 @@ type AtomicStore interface {
 // For such a store the engine fences: the first handler call of a run follows a save of its own
 // (a claim: the version moves, so the earlier holder's next save fails), every handler call
 // follows the broker's answers to the completions issued before it (no completion overlaps the
-// next message), and a retry wait ends with a lock renewal. See "Lock tenure" in the package
-// documentation.
+// next message; with EngineConfig.PipelineRuns the later entries of a run are bounded by the
+// lease instead), and a retry wait ends with a lock renewal. See "Lock tenure" and "Pipelined
+// runs" in the package documentation.
 type SessionBoundStore interface {
 	StateStore
 	WritesThroughSession() bool

@@ -39,6 +39,7 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 	tests := []struct {
 		pending int
 		bound   bool
+		runs    bool // pipelined runs instead of one save per message
 		overlap bool
 	}{
 		{pending: 4, bound: true, overlap: true},
@@ -46,41 +47,53 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 		// A store of its own (Postgres) says nothing about the lock: the engine fences, and no
 		// completion overlaps the next handler call.
 		{pending: 4, bound: false, overlap: false},
+		// ... but for the entries of a pipelined run the lease bounds the calls instead: once a
+		// completion was answered, the next ones overlap the handler calls.
+		{pending: 4, bound: false, runs: true, overlap: true},
+		{pending: 4, bound: true, runs: true, overlap: true},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("pending=%d bound=%v", tt.pending, tt.bound), func(t *testing.T) {
+		t.Run(fmt.Sprintf("pending=%d bound=%v runs=%v", tt.pending, tt.bound, tt.runs), func(t *testing.T) {
 			t.Parallel()
 			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: tt.pending}
+			// The complete held is the first (one save each) or the second (a run: with a store
+			// of its own no call of the run has been answered before complete(1), so the lease
+			// waits for it).
+			held := int64(1)
+			if tt.runs {
+				cfg = sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: tt.pending}
+				held = 2
+			}
 			b := setupStore(t, cfg, tt.bound)
-			second := make(chan struct{})
+			next := make(chan struct{})
 			b.setFail(func(m *sequencer.Message) error {
-				if m.Sequence == 2 {
-					close(second)
+				if m.Sequence == held+1 {
+					close(next)
 				}
 				return nil
 			})
 			var overlapped atomic.Bool
 			b.proc.Hook = onComplete(func(n int64) error {
-				if n != 1 {
+				if n != held {
 					return nil
 				}
-				// The first complete waits for the handler of the second message.
+				// The complete held waits for the handler of the next message.
 				wait := 2 * time.Second
 				if !tt.overlap {
 					wait = 50 * time.Millisecond
 				}
 				select {
-				case <-second:
+				case <-next:
 					overlapped.Store(true)
 				case <-time.After(wait):
 				}
 				return nil
 			})
-			publish(b, "s1", seqs(1, 3), 0)
+			publish(b, "s1", seqs(1, 4), 0)
 			out, _ := b.runNext(t)
 			require.Equal(t, sequencer.OutcomeIdle, out)
-			require.Equal(t, tt.overlap, overlapped.Load(), "handler(2) ran while complete(1) was in flight")
-			require.Equal(t, seqs(1, 3), b.got("s1"))
+			require.Equal(t, tt.overlap, overlapped.Load(), "handler(%d) ran while complete(%d) was in flight", held+1, held)
+			require.Equal(t, seqs(1, 4), b.got("s1"))
 			require.Zero(t, b.broker.Len(), "every message is completed before the session is released")
 		})
 	}
@@ -394,12 +407,23 @@ func TestEngineFencesAStoreOfItsOwn(t *testing.T) {
 // inherits a record waits the lease before its first handler call.
 func TestPipelinedRunLease(t *testing.T) {
 	t.Parallel()
+	for _, bound := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
+			t.Parallel()
+			testPipelinedRunLease(t, bound)
+		})
+	}
+}
+
+// testPipelinedRunLease is TestPipelinedRunLease with a store kept in the session (bound, the
+// Service Bus session state's kind) or a store of its own (Postgres's kind).
+func testPipelinedRunLease(t *testing.T, bound bool) {
 	const quiet = 200 * time.Millisecond // real time in which no handler call may come
 
 	t.Run("a run stops calling once its completions go unanswered for the lease", func(t *testing.T) {
 		t.Parallel()
 		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}
-		b := setupBound(t, cfg)
+		b := setupStore(t, cfg, bound)
 		release := make(chan struct{})
 		b.proc.Hook = onComplete(func(n int64) error {
 			if n >= 2 {
@@ -432,7 +456,7 @@ func TestPipelinedRunLease(t *testing.T) {
 	// inherit leaves in the store an earlier holder's run of 1 and 2, not completed, with both
 	// entries and 3 at the broker (after what first publishes), and starts a run of s1.
 	inherit := func(t *testing.T, cfg sequencer.EngineConfig, first func(*bundle)) (*bundle, chan sequencer.Outcome) {
-		b := setupBound(t, cfg)
+		b := setupStore(t, cfg, bound)
 		if first != nil {
 			first(b)
 		}

@@ -20,10 +20,10 @@ import (
 // where a deferred message is completed at once and an active one waits as the drain's anchor
 // while the message for Next is deferred. A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
-	if err := r.beforeHandler(); err != nil {
+	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
+	if err := r.beforeHandler(how == completeInRun && entries == nil); err != nil {
 		return err
 	}
-	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
 	switch {
 	case entries != nil:
 		if err := r.recordRun(entries); err != nil {
@@ -73,7 +73,7 @@ func (r *run) inOrder(m *msg) error {
 // is the fence). A handler that keeps failing dead-letters m (HandlerFailed) whatever the poison
 // policy: an unordered message never parks or blocks the ordered ones.
 func (r *run) passThrough(m *msg) error {
-	if err := r.beforeHandler(); err != nil {
+	if err := r.beforeHandler(false); err != nil {
 		return err
 	}
 	ok, err := r.handOver(m, func() error {
@@ -102,12 +102,14 @@ func (r *run) passThrough(m *msg) error {
 // beforeHandler holds the next handler call until this run may make it: not after a failed
 // background completion, not before the completions since the last save are answered with a
 // store that says nothing about the lock (the fence), not while an earlier holder of a pipelined
-// run may still be calling (holdHandover), and not past the lease of a pipelined run.
-func (r *run) beforeHandler() error {
+// run may still be calling (holdHandover), and not past the lease of a pipelined run. inRun says
+// the message is a later entry of the run this engine recorded: with pipelined runs the lease,
+// not the fence, bounds its call (see "Pipelined runs" in the package documentation).
+func (r *run) beforeHandler(inRun bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
 	}
-	if !r.e.sessionBound {
+	if !r.e.sessionBound && !(inRun && r.s.pipelinedRuns()) {
 		// Fence (see SessionBoundStore): a save to this store says nothing about the session
 		// lock, so the completions issued since the last save must have been answered (which
 		// they are not once the lock is lost) before the handler is called again.

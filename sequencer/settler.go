@@ -124,7 +124,7 @@ func (s *settler) noteAnswered(sent time.Time) {
 // earlier holder's calls come before the replay.
 func (s *settler) holdLease() error {
 	lease := s.e.cfg.PipelineLease
-	if s.pipe == nil || !s.e.cfg.PipelineRuns || lease < 0 {
+	if !s.pipelinedRuns() || lease < 0 {
 		return nil
 	}
 	if s.e.clock.Now().Sub(time.Unix(0, s.answered.Load())) < lease {
@@ -132,6 +132,10 @@ func (s *settler) holdLease() error {
 	}
 	return s.await()
 }
+
+// pipelinedRuns reports whether the entries of a recorded run are completed in the background
+// (EngineConfig.PipelineRuns with a pipeline).
+func (s *settler) pipelinedRuns() bool { return s.pipe != nil && s.e.cfg.PipelineRuns }
 
 func (s *settler) complete(m *msg) error { return s.settle(CallComplete, m, s.sess.Complete) }
 
@@ -201,7 +205,7 @@ func (s *settler) startComplete(m *msg) error {
 // after it.
 func (s *settler) completeEntry(m *msg) error {
 	p := s.pipe
-	if p == nil || !s.e.cfg.PipelineRuns {
+	if !s.pipelinedRuns() {
 		if err := s.settleNow(CallComplete, m, s.sess.Complete); err != nil {
 			return err
 		}

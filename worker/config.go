@@ -161,7 +161,7 @@ type Config struct {
 	// handed over again, in order (see sequencer.EngineConfig.PipelineRuns). The worker turns it
 	// on (the library's zero value is off): awaiting each completion caps a session at one
 	// message per broker round trip, about 160 a second at 5 ms, and a one-message window cannot
-	// be had for less. The Postgres store turns it off (its saves say nothing about the lock).
+	// be had for less. A transactional handler (Journal, Transactional) has no runs to pipeline.
 	PipelineRuns bool `envconfig:"PIPELINE_RUNS"`
 	// ReorderWindow bounds the early messages held in memory per session (0: no window, every
 	// early message is deferred at the broker); ReorderWindowBytes bounds their bodies.
@@ -276,9 +276,9 @@ func (c Config) engine() sequencer.EngineConfig {
 		Unsequenced:       c.Unsequenced,
 		TombstoneTTL:      c.TombstoneTTL,
 		SaveEachMessage:   c.SaveEachMessage,
-		// The Postgres store turns pipelined runs off anyway; saying so here keeps the engine's
+		// A transactional handler runs no recorded runs; saying so here keeps the engine's
 		// ReplayWindow exact (1) for it.
-		PipelineRuns:      c.PipelineRuns && c.StateStore == StateStoreServiceBus,
+		PipelineRuns:      c.PipelineRuns && !c.Transactional && !c.Journal,
 		LockRenewInterval: c.LockRenewInterval,
 	}
 	if c.ReorderWindow == 0 {

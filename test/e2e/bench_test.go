@@ -169,15 +169,9 @@ func (e *benchEnv) plainConsume(b *testing.B, queue string) (time.Duration, uint
 	return elapsed, st.BrokerCalls
 }
 
-// workerConsume runs the worker's pipeline in-process (sbadapter Source → sequencer.Runner with
-// store) until every message was handled in order, and returns the time it took and the runner's
-// stats.
-func (e *benchEnv) workerConsume(b *testing.B, queue string, store sequencer.StateStore) (time.Duration, sequencer.Stats) {
-	b.Helper()
-	return e.workerConsumeWith(b, queue, store, sequencer.EngineConfig{})
-}
-
-// workerConsumeWith is workerConsume with engine settings on top of the benchmark's own.
+// workerConsumeWith runs the worker's pipeline in-process (sbadapter Source → sequencer.Runner
+// with store and cfg on top of the benchmark's own settings) until every message was handled in
+// order, and returns the time it took and the runner's stats.
 func (e *benchEnv) workerConsumeWith(b *testing.B, queue string, store sequencer.StateStore, cfg sequencer.EngineConfig) (time.Duration, sequencer.Stats) {
 	b.Helper()
 	total := int64(benchSessions * benchMessages)
@@ -359,9 +353,8 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 		{name: "reversed", reversed: true, run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, sb)},
 		// One save per message in order: what recording runs saves.
 		{name: "save_each", run: worker(sequencer.EngineConfig{SaveEachMessage: true}, sb)},
-		// The same pipeline with the in-memory store: what the state writes cost (a store that
-		// is not session-bound awaits each completion, as "awaited" does).
-		{name: "memstore", run: worker(sequencer.EngineConfig{}, func() sequencer.StateStore { return memstore.New() })},
+		// The same pipeline with the in-memory store: what the state writes cost.
+		{name: "memstore", run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, func() sequencer.StateStore { return memstore.New() })},
 	})
 	msgs := float64(b.N * benchSessions * benchMessages)
 	for name, t := range res {
@@ -395,7 +388,7 @@ func BenchmarkWorkerPostgresStore(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return e.workerConsume(b, q, store)
+		return e.workerConsumeWith(b, q, store, sequencer.EngineConfig{PipelineRuns: seqworker.DefaultConfig().PipelineRuns})
 	}}})
 	t, ok := res["postgres"]
 	if !ok {

@@ -91,9 +91,9 @@ func TestChaos(t *testing.T) {
 		name, store string
 		pipelined   bool
 	}
-	variants := []variant{{name: "servicebus-pipelined", store: "servicebus", pipelined: true}}
+	var variants []variant
 	for _, store := range stores {
-		variants = append(variants, variant{name: store, store: store})
+		variants = append(variants, variant{name: store + "-pipelined", store: store, pipelined: true}, variant{name: store, store: store})
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
