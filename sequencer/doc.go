@@ -184,21 +184,22 @@
 // completions are answered in milliseconds, and a replacement waits one lease for a session
 // whose earlier run ended without its release.
 //
-// With a store of its own (not session-bound, see Lock tenure) the same holds, with the lease in
-// place of the fence's wait for the entries after a run's first: their handler calls do not
-// wait for the completions before them while the lease lasts. Such a store's saves are not
+// With a store of its own (not session-bound, see Lock tenure) the same holds, with the record
+// and the lease in place of the fence's wait for the entries of a run: their handler calls do
+// not wait for the completions before them while the lease lasts. Such a store's saves are not
 // calls the broker answers, so the lease runs from the run's settlements alone (until one is
-// answered, each entry waits for the completions before it), and a save
-// does not show the lock held: an old holder may save a record after a new holder loaded the
-// state. The old holder's entries follow its record's save, and the new holder saves before its
+// answered, each entry waits for the completions before it), and a save does not show the lock
+// held: an old holder may save a record after a new holder loaded the state. The old holder's
+// entries follow its record's save, the first at once, and the new holder saves before its
 // first handler call (its claim, its own record or the save that resolves the record it
 // inherited), both with the version each loaded: if the new holder loaded the old holder's
-// record, it waits the lease first, as above; if it loaded the state before that record landed,
-// one of the two saves fails on the version, and either the old holder hands no entry of that
-// record over or the new holder stops before any handler call. However many records the old
-// holder saves after it lost its lock unnoticed, the first entry of each follows the fence's
-// wait and the later ones the lease after its last answered call, which was sent before the
-// handover: the bound above does not move.
+// record, it waits the lease from then on, as above, so its calls come after the old holder's
+// first entry as well as after its later ones; if it loaded the state before that record
+// landed, one of the two saves fails on the version, and either the old holder hands no entry
+// of that record over or the new holder stops before any handler call. However many records
+// the old holder saves after it lost its lock unnoticed, this holds for each. A message saved
+// on its own (handler → save → complete) has no record to tell the next holder to wait, so the
+// fence's wait stays before it.
 //
 // Runs never contain a deferred message, the last message, or the message before a deferred one
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is
@@ -314,8 +315,8 @@
 //     on from the latest state;
 //   - before each handler call it waits for the answers to the completions issued since the
 //     last save (no completion overlaps the next message; completions of a lost lock fail),
-//     except, with PipelineRuns, before the later entries of a run, which the lease bounds
-//     instead (see Pipelined runs);
+//     except, with PipelineRuns, before the entries of a recorded run, which the record and the
+//     lease bound instead (see Pipelined runs);
 //   - after a retry backoff, the one stretch without calls, it renews the lock before it hands
 //     the message over again.
 //

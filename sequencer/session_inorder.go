@@ -21,7 +21,7 @@ import (
 // while the message for Next is deferred. A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
 	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
-	if err := r.beforeHandler(how == completeInRun && entries == nil); err != nil {
+	if err := r.beforeHandler(how == completeInRun); err != nil {
 		return err
 	}
 	switch {
@@ -103,8 +103,8 @@ func (r *run) passThrough(m *msg) error {
 // background completion, not before the completions since the last save are answered with a
 // store that says nothing about the lock (the fence), not while an earlier holder of a pipelined
 // run may still be calling (holdHandover), and not past the lease of a pipelined run. inRun says
-// the message is a later entry of the run this engine recorded: with pipelined runs the lease,
-// not the fence, bounds its call (see "Pipelined runs" in the package documentation).
+// the message is an entry of a run this engine records: with pipelined runs the record and the
+// lease, not the fence, bound its call (see "Pipelined runs" in the package documentation).
 func (r *run) beforeHandler(inRun bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
