@@ -16,7 +16,7 @@ import (
 //	version    1 byte   1
 //	flags      uv       bit 0: Parked present, bit 1: EndedAt set, bit 2: GapSince set,
 //	                    bit 3: UpdatedAt set, bit 4: SkippedPoison present, bit 5: InFlight present,
-//	                    bit 6: Blocked present, bit 7: Retrying present
+//	                    bit 6: Blocked present, bit 7: Retrying present, bit 8: Ahead (no data)
 //	next       sv
 //	last       sv
 //	counters   7 × uv   Handled, Deferred, Duplicates, Invalid, DeadLettered, Retries, Skipped
@@ -36,7 +36,8 @@ import (
 //
 // Flags a decoder does not know make the state unreadable to it: a state with Blocked (written by
 // a worker that uses PoisonBlock) cannot be read by a worker from before Blocked existed, nor one
-// with Retrying (RetryReleaseAfter) by a worker from before Retrying existed.
+// with Retrying (RetryReleaseAfter) by a worker from before Retrying existed, nor one with Ahead
+// (SaveEachMessage with PipelineRuns) by a worker from before Ahead existed.
 //
 // A time is sv seconds since the Unix epoch followed by uv nanoseconds (< 1e9), decoded in UTC.
 // Sorted application sequences are usually consecutive and broker sequence numbers grow with them,
@@ -54,7 +55,8 @@ const (
 	flagInFlight = 1 << 5
 	flagBlocked  = 1 << 6
 	flagRetrying = 1 << 7
-	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight | flagBlocked | flagRetrying
+	flagAhead    = 1 << 8
+	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight | flagBlocked | flagRetrying | flagAhead
 	maxReasonLen = 4096
 )
 
@@ -88,6 +90,9 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	}
 	if s.Retrying != nil {
 		flags |= flagRetrying
+	}
+	if s.Ahead {
+		flags |= flagAhead
 	}
 	b := make([]byte, 0, 64+len(s.Deferred)*4)
 	b = append(b, codecMagic0, codecMagic1, codecVersion)
@@ -162,6 +167,7 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: unknown flags %#x", ErrCorruptState, flags)
 	}
 	var out State
+	out.Ahead = flags&flagAhead != 0
 	out.Next = d.varint("next")
 	out.Last = d.varint("last")
 	for _, p := range [...]*uint64{&out.Counters.Handled, &out.Counters.Deferred, &out.Counters.Duplicates,

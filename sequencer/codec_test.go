@@ -50,7 +50,9 @@ func sampleStates() map[string]*sequencer.State {
 		Deferred: map[int64]int64{6: 88, 7: 90},
 		Retrying: &sequencer.Retrying{Sequence: 6, BrokerSequence: 88, At: at.Add(30 * time.Second), Attempts: 4, Reason: "partner API: 503"},
 	}
+	ahead := &sequencer.State{Next: 31, Ahead: true, Counters: sequencer.Counters{Handled: 30}, UpdatedAt: at}
 	return map[string]*sequencer.State{
+		"ahead":      ahead,
 		"retrying":   retrying,
 		"new":        sequencer.NewState(),
 		"full":       full,
@@ -80,6 +82,7 @@ func requireStateEqual(t *testing.T, want, got *sequencer.State) {
 	require.Equal(t, want.Next, got.Next)
 	require.Equal(t, want.Last, got.Last)
 	require.Equal(t, want.Counters, got.Counters)
+	require.Equal(t, want.Ahead, got.Ahead)
 	require.True(t, want.UpdatedAt.Equal(got.UpdatedAt), "UpdatedAt %v != %v", want.UpdatedAt, got.UpdatedAt)
 	require.True(t, want.EndedAt.Equal(got.EndedAt), "EndedAt")
 	require.True(t, want.GapSince.Equal(got.GapSince), "GapSince")

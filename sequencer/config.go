@@ -141,7 +141,10 @@ type EngineConfig struct {
 	// message. Either way at most one message is handed to the handler again after a crash
 	// (PipelineRuns widens that); the run relies on the broker delivering a session's messages in
 	// order and on nothing but the engine removing them (see the package documentation). Runs
-	// are not used with an AtomicStore.
+	// are not used with an AtomicStore. With PipelineRuns the saves run in the background while
+	// the handler goes on, each message completed once a save covering it landed (see "One save
+	// each, pipelined" in the package documentation): fewer saves than messages when the handler
+	// is faster than a save.
 	SaveEachMessage bool
 	// PipelineRuns completes the entries of a recorded run in the background too (up to
 	// MaxPendingSettlements at a time) instead of waiting for each answer before the next
@@ -149,8 +152,9 @@ type EngineConfig struct {
 	// round trip at a time. The price is the at-least-once window: a crash or a lost lock may
 	// hand over again up to MaxPendingSettlements + 1 of the entries handled last (the one in
 	// hand and those whose completion had not landed), in their order, instead of one message
-	// (see "Pipelined runs" in the package documentation). No effect with SaveEachMessage, an
-	// AtomicStore or MaxPendingSettlements 1.
+	// (see "Pipelined runs" in the package documentation). With SaveEachMessage it runs the
+	// saves in the background instead, with the same window. No effect with an AtomicStore or
+	// MaxPendingSettlements 1.
 	PipelineRuns bool
 	// PipelineLease bounds, with PipelineRuns, how long a run goes on calling the handler
 	// without waiting for its completions in flight after the last call the broker answered,
@@ -258,7 +262,7 @@ func (c EngineConfig) Validate() error {
 // recorded runs, keeps the window at 1.
 func (c EngineConfig) ReplayWindow() int {
 	pending := c.WithDefaults().MaxPendingSettlements
-	if !c.PipelineRuns || c.SaveEachMessage || pending <= 1 {
+	if !c.PipelineRuns || pending <= 1 {
 		return 1
 	}
 	return pending + 1

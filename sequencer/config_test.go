@@ -18,7 +18,7 @@ func TestReplayWindow(t *testing.T) {
 		{"pipelined runs, default pending", EngineConfig{PipelineRuns: true}, 17},
 		{"pipelined runs, 4 pending", EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}, 5},
 		{"pipelined runs, 1 pending", EngineConfig{PipelineRuns: true, MaxPendingSettlements: 1}, 1},
-		{"pipelined runs, save each", EngineConfig{PipelineRuns: true, SaveEachMessage: true}, 1},
+		{"pipelined runs, save each (ahead of the saves)", EngineConfig{PipelineRuns: true, SaveEachMessage: true}, 17},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

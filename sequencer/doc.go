@@ -33,6 +33,7 @@
 //	session_inorder.go  an in-order message: handler → save → settle, or an entry of a recorded
 //	                    run (completed at once, or in the background with PipelineRuns); an
 //	                    unsequenced one; the retry (backoff, tenure check); the poison policy
+//	session_ahead.go    the saves in the background of one save each, pipelined
 //	session_retry.go    a retry whose wait is spent with the session released (State.Retrying)
 //	session_drain.go    the drain of what became due (window, then deferred fetched by number),
 //	                    the bound of the window, the gap clock and the gap policy
@@ -105,10 +106,38 @@
 // handler → save(Next+1) → complete. A crash before the handler returns, or after it returned
 // but before the save, leaves the message unsettled and Next unchanged: it is redelivered and
 // handled again. This is the one documented at-least-once window (PipelineRuns widens it, see
-// Pipelined runs; use an AtomicStore, whose
+// One save each, pipelined; use an AtomicStore, whose
 // SaveWith runs the handler and the save in one transaction, to close it). A crash after the
 // save leaves the message unsettled with Next past it: it is redelivered, classified as a
 // duplicate and completed.
+//
+// # One save each, pipelined
+//
+// With SaveEachMessage and PipelineRuns (and MaxPendingSettlements > 1) every message is still
+// completed only after a save that records it handled (Next exact, no record), but the handler
+// is not held up by that save: the save of the messages handled so far runs in the background
+// (one at a time: each expects the version the one before returned), the handler goes on with
+// the next message, and what it handles meanwhile goes into the next save. At most
+// MaxPendingSettlements messages are handled and not yet in a save that landed; the next handler
+// call waits for the save in flight beyond that. A crash or a lost lock hands over again, in
+// order, the messages handled since the last save that landed and the one in hand (at most
+// MaxPendingSettlements + 1); those in a save that landed and not yet completed are duplicates,
+// as above. A message the broker drops while in hand still shows as a gap: no run is recorded
+// and nothing is inferred.
+//
+// Going ahead of the saves needs the next holder to know: a holder that lost its lock without
+// noticing may go on calling the handler for the messages in hand while its saves hang, and a
+// state with an exact Next gives the next holder no reason to wait (the record does that for
+// Pipelined runs). So every background save sets State.Ahead, and no handler call goes ahead of
+// the saves before one with Ahead has landed: the first message of a run goes handler → save →
+// (that save awaited), the following ones ahead. A holder that loads a state with Ahead waits
+// PipelineLease before its first handler call and its first save, as one that inherits a record
+// does, and the lease bounds the old holder's calls as it does there (the saves of a
+// session-bound store are answered calls; with a store of its own the version check sorts out a
+// save that lands after the next holder loaded, as for a record). Every other save (a deferral,
+// the end, a drain's anchor, the release) first waits for the save in flight, covers what was
+// handled since and clears Ahead; the release saves for that if nothing else made it save, so a
+// session released in good order does not make its next holder wait.
 //
 // # Pipelined completion
 //

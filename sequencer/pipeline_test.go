@@ -501,3 +501,102 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 		require.Equal(t, seqs(1, 3), b.got("s1"))
 	})
 }
+
+// onSave returns a process hook that calls fn with the 1-based number of each state save (before
+// it takes effect) and passes every other call.
+func onSave(fn func(n int64) error) func(sequencertest.Call) error {
+	var n atomic.Int64
+	return func(c sequencertest.Call) error {
+		if c.Op != "save" || c.Phase != sequencertest.Before {
+			return nil
+		}
+		return fn(n.Add(1))
+	}
+}
+
+// TestOneSaveEachPipelined: with SaveEachMessage and PipelineRuns the handler goes on while the
+// state save of the messages before runs in the background, at most MaxPendingSettlements
+// messages ahead of the last save that landed; a message is completed only once a save covering
+// it landed; a holder that finds a state saved that way waits the lease first; and the save at
+// the release clears the mark.
+func TestOneSaveEachPipelined(t *testing.T) {
+	t.Parallel()
+	const quiet = 200 * time.Millisecond // real time in which no further handler call may come
+	cfg := sequencer.EngineConfig{SaveEachMessage: true, PipelineRuns: true, MaxPendingSettlements: 4}
+
+	for _, bound := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bound=%v/the handler goes at most MaxPendingSettlements ahead of a hanging save", bound), func(t *testing.T) {
+			t.Parallel()
+			b := setupStore(t, cfg, bound)
+			release := make(chan struct{})
+			first := int64(1) // the save that hangs: the first after the one that stores the mark
+			if !bound {
+				first = 2 // a store of its own is claimed first
+			}
+			var completesBefore atomic.Int64
+			b.proc.Hook = func(c sequencertest.Call) error {
+				if c.Op == "complete" && c.Phase == sequencertest.Before {
+					select {
+					case <-release:
+					default:
+						completesBefore.Add(1)
+					}
+				}
+				return nil
+			}
+			saves := onSave(func(n int64) error {
+				if n == first+1 {
+					<-release
+				}
+				return nil
+			})
+			hook := b.proc.Hook
+			b.proc.Hook = func(c sequencertest.Call) error {
+				if err := hook(c); err != nil {
+					return err
+				}
+				return saves(c)
+			}
+			publish(b, "s1", seqs(1, 10), 0)
+			done := make(chan sequencer.Outcome, 1)
+			go func() {
+				out, _ := b.runNext(t)
+				done <- out
+			}()
+			require.Eventually(t, func() bool { return len(b.got("s1")) >= 6 }, 5*time.Second, time.Millisecond)
+			time.Sleep(quiet)
+			require.Equal(t, seqs(1, 6), b.got("s1"), "1 saved with the mark, then 2 in the hanging save and 3-6 behind it")
+			require.LessOrEqual(t, completesBefore.Load(), int64(1), "only message 1, whose save landed, is completed")
+			close(release)
+			require.Equal(t, sequencer.OutcomeIdle, <-done)
+			require.Equal(t, seqs(1, 10), b.got("s1"))
+			require.Zero(t, b.broker.Len(), "every message completed")
+			st, _ := b.store.Get("s1")
+			require.Equal(t, int64(11), st.Next)
+			require.False(t, st.Ahead, "the release's save clears the mark")
+		})
+	}
+
+	t.Run("a holder that finds the mark waits the lease", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, cfg)
+		publish(b, "s1", seqs(1, 3), 0)
+		st := sequencer.NewState()
+		st.Ahead = true
+		b.store.Put("s1", st)
+		done := make(chan sequencer.Outcome, 1)
+		go func() {
+			out, _ := b.runNext(t)
+			done <- out
+		}()
+		time.Sleep(quiet)
+		require.Empty(t, b.got("s1"), "no handler call before the lease has passed")
+		got, _ := b.store.Get("s1")
+		require.True(t, got.Ahead, "no save before the lease has passed")
+		b.clock.Advance(time.Second)
+		require.Equal(t, sequencer.OutcomeIdle, <-done)
+		require.Equal(t, seqs(1, 3), b.got("s1"))
+		got, _ = b.store.Get("s1")
+		require.False(t, got.Ahead)
+	})
+}

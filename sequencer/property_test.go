@@ -615,6 +615,8 @@ const noLease = -1
 // of recorded runs are completed in the background, so a fault may hand over again up to
 // MaxPendingSettlements of the entries handled last, in order, and completions land out of order
 // (the next run's resolution of the record must cope with entries gone above one still there).
+// One seed in four saves each message, its saves in the background (ahead of the handler's
+// calls): a fault may then hand over again the messages handled since the last save landed.
 func TestPropertyPipelinedRuns(t *testing.T) {
 	t.Parallel()
 	n := 1000
@@ -623,39 +625,42 @@ func TestPropertyPipelinedRuns(t *testing.T) {
 	}
 	propCases(t, n, func(seed uint64, tot *propTotals) {
 		c := newPropCase(seed)
-		c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = []int{2, 4, 16}[seed%3], false, true
+		c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = []int{2, 4, 16}[seed%3], seed%4 == 3, true
 		c.cfg.PipelineLease = noLease
 		runCase(t, seed, c, tot)
 	})
 }
 
-// TestCrashAtEveryStepPipelinedRuns is TestCrashAtEveryStep with EngineConfig.PipelineRuns.
+// TestCrashAtEveryStepPipelinedRuns is TestCrashAtEveryStep with EngineConfig.PipelineRuns, with
+// recorded runs and with one save each (its saves in the background).
 func TestCrashAtEveryStepPipelinedRuns(t *testing.T) {
 	t.Parallel()
 	for _, seed := range []uint64{13, 14, 17, 24, 29, 37, 43} {
 		for _, crash := range []bool{true, false} {
-			t.Run(fmt.Sprintf("seed=%d/crash=%v", seed, crash), func(t *testing.T) {
-				t.Parallel()
-				scenario := func() *propCase {
-					c := newPropCase(seed)
-					c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = 16, false, true
-					c.cfg.PipelineLease = noLease
-					return c
-				}
-				var tot propTotals
-				clean := scenario()
-				clean.faultPlan = []int{}
-				n := runCase(t, seed, clean, &tot)
-				for k := 1; k <= n; k++ {
-					c := scenario()
-					c.faultPlan, c.crashPlan = []int{k}, crash
-					runCase(t, seed, c, &tot)
-					if t.Failed() {
-						t.Logf("fault at call %d", k)
-						return
+			for _, each := range []bool{false, true} {
+				t.Run(fmt.Sprintf("seed=%d/crash=%v/each=%v", seed, crash, each), func(t *testing.T) {
+					t.Parallel()
+					scenario := func() *propCase {
+						c := newPropCase(seed)
+						c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = 16, each, true
+						c.cfg.PipelineLease = noLease
+						return c
 					}
-				}
-			})
+					var tot propTotals
+					clean := scenario()
+					clean.faultPlan = []int{}
+					n := runCase(t, seed, clean, &tot)
+					for k := 1; k <= n; k++ {
+						c := scenario()
+						c.faultPlan, c.crashPlan = []int{k}, crash
+						runCase(t, seed, c, &tot)
+						if t.Failed() {
+							t.Logf("fault at call %d", k)
+							return
+						}
+					}
+				})
+			}
 		}
 	}
 }

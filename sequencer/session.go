@@ -99,6 +99,12 @@ type run struct {
 	// endSaved: the last save stored the tombstone (EndedAt set); with dirty false and nothing
 	// held or deferred, the stored state is st and end need not write it again.
 	endSaved bool
+	// With one save each, pipelined (session_ahead.go): ahead is the save in flight in the
+	// background, unsaved the messages handled since it started (completed once a later save
+	// landed), aheadStored that the last save landed said Ahead.
+	ahead       *aheadSave
+	unsaved     []*msg
+	aheadStored bool
 }
 
 func (r *run) now() time.Time { return r.e.clock.Now() }
@@ -130,6 +136,10 @@ func (r *run) loop() (Outcome, error) {
 		if r.e.cfg.PipelineRuns && r.e.cfg.PipelineLease > 0 {
 			r.handoverAt = r.now().Add(r.e.cfg.PipelineLease)
 		}
+	}
+	if r.st.Ahead && r.e.cfg.PipelineLease > 0 {
+		// The earlier holder may still be handing over messages ahead of its saves.
+		r.handoverAt = r.now().Add(r.e.cfg.PipelineLease)
 	}
 	if err := r.startup(); err != nil {
 		return 0, err

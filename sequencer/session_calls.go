@@ -37,6 +37,12 @@ func (r *run) save() error {
 	if err := r.holdHandover(); err != nil {
 		return err
 	}
+	// A background save goes first (one save at a time), and this one covers what was handled
+	// since; it clears Ahead: the next handler call follows it, it does not go ahead of it.
+	if err := r.flushAhead(); err != nil {
+		return err
+	}
+	r.st.Ahead = false
 	r.st.pruneSettled(r.s.settled)
 	clear(r.s.settled)
 	r.st.UpdatedAt = r.now()
@@ -48,9 +54,16 @@ func (r *run) save() error {
 	if r.e.sessionBound {
 		r.s.noteAnswered(r.st.UpdatedAt) // the store's save is a call on the session
 	}
-	r.ver, r.dirty, r.record, r.claimed = ver, false, nil, true
+	r.ver, r.dirty, r.record, r.claimed, r.aheadStored = ver, false, nil, true, false
 	r.endSaved = !r.st.EndedAt.IsZero()
 	r.flushGap()
+	unsaved := r.unsaved
+	r.unsaved = nil
+	for _, m := range unsaved {
+		if err := r.s.completeLater(m); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -90,10 +103,15 @@ func (r *run) saveWith(m *msg, next *State) error {
 }
 
 func (r *run) flushGap() {
-	if r.pendingGap > 0 {
-		r.e.stats.gapWait.Add(int64(r.pendingGap))
-		r.e.observe(Event{Kind: EventGapResolved, SessionID: r.id, Sequence: r.st.Next, Duration: r.pendingGap})
-		r.pendingGap = 0
+	r.reportGap(r.pendingGap, r.st.Next)
+	r.pendingGap = 0
+}
+
+// reportGap reports a resolved gap wait (none when wait is 0) once a save with Next next stored it.
+func (r *run) reportGap(wait time.Duration, next int64) {
+	if wait > 0 {
+		r.e.stats.gapWait.Add(int64(wait))
+		r.e.observe(Event{Kind: EventGapResolved, SessionID: r.id, Sequence: next, Duration: wait})
 	}
 }
 

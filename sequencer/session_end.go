@@ -50,6 +50,11 @@ func (r *run) end() error {
 // release ends a run that may settle: the window is deferred, the state saved if it changed and
 // the anchors completed when nothing depends on them.
 func (r *run) release(out Outcome) (Outcome, error) {
+	if r.ahead != nil || len(r.unsaved) > 0 || r.st.Ahead {
+		// The last save must cover what was handled ahead of it and clear the Ahead mark: the
+		// next holder then need not wait for this one.
+		r.dirty = true
+	}
 	if err := r.s.await(); err != nil {
 		return r.failed(err)
 	}

@@ -18,10 +18,13 @@ import (
 // the package documentation gives (settlementOf picks): as an entry of a recorded run, handler →
 // complete (the run's record stands for the save); otherwise handler → save(Next+1) → complete,
 // where a deferred message is completed at once and an active one waits as the drain's anchor
-// while the message for Next is deferred. A handler that keeps failing meets the poison policy.
+// while the message for Next is deferred, and where with one save each, pipelined, an active
+// message's save runs in the background (goesAhead). A handler that keeps failing meets the
+// poison policy.
 func (r *run) inOrder(m *msg) error {
 	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
-	if err := r.beforeHandler(how == completeInRun); err != nil {
+	ahead := r.goesAhead(m, how)
+	if err := r.beforeHandler(how == completeInRun || ahead && r.aheadStored); err != nil {
 		return err
 	}
 	switch {
@@ -37,7 +40,7 @@ func (r *run) inOrder(m *msg) error {
 			return err
 		}
 	}
-	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, how) }); !ok {
+	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, how, ahead) }); !ok {
 		return err
 	}
 	switch {
@@ -45,6 +48,14 @@ func (r *run) inOrder(m *msg) error {
 		// Entries are never the last message. With PipelineRuns the completion runs in the
 		// background (see "Pipelined runs" in the package documentation).
 		return r.s.completeEntry(m)
+	case ahead && !r.view().needsAnchor():
+		return r.handledAhead(m) // saved in the background, then completed
+	case ahead:
+		// m turned out to be the anchor of a drain: its save comes now, it waits unsettled.
+		if err := r.save(); err != nil {
+			return err
+		}
+		r.s.anchor(m, "")
 	case r.indexed(m) || m.deferred:
 		// A deferred message: the index entry stays until it is completed, so that a crash
 		// in between leaves something the next run (or a sweeper) finds.
@@ -103,8 +114,9 @@ func (r *run) passThrough(m *msg) error {
 // background completion, not before the completions since the last save are answered with a
 // store that says nothing about the lock (the fence), not while an earlier holder of a pipelined
 // run may still be calling (holdHandover), and not past the lease of a pipelined run. inRun says
-// the message is an entry of a run this engine records: with pipelined runs the record and the
-// lease, not the fence, bound its call (see "Pipelined runs" in the package documentation).
+// the message is an entry of a run this engine records, or goes ahead of its save after a save
+// that said Ahead: with pipelined runs the record (or the Ahead mark) and the lease, not the
+// fence, bound its call (see "Pipelined runs" in the package documentation).
 func (r *run) beforeHandler(inRun bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
@@ -205,9 +217,9 @@ func (r *run) retry(m *msg, once func() error) error {
 }
 
 // handleOnce calls the handler once and, on success, advances the state and (unless m is an
-// entry of the recorded run) saves it; with an AtomicStore both happen in one transaction.
-// Handler errors come back as *handlerError.
-func (r *run) handleOnce(m *msg, how settlement) error {
+// entry of the recorded run or goes ahead of its save) saves it; with an AtomicStore both
+// happen in one transaction. Handler errors come back as *handlerError.
+func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 	if r.e.atomic != nil {
 		next := r.st.clone()
 		next.pruneSettled(r.s.settled)
@@ -222,7 +234,7 @@ func (r *run) handleOnce(m *msg, how settlement) error {
 	if wait := r.st.handled(m.seq, m.bs, r.now()); wait > 0 {
 		r.pendingGap = wait
 	}
-	if how == completeInRun {
+	if how == completeInRun || ahead {
 		r.dirty = true
 		return nil
 	}
@@ -235,6 +247,9 @@ func (r *run) handleOnce(m *msg, how settlement) error {
 // version is re-read; if another holder wrote the state meanwhile (the lock was lost and taken
 // again behind the engine's back, see the package documentation), the engine stops.
 func (r *run) verifyTenure() error {
+	if err := r.flushAhead(); err != nil { // the version compared is the one last saved
+		return err
+	}
 	if !r.e.sessionBound {
 		r.e.stats.calls[CallRenewLock].Add(1)
 		if _, err := r.sess.RenewLock(r.ctx); err != nil {

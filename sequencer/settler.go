@@ -87,18 +87,23 @@ func (s *settler) settle(kind CallKind, m *msg, fn func(context.Context, *Messag
 	return s.settleNow(kind, m, fn)
 }
 
-// settleNow runs one settlement without waiting for the background completions, which call it
-// concurrently with the run.
+// settleNow runs one settlement without waiting for the background completions.
 func (s *settler) settleNow(kind CallKind, m *msg, fn func(context.Context, *Message) error) error {
+	return s.settleAsked(kind, m, fn, s.e.clock.Now())
+}
+
+// settleAsked runs one settlement that the run asked for at asked: a background completion runs
+// it later, concurrently with the run, and the lease counts from the ask, which comes before the
+// call is sent.
+func (s *settler) settleAsked(kind CallKind, m *msg, fn func(context.Context, *Message) error, asked time.Time) error {
 	if s.lost.Load() {
 		return s.callErr(kind, ErrLockLost)
 	}
 	s.e.stats.calls[kind].Add(1)
-	sent := s.e.clock.Now()
 	if err := fn(s.ctx, m.raw); err != nil {
 		return s.callErr(kind, err)
 	}
-	s.noteAnswered(sent)
+	s.noteAnswered(asked)
 	return nil
 }
 
@@ -188,9 +193,10 @@ func (s *settler) startComplete(m *msg) error {
 		<-p.slots
 		return s.callErr(CallComplete, ErrLockLost)
 	}
+	asked := s.e.clock.Now()
 	p.run(func() {
 		defer func() { <-p.slots }()
-		if err := s.settleNow(CallComplete, m, s.sess.Complete); err != nil {
+		if err := s.settleAsked(CallComplete, m, s.sess.Complete, asked); err != nil {
 			p.fail(err)
 		}
 	})

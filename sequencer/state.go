@@ -44,6 +44,13 @@ type State struct {
 	// broker; what the broker delivers after a crash tells which (see the package
 	// documentation). Empty once a save records Next exactly.
 	InFlight map[int64]int64
+	// Ahead says the holder that saved this state may hand messages to the handler ahead of
+	// their saves (EngineConfig.SaveEachMessage with PipelineRuns): Next is exact, but the
+	// messages from Next on may be in its handler's hands. A new holder waits
+	// EngineConfig.PipelineLease before its first handler call and its first save (see "One
+	// save each, pipelined" in the package documentation). A holder's last save before it
+	// releases the session clears it.
+	Ahead bool
 	// Counters are running totals for the session.
 	Counters Counters
 	// UpdatedAt is when the state was last changed.
@@ -111,7 +118,7 @@ func NewState() *State {
 // pristine reports whether s says nothing more than NewState does: storing it is pointless.
 func (s *State) pristine() bool {
 	return s.Next == 1 && s.Last == 0 && s.Counters == (Counters{}) && len(s.Deferred) == 0 &&
-		len(s.SkippedPoison) == 0 && len(s.InFlight) == 0 && s.Parked == nil && s.Blocked == nil &&
+		len(s.SkippedPoison) == 0 && len(s.InFlight) == 0 && !s.Ahead && s.Parked == nil && s.Blocked == nil &&
 		s.Retrying == nil && s.EndedAt.IsZero() && s.GapSince.IsZero()
 }
 
