@@ -152,8 +152,9 @@ type Config struct {
 	// attempt is due (see sequencer.EngineConfig.RetryReleaseAfter). It must be below
 	// MaxHandlerAttempts and does not go with PoisonPolicy block.
 	RetryReleaseAfter int `envconfig:"RETRY_RELEASE_AFTER"`
-	// SaveEachMessage saves the state after every handler call instead of once per run of
-	// in-order messages in hand (see sequencer.EngineConfig.SaveEachMessage).
+	// SaveEachMessage saves the exact position before each message is completed instead of once
+	// per run of in-order messages in hand; with PipelineRuns the saves run in the background
+	// while the handler goes on (see sequencer.EngineConfig.SaveEachMessage).
 	SaveEachMessage bool `envconfig:"SAVE_EACH_MESSAGE"`
 	// PipelineRuns completes the messages of a recorded run in the background, as many at once
 	// as the engine's completion pipeline holds, so that a session's handler calls are not spaced

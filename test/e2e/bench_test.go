@@ -327,8 +327,9 @@ func fmtRatios(rs []float64) string {
 // session consumer (plainConsume) and through the worker's pipeline (Runner + sbadapter +
 // Service Bus session-state store): in order with the worker's default (pipelined runs,
 // EngineConfig.PipelineRuns), in order with each completion awaited (SEQBUS_PIPELINE_RUNS=false),
-// fully reversed, in order with one state save per message (EngineConfig.SaveEachMessage,
-// completions pipelined; fully reversed sessions always take that path, their broker order being
+// fully reversed, in order with the exact position saved before each completion
+// (EngineConfig.SaveEachMessage, its saves in the background with the default and awaited in
+// save_each_awaited; fully reversed sessions always save each message, their broker order being
 // the opposite of theirs), and in order with the in-memory store (no state writes). Each variant
 // is paired with a plain consumer run of its own (comparePairs). Metrics: msgs/s of each, the
 // worker/plain ratios over all iterations (…_ratio) and the lowest of one iteration
@@ -351,8 +352,10 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 		// one-message window's price.
 		{name: "awaited", run: worker(sequencer.EngineConfig{}, sb)},
 		{name: "reversed", reversed: true, run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, sb)},
-		// One save per message in order: what recording runs saves.
-		{name: "save_each", run: worker(sequencer.EngineConfig{SaveEachMessage: true}, sb)},
+		// The exact position saved before each completion (SEQBUS_SAVE_EACH_MESSAGE), with the
+		// worker's default the saves in the background; then each save awaited.
+		{name: "save_each", run: worker(sequencer.EngineConfig{SaveEachMessage: true, PipelineRuns: pipelined}, sb)},
+		{name: "save_each_awaited", run: worker(sequencer.EngineConfig{SaveEachMessage: true}, sb)},
 		// The same pipeline with the in-memory store: what the state writes cost.
 		{name: "memstore", run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, func() sequencer.StateStore { return memstore.New() })},
 	})

@@ -71,7 +71,8 @@ var (
 // TestChaos runs worker replicas through a TCP proxy that cuts every connection again and again,
 // SIGKILLs a random replica every few seconds and starts a replacement, with a handler that fails
 // transiently; then the faults stop and the run must finish by itself. Checked with each state
-// store, and with the Service Bus store in pipelined runs (SEQBUS_PIPELINE_RUNS): every sequence
+// store, each with pipelined runs (SEQBUS_PIPELINE_RUNS) and without, and with the Service Bus
+// store saving each message (SEQBUS_SAVE_EACH_MESSAGE, its saves in the background): every sequence
 // of every session handled (nothing lost), no handler call out of order (a call for a session's
 // sequence is either the next one or part of a replay: the sequences handled last, handed over
 // again in their order, as many as the documented at-least-once window allows, one message by
@@ -87,30 +88,35 @@ func TestChaos(t *testing.T) {
 	if *chaosLong {
 		preset = chaosLongPreset
 	}
-	type variant struct {
-		name, store string
-		pipelined   bool
-	}
-	var variants []variant
+	var variants []chaosVariant
 	for _, store := range stores {
-		variants = append(variants, variant{name: store + "-pipelined", store: store, pipelined: true}, variant{name: store, store: store})
+		variants = append(variants, chaosVariant{name: store + "-pipelined", store: store, pipelined: true}, chaosVariant{name: store, store: store})
 	}
+	variants = append(variants, chaosVariant{name: "servicebus-save-each", store: "servicebus", pipelined: true, saveEach: true})
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			if !*chaosLong {
 				t.Parallel()
 			}
-			runChaos(t, v.store, v.pipelined, preset)
+			runChaos(t, v, preset)
 		})
 	}
 }
 
-func runChaos(t *testing.T, store string, pipelined bool, p chaosPreset) {
+// chaosVariant is the worker configuration of one TestChaos variant.
+type chaosVariant struct {
+	name, store string
+	// pipelined is SEQBUS_PIPELINE_RUNS, saveEach SEQBUS_SAVE_EACH_MESSAGE.
+	pipelined, saveEach bool
+}
+
+func runChaos(t *testing.T, v chaosVariant, p chaosPreset) {
+	store, pipelined := v.store, v.pipelined
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	t.Logf("chaos %s, store %s, pipelined runs %t, seed %d (-chaos.seed to repeat)", p.name, store, pipelined, seed)
+	t.Logf("chaos %s, store %s, pipelined runs %t, save each %t, seed %d (-chaos.seed to repeat)", p.name, store, pipelined, v.saveEach, seed)
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
 
 	f := newFixture(t)
@@ -118,12 +124,13 @@ func runChaos(t *testing.T, store string, pipelined bool, p chaosPreset) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = px.Close() })
 
-	h := newChaosHandler(p, sequencer.EngineConfig{PipelineRuns: pipelined}.ReplayWindow(), rng.Uint64())
+	h := newChaosHandler(p, sequencer.EngineConfig{PipelineRuns: pipelined, SaveEachMessage: v.saveEach}.ReplayWindow(), rng.Uint64())
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 
 	env := f.baseEnv(append(storeEnv(t, store),
 		"SEQBUS_PIPELINE_RUNS="+strconv.FormatBool(pipelined),
+		"SEQBUS_SAVE_EACH_MESSAGE="+strconv.FormatBool(v.saveEach),
 		"SEQBUS_CONNECTION_STRING="+strings.Replace(f.srv.ConnectionString(), f.srv.AMQPAddr(), px.Addr(), 1),
 		"SEQBUS_HANDLER=http",
 		"SEQBUS_HANDLER_URL="+hs.URL,
@@ -190,8 +197,8 @@ faults:
 	}
 
 	s := h.summary()
-	t.Logf("chaos summary: preset=%s store=%s pipelined=%t seed=%d kills=%d cuts=%d calls=%d handled=%d failed=%d repeats=%d longest_replay=%d violations=%d dead_lettered=%d faults=%s total=%s",
-		p.name, store, pipelined, seed, kills, cuts, s.calls, s.handled, s.failed, s.repeats, s.longestReplay, len(s.violations), f.counts(t).DeadLetter,
+	t.Logf("chaos summary: preset=%s store=%s pipelined=%t save_each=%t seed=%d kills=%d cuts=%d calls=%d handled=%d failed=%d repeats=%d longest_replay=%d violations=%d dead_lettered=%d faults=%s total=%s",
+		p.name, store, pipelined, v.saveEach, seed, kills, cuts, s.calls, s.handled, s.failed, s.repeats, s.longestReplay, len(s.violations), f.counts(t).DeadLetter,
 		faultsEnd.Round(time.Second), took.Round(time.Second))
 	if len(s.violations) > 0 {
 		logViolations(t, h, s.violations, procs)
