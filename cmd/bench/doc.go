@@ -8,7 +8,7 @@
 //
 //	bench [-quick] [-replicas 1,2,4,8] [-pressure none,throttle,latency] [-exception-rate 0,1%,10%]
 //	      [-arrival in-order,shuffled] [-sessions 60] [-messages 50] [-sessions-per-replica 4]
-//	      [-throttle-credits 1000] [-latency 5ms] [-pipeline-runs] [-retry-base 2ms]
+//	      [-throttle-credits 1000] [-latency 5ms] [-pipeline-runs] [-database-url URL] [-retry-base 2ms]
 //	      [-cell-timeout 3m] [-seed 1]
 //	      [-connection-string CS (-queue Q | -topic T -subscription S)]
 //	      [-out bench-out] [-format svg] [-progress=true] [-log-level error]
@@ -22,7 +22,8 @@
 // the credit ratio (the worker's rate over the rate the throttle's credits allow at that cost).
 // A progress bar runs on stderr. -quick runs a small matrix in under a minute; the dimension
 // flags select subsets; -pipeline-runs=false runs the replicas with SEQBUS_PIPELINE_RUNS=false
-// (each completion awaited; the worker's default pipelines them). Handler exceptions are
+// (each completion awaited; the worker's default pipelines them); -database-url keeps the
+// replicas' state in Postgres (the migrations applied at start). Handler exceptions are
 // transient: the engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts
 // (-retry-base changes the first wait; the worker's default of 1 s would make the exception
 // cells measure the backoff).

@@ -141,6 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	})
 	fs.BoolVar(&o.OfferedTrickle, "offered-trickle", false, "with -offered: publish the messages one at a time, round robin over as many sessions as the replicas hold at once, instead of one batch per session")
 	pipelineRuns := fs.Bool("pipeline-runs", worker.DefaultConfig().PipelineRuns, "run the replicas with SEQBUS_PIPELINE_RUNS (a recorded run's completions in the background, the worker's default); -pipeline-runs=false awaits each completion")
+	fs.StringVar(&o.DatabaseURL, "database-url", "", "keep the replicas' state in Postgres at this URL (SEQBUS_STATE_STORE=postgres, migrations applied at start) instead of the Service Bus session state")
 	fs.DurationVar(&retryBase, "retry-base", 0, "the engine's first wait after a failed handler call (default 2ms, doubling up to 20ms, 10 attempts)")
 	fs.DurationVar(&o.CellTimeout, "cell-timeout", 0, "bound of one cell (default 3m)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffles (default 1)")

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/seqbus/seqbus/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,6 +40,26 @@ func TestRunWritesOutputs(t *testing.T) {
 	require.Len(t, strings.Split(strings.TrimSpace(string(csv)), "\n"), 9, "a header and 8 cells")
 }
 
+// TestRunWithThePostgresStore runs one small cell with -database-url: the replicas keep their
+// state in Postgres, migrated at start (a schema of the test's own).
+func TestRunWithThePostgresStore(t *testing.T) {
+	t.Parallel()
+	_, schema := pgtest.NewPoolWithSchema(t, nil)
+	dsn := pgtest.DSN()
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"-replicas", "2", "-exception-rate", "0", "-pressure", "none", "-arrival", "shuffled",
+		"-sessions", "4", "-messages", "10", "-database-url", dsn + sep + "search_path=" + schema,
+		"-out", t.TempDir(), "-progress=false"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr: %s", stderr.String())
+	require.Contains(t, stdout.String(), "1 cells in ")
+}
+
 func TestRunRejectsBadFlags(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -61,6 +83,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"offered share above 100%", []string{"-offered", "120%"}, "offered share: 1.2 is outside (0, 1]"},
 		{"offered without throttle", []string{"-offered", "80%", "-pressure", "none"}, "applies to the throttle pressure"},
 		{"negative retry base", []string{"-retry-base", "-1ms"}, "-retry-base must not be negative"},
+		{"bad database url", []string{"-database-url", "postgres://%zz"}, "database url:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 )
@@ -32,6 +34,9 @@ type Options struct {
 	// AwaitCompletions runs the replicas with SEQBUS_PIPELINE_RUNS=false, each completion of a
 	// run awaited before the next handler call [false: the worker's default, pipelined runs].
 	AwaitCompletions bool
+	// DatabaseURL keeps the replicas' state in Postgres at that URL (SEQBUS_STATE_STORE=postgres,
+	// the migrations applied at start) [empty: the Service Bus session state].
+	DatabaseURL string
 	// OfferedShare, when positive, adds to each throttle cell a phase offered that share of the
 	// cell's credit-limited rate (measured in the same cell, before it): fresh replicas and
 	// sessions, messages published one at a time at a fixed rate [0: none].
@@ -172,6 +177,11 @@ func (o Options) Validate() error {
 	if o.ConnectionString != "" {
 		if err := o.Entity.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("entity: %w", err))
+		}
+	}
+	if o.DatabaseURL != "" {
+		if _, err := pgxpool.ParseConfig(o.DatabaseURL); err != nil {
+			errs = append(errs, fmt.Errorf("database url: %w", err))
 		}
 	}
 	return errors.Join(errs...)

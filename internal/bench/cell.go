@@ -605,6 +605,9 @@ func (o Options) replicaConfig() worker.Config {
 	if o.AwaitCompletions {
 		cfg.PipelineRuns = false
 	}
+	if o.DatabaseURL != "" {
+		cfg.StateStore, cfg.DatabaseURL, cfg.MigrateOnStart = worker.StateStorePostgres, o.DatabaseURL, true
+	}
 	return cfg
 }
 
