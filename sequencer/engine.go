@@ -74,6 +74,8 @@ type Engine struct {
 	log          *slog.Logger
 	obs          Observer
 	stats        statsCounters
+	// workers run the background completions and saves of every run.
+	workers *workers
 }
 
 // NewEngine checks cfg (after WithDefaults) and returns an Engine.
@@ -92,6 +94,7 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 		clock:   cmp.Or(deps.Clock, clock.Real()),
 		log:     deps.Logger,
 		obs:     deps.Observer,
+		workers: newWorkers(),
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)

@@ -78,10 +78,10 @@ func (r *run) startAhead() {
 	r.ahead = a
 	expected := r.ver
 	r.e.stats.storeCalls.Add(1)
-	go func() {
+	r.e.workers.run(func() {
 		defer close(a.done)
 		a.ver, a.err = r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: a.st, ExpectedVersion: expected})
-	}()
+	})
 }
 
 // landAhead takes the result of the save in flight, waiting for it when wait is set (otherwise

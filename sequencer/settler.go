@@ -59,7 +59,7 @@ func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *E
 	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
 	s.settled = map[int64]int64{}
 	if n := e.cfg.MaxPendingSettlements; n > 1 {
-		s.pipe = newPipeline(n)
+		s.pipe = newPipeline(n, e.workers)
 	}
 }
 
@@ -223,7 +223,7 @@ func (s *settler) completeEntry(m *msg) error {
 	return p.failure()
 }
 
-// close ends the goroutines of the background completions once they are done.
+// close waits for the background completions.
 func (s *settler) close() {
 	if s.pipe != nil {
 		s.pipe.close()
@@ -270,50 +270,73 @@ func (s *settler) settleAnchors() error {
 	return nil
 }
 
-// pipeline runs the completions of one run in the background, at most cap(slots) at a time, and
-// keeps the first error. Only the run's own goroutine starts completions and waits for them.
-//
-// Its goroutines are kept for the run (run, close): a settlement's calls through the adapter,
-// the SDK and the AMQP library grow a new goroutine's stack (profiled: about 2.6 µs of copying
-// per completion, a few percent of the worker's CPU), which a kept goroutine does once.
+// pipeline runs the completions of one run in the background, on the engine's workers, at most
+// cap(slots) at a time, and keeps the first error. Only the run's own goroutine starts
+// completions and waits for them.
 type pipeline struct {
-	slots chan struct{}
-	// wg counts the tasks started and not finished; workers the goroutines that run them.
-	wg      sync.WaitGroup
-	tasks   chan func()
-	workers sync.WaitGroup
+	slots   chan struct{}
+	workers *workers
+	// wg counts the tasks started and not finished.
+	wg sync.WaitGroup
 
 	mu  sync.Mutex
 	err error
 }
 
-func newPipeline(n int) *pipeline {
-	return &pipeline{slots: make(chan struct{}, n), tasks: make(chan func())}
+func newPipeline(n int, w *workers) *pipeline {
+	return &pipeline{slots: make(chan struct{}, n), workers: w}
 }
 
-// run runs fn on an idle goroutine of the pipeline, or on a new one when none is idle.
+// run runs fn on a worker.
 func (p *pipeline) run(fn func()) {
 	p.wg.Add(1)
-	task := func() {
+	p.workers.run(func() {
 		defer p.wg.Done()
 		fn()
-	}
+	})
+}
+
+// close waits for the pipeline's tasks. Nothing is started after it.
+func (p *pipeline) close() {
+	p.wg.Wait()
+}
+
+// workers runs an engine's background calls (completions, one save each's saves) on goroutines
+// kept while there is work, shared by its runs: a settlement's calls through the adapter, the
+// SDK and the AMQP library grow a new goroutine's stack, which a kept goroutine does once
+// (profiled: stack copying was about 2 % of the unthrottled benchmark's CPU with goroutines kept
+// for a run only, and none with goroutines kept across runs). A goroutine idle for workerIdle
+// ends, so that an engine without work keeps none.
+type workers struct {
+	tasks chan func()
+}
+
+// workerIdle is how long a worker goroutine waits for its next task before it ends.
+const workerIdle = 100 * time.Millisecond
+
+func newWorkers() *workers { return &workers{tasks: make(chan func())} }
+
+// run runs fn on an idle worker, or on a new one when none is idle.
+func (w *workers) run(fn func()) {
 	select {
-	case p.tasks <- task:
+	case w.tasks <- fn:
 	default:
-		p.workers.Go(func() {
-			for ; task != nil; task = <-p.tasks {
-				task()
-			}
-		})
+		go w.work(fn)
 	}
 }
 
-// close ends the pipeline's goroutines once its tasks are done. Nothing is started after it.
-func (p *pipeline) close() {
-	p.wg.Wait()
-	close(p.tasks)
-	p.workers.Wait()
+func (w *workers) work(fn func()) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		fn()
+		idle.Reset(workerIdle)
+		select {
+		case fn = <-w.tasks:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // failure returns the first error of a completion that has finished, if any.
