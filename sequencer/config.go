@@ -153,8 +153,9 @@ type EngineConfig struct {
 	// hand over again up to MaxPendingSettlements + 1 of the entries handled last (the one in
 	// hand and those whose completion had not landed), in their order, instead of one message
 	// (see "Pipelined runs" in the package documentation). With SaveEachMessage it runs the
-	// saves in the background instead, with the same window. No effect with an AtomicStore or
-	// MaxPendingSettlements 1.
+	// saves in the background instead, with the same window. No effect on those with an
+	// AtomicStore or MaxPendingSettlements 1. It also makes a run receive its next batch while
+	// it handles one (see "The session loop").
 	PipelineRuns bool
 	// PipelineLease bounds, with PipelineRuns, how long a run goes on calling the handler
 	// without waiting for its completions in flight after the last call the broker answered,

@@ -88,6 +88,11 @@
 // the message is decided and acted on, and what became due is drained. After the batch the
 // window is bounded (deferring what does not fit). An empty receive means the session idles: it
 // is released with its state kept, unless that resolves an inherited record or a gap timed out.
+// With PipelineRuns the run asks the broker for its next batch while it handles one (a
+// prefetch), unless the batch holds the session's last message: the round trip of a receive
+// then overlaps the handling instead of following it. The idle timeout still counts from the
+// moment the run is ready for the batch, and a run that ends before it takes the batch drops
+// it: its messages were never decided, and return to the broker with the session, unsettled.
 // The run is in one phase at a time: resolving an inherited record (Next only a lower bound),
 // receiving, or finished (parked, blocked or ended here), which releases the session. The stored
 // State, not the phase, says whether the session is parked or ended: a run of a parked session

@@ -105,6 +105,8 @@ type run struct {
 	ahead       *aheadSave
 	unsaved     []*msg
 	aheadStored bool
+	// next is the receive of the next batch, started while this one is handled (prefetch).
+	next *prefetch
 }
 
 func (r *run) now() time.Time { return r.e.clock.Now() }
@@ -166,6 +168,9 @@ func (r *run) loop() (Outcome, error) {
 			return 0, context.Cause(r.ctx)
 		}
 		if len(batch) > 0 {
+			if r.prefetches(batch) {
+				r.startPrefetch()
+			}
 			if err := r.take(batch); err != nil {
 				return 0, err
 			}

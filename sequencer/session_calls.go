@@ -151,6 +151,10 @@ func (r *run) callHandler(ctx context.Context, m *msg) error {
 // receive waits for the next batch of active messages, read against the contract. An empty batch
 // means the idle timeout or a stop ended the wait.
 func (r *run) receive() ([]msg, error) {
+	if p := r.next; p != nil {
+		r.next = nil
+		return r.takePrefetch(p)
+	}
 	rctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	idle := r.e.clock.AfterFunc(r.e.cfg.IdleTimeout, cancel)
@@ -166,6 +170,79 @@ func (r *run) receive() ([]msg, error) {
 		return nil, r.s.callErr(CallReceive, err)
 	}
 	return r.e.read(raw, false), nil
+}
+
+// prefetch is a receive started while the batch before it is handled (EngineConfig.PipelineRuns):
+// the broker's round trip for the next batch overlaps the handling of this one. Nothing about the
+// receive changes but when it is sent: the idle timeout counts from the moment the run asks for
+// the batch (takePrefetch), a stop ends it, and a run that ends first drops it (dropPrefetch):
+// what it received returns to the broker with the session, unsettled, as if never received.
+type prefetch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	raw    []*Message
+	err    error
+}
+
+// prefetches reports whether the run receives its next batch while it handles batch: with
+// pipelined runs, while it receives (not while it resolves an inherited record or waits for a
+// released retry), and unless batch holds the session's last message (the session most likely
+// ends with it, and the receive would be for nothing) or a stop is asked for.
+func (r *run) prefetches(batch []msg) bool {
+	if !r.e.cfg.PipelineRuns || r.phase != receiving || r.cooling() || r.stop.Err() != nil {
+		return false
+	}
+	for i := range batch {
+		if batch[i].last || (r.st.Last != 0 && batch[i].seq >= r.st.Last) {
+			return false
+		}
+	}
+	return true
+}
+
+// startPrefetch starts the receive of the next batch on one of the engine's workers.
+func (r *run) startPrefetch() {
+	ctx, cancel := context.WithCancel(r.ctx)
+	p := &prefetch{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	stopWatch := context.AfterFunc(r.stop, cancel)
+	r.e.stats.calls[CallReceive].Add(1)
+	r.e.workers.run(func() {
+		defer close(p.done)
+		defer stopWatch()
+		p.raw, p.err = r.sess.Receive(ctx, r.e.cfg.ReceiveBatch)
+	})
+	r.next = p
+}
+
+// takePrefetch returns the batch of p, waiting for it up to the idle timeout from now, as a
+// receive sent now would. A source that returns at once with nothing (one that does not wait, as
+// test fakes may) is asked again, now.
+func (r *run) takePrefetch(p *prefetch) ([]msg, error) {
+	idle := r.e.clock.AfterFunc(r.e.cfg.IdleTimeout, p.cancel)
+	<-p.done
+	idle.Stop()
+	ended := p.ctx.Err() != nil
+	p.cancel()
+	if p.err != nil {
+		if ended && r.ctx.Err() == nil && !errors.Is(p.err, ErrLockLost) {
+			return r.e.read(p.raw, false), nil // the idle timer or a stop ended the receive
+		}
+		return nil, r.s.callErr(CallReceive, p.err)
+	}
+	if len(p.raw) == 0 && !ended {
+		return r.receive()
+	}
+	return r.e.read(p.raw, false), nil
+}
+
+// dropPrefetch ends a receive the run started and will not take: the run ends.
+func (r *run) dropPrefetch() {
+	if p := r.next; p != nil {
+		r.next = nil
+		p.cancel()
+		<-p.done
+	}
 }
 
 // receiveDeferred fetches deferred messages by broker sequence number, read against the contract.

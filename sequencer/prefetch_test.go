@@ -1,0 +1,177 @@
+package sequencer_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/clock"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sequencer/sequencertest"
+)
+
+// setupBlocking is setupBound with a broker whose Receive waits for messages until its ctx ends,
+// as the real one does: a receive asked for ahead of its time waits there.
+func setupBlocking(t *testing.T, cfg sequencer.EngineConfig) *bundle {
+	t.Helper()
+	b := &bundle{bound: true, clock: clock.NewFake(time.Time{}), handled: map[string][]int64{}}
+	b.broker = sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: b.clock, Blocking: true})
+	b.store = sequencertest.NewStore()
+	b.proc = &sequencertest.Process{}
+	b.client = b.broker.NewClient(b.proc)
+	b.engine = b.newEngine(t, cfg, b.storeClient())
+	return b
+}
+
+// onReceive returns a process hook that calls fn with the 1-based number of each receive call
+// (before it takes effect) and passes every other call.
+func onReceive(fn func(n int64)) func(sequencertest.Call) error {
+	var n atomic.Int64
+	return func(c sequencertest.Call) error {
+		if c.Op == "receive" && c.Phase == sequencertest.Before {
+			fn(n.Add(1))
+		}
+		return nil
+	}
+}
+
+// TestPrefetch: with PipelineRuns a run asks for its next receive batch while it handles one,
+// but not after a batch holding the session's last message; the idle timeout counts from the
+// moment the run is ready for the batch; and a run that ends first drops the batch, whose
+// messages stay at the broker for the next run.
+func TestPrefetch(t *testing.T) {
+	t.Parallel()
+	cfg := sequencer.EngineConfig{PipelineRuns: true, ReceiveBatch: 4, IdleTimeout: time.Second}
+
+	t.Run("the next batch is asked for while one is handled", func(t *testing.T) {
+		t.Parallel()
+		b := setupBlocking(t, cfg)
+		second := make(chan struct{})
+		b.proc.Hook = onReceive(func(n int64) {
+			if n == 2 {
+				close(second)
+			}
+		})
+		var overlapped atomic.Bool
+		b.setFail(func(m *sequencer.Message) error {
+			if m.Sequence == 1 {
+				select {
+				case <-second:
+					overlapped.Store(true)
+				case <-time.After(2 * time.Second):
+				}
+			}
+			return nil
+		})
+		publish(b, "s1", seqs(1, 6), 0)
+		done := make(chan sequencer.Outcome, 1)
+		go func() {
+			out, _ := b.runNext(t)
+			done <- out
+		}()
+		require.Eventually(t, func() bool { return len(b.got("s1")) == 6 }, 5*time.Second, time.Millisecond)
+		// The receive after the last batch is ready now: its idle timeout counts from here.
+		require.Eventually(t, func() bool {
+			b.clock.Advance(time.Second)
+			select {
+			case out := <-done:
+				require.Equal(t, sequencer.OutcomeIdle, out)
+				return true
+			default:
+				return false
+			}
+		}, 5*time.Second, 10*time.Millisecond)
+		require.True(t, overlapped.Load(), "the receive of 5 and 6 was sent while 1 was handled")
+		require.Equal(t, seqs(1, 6), b.got("s1"))
+		require.Zero(t, b.broker.Len())
+	})
+
+	t.Run("not after the batch that holds the last message", func(t *testing.T) {
+		t.Parallel()
+		b := setupBlocking(t, cfg)
+		var receives atomic.Int64
+		b.proc.Hook = onReceive(func(n int64) { receives.Store(n) })
+		publish(b, "s1", seqs(1, 3), 3)
+		out, _ := b.runNext(t)
+		require.Equal(t, sequencer.OutcomeEnded, out)
+		require.Equal(t, seqs(1, 3), b.got("s1"))
+		require.Equal(t, int64(1), receives.Load(), "one receive, none asked for after the last message")
+	})
+
+	t.Run("the idle timeout counts from the moment the run is ready", func(t *testing.T) {
+		t.Parallel()
+		b := setupBlocking(t, cfg)
+		b.setFail(func(m *sequencer.Message) error {
+			if m.Sequence == 4 {
+				// Handling takes longer than the idle timeout; 5 arrives after it, before the
+				// run is ready for its next batch. A timeout counted from when the receive was
+				// sent would have ended the session already.
+				b.clock.Advance(3 * time.Second)
+				b.broker.PublishSeq("s1", 5, true)
+			}
+			return nil
+		})
+		publish(b, "s1", seqs(1, 4), 0)
+		out, _ := b.runNext(t)
+		require.Equal(t, sequencer.OutcomeEnded, out)
+		require.Equal(t, seqs(1, 5), b.got("s1"))
+	})
+
+	t.Run("a run that stops drops the batch it asked for", func(t *testing.T) {
+		t.Parallel()
+		b := setupBlocking(t, cfg)
+		stop, stopNow := context.WithCancel(context.Background())
+		defer stopNow()
+		second := make(chan struct{})
+		b.proc.Hook = func(c sequencertest.Call) error {
+			if c.Op == "receive" && c.Phase == sequencertest.After && len(c.BrokerSequences) > 0 && c.BrokerSequences[0] > 4 {
+				close(second) // the batch asked for ahead holds 5-8
+			}
+			return nil
+		}
+		var prefetched atomic.Bool
+		b.setFail(func(m *sequencer.Message) error {
+			if m.Sequence == 4 {
+				select {
+				case <-second:
+					prefetched.Store(true)
+				case <-time.After(2 * time.Second):
+				}
+				stopNow()
+			}
+			return nil
+		})
+		publish(b, "s1", seqs(1, 8), 0)
+		sess, err := b.client.AcceptNext(t.Context())
+		require.NoError(t, err)
+		out, err := b.engine.RunSession(t.Context(), sess, &sequencer.RunOptions{Stop: stop})
+		require.NoError(t, err)
+		require.Equal(t, sequencer.OutcomeStopped, out)
+		require.True(t, prefetched.Load(), "5-8 were received while 4 was handled")
+		require.Equal(t, seqs(1, 4), b.got("s1"))
+		active, deferred := b.broker.Pending("s1")
+		require.Equal(t, 4, active, "5-8 are back at the broker, unsettled")
+		require.Zero(t, deferred)
+
+		b.proc.Hook = nil
+		b.setFail(nil)
+		done := make(chan sequencer.Outcome, 1)
+		go func() {
+			out, _ := b.runNext(t)
+			done <- out
+		}()
+		require.Eventually(t, func() bool {
+			b.clock.Advance(time.Second)
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		}, 5*time.Second, 10*time.Millisecond)
+		require.Equal(t, seqs(1, 8), b.got("s1"), "the next run takes them, each once")
+	})
+}
