@@ -26,7 +26,8 @@ import (
 var (
 	chaosLong = flag.Bool("chaos.long", false,
 		"run TestChaos with the long preset: 1,500 sessions × 40 messages, 3 workers, a SIGKILL every 3 s and a cut every 5 s for 60 s")
-	chaosSeed = flag.Uint64("chaos.seed", 0, "seed of TestChaos's plan, kills and handler failures (0: a random seed, logged)")
+	chaosSeed    = flag.Uint64("chaos.seed", 0, "seed of TestChaos's plan, kills and handler failures (0: a random seed, logged)")
+	chaosLatency = flag.Duration("chaos.latency", 0, "TestChaos's handler time per call instead of the preset's (a fast handler runs further ahead of the saves and completions)")
 )
 
 // chaosPreset is the shape of one chaos run.
@@ -82,11 +83,15 @@ var (
 //
 //	go test ./test/e2e -run TestChaos -v                                   # the short preset
 //	go test ./test/e2e -run TestChaos/servicebus -chaos.long -count 10 -v  # issue 10's shape
+//	go test ./test/e2e -run TestChaos/servicebus-save-each -chaos.long -chaos.latency 1ms -v  # far ahead
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	preset := chaosShort
 	if *chaosLong {
 		preset = chaosLongPreset
+	}
+	if *chaosLatency > 0 {
+		preset.latency = *chaosLatency
 	}
 	var variants []chaosVariant
 	for _, store := range stores {
@@ -197,8 +202,8 @@ faults:
 	}
 
 	s := h.summary()
-	t.Logf("chaos summary: preset=%s store=%s pipelined=%t save_each=%t seed=%d kills=%d cuts=%d calls=%d handled=%d failed=%d repeats=%d longest_replay=%d violations=%d dead_lettered=%d faults=%s total=%s",
-		p.name, store, pipelined, v.saveEach, seed, kills, cuts, s.calls, s.handled, s.failed, s.repeats, s.longestReplay, len(s.violations), f.counts(t).DeadLetter,
+	t.Logf("chaos summary: preset=%s latency=%s store=%s pipelined=%t save_each=%t seed=%d kills=%d cuts=%d calls=%d handled=%d failed=%d repeats=%d longest_replay=%d violations=%d dead_lettered=%d faults=%s total=%s",
+		p.name, p.latency, store, pipelined, v.saveEach, seed, kills, cuts, s.calls, s.handled, s.failed, s.repeats, s.longestReplay, len(s.violations), f.counts(t).DeadLetter,
 		faultsEnd.Round(time.Second), took.Round(time.Second))
 	if len(s.violations) > 0 {
 		logViolations(t, h, s.violations, procs)
