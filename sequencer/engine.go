@@ -74,7 +74,7 @@ type Engine struct {
 	log          *slog.Logger
 	obs          Observer
 	stats        statsCounters
-	// workers run the background completions and saves of every run.
+	// workers run the background calls of every run (completions, saves, receives).
 	workers *workers
 }
 

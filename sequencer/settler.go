@@ -301,12 +301,12 @@ func (p *pipeline) close() {
 	p.wg.Wait()
 }
 
-// workers runs an engine's background calls (completions, one save each's saves) on goroutines
-// kept while there is work, shared by its runs: a settlement's calls through the adapter, the
-// SDK and the AMQP library grow a new goroutine's stack, which a kept goroutine does once
-// (profiled: stack copying was about 2 % of the unthrottled benchmark's CPU with goroutines kept
-// for a run only, and none with goroutines kept across runs). A goroutine idle for workerIdle
-// ends, so that an engine without work keeps none.
+// workers runs an engine's background calls (completions, the saves of one save each, the
+// receives asked for ahead) on goroutines kept while there is work, shared by its runs: a
+// settlement's calls through the adapter, the SDK and the AMQP library grow a new goroutine's
+// stack, which a kept goroutine does once (profiled: stack copying was about 2 % of the
+// unthrottled benchmark's CPU with goroutines kept for a run only, and none with goroutines kept
+// across runs). A goroutine idle for workerIdle ends, so that an engine without work keeps none.
 type workers struct {
 	tasks chan func()
 }
