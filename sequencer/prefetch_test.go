@@ -101,6 +101,19 @@ func TestPrefetch(t *testing.T) {
 		require.Equal(t, int64(1), receives.Load(), "one receive, none asked for after the last message")
 	})
 
+	t.Run("not when what is in hand ends the session", func(t *testing.T) {
+		t.Parallel()
+		b := setupBlocking(t, cfg)
+		var receives atomic.Int64
+		b.proc.Hook = onReceive(func(n int64) { receives.Store(n) })
+		// 6 (the last) to 3 come first and are held; 2 and 1 then complete the session.
+		publish(b, "s1", seqs(6, 1), 6)
+		out, _ := b.runNext(t)
+		require.Equal(t, sequencer.OutcomeEnded, out)
+		require.Equal(t, seqs(1, 6), b.got("s1"))
+		require.Equal(t, int64(2), receives.Load(), "two batches, nothing asked for after them")
+	})
+
 	t.Run("the idle timeout counts from the moment the run is ready", func(t *testing.T) {
 		t.Parallel()
 		b := setupBlocking(t, cfg)
