@@ -14,17 +14,20 @@ import (
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
 
-// onComplete returns a process hook that calls fn with the 1-based number of each complete
-// call (before it takes effect) and passes every other call.
-func onComplete(fn func(n int64) error) func(sequencertest.Call) error {
+// onCall returns a process hook that calls fn with the 1-based number of each call of op (before
+// it takes effect) and passes every other call.
+func onCall(op string, fn func(n int64) error) func(sequencertest.Call) error {
 	var n atomic.Int64
 	return func(c sequencertest.Call) error {
-		if c.Op != "complete" || c.Phase != sequencertest.Before {
+		if c.Op != op || c.Phase != sequencertest.Before {
 			return nil
 		}
 		return fn(n.Add(1))
 	}
 }
+
+// onComplete is onCall for the complete calls.
+func onComplete(fn func(n int64) error) func(sequencertest.Call) error { return onCall("complete", fn) }
 
 // restart replaces the bundle's process (after a crash) with a new one and a new engine.
 func (b *bundle) restart(t *testing.T, cfg sequencer.EngineConfig) {
@@ -502,18 +505,6 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 	})
 }
 
-// onSave returns a process hook that calls fn with the 1-based number of each state save (before
-// it takes effect) and passes every other call.
-func onSave(fn func(n int64) error) func(sequencertest.Call) error {
-	var n atomic.Int64
-	return func(c sequencertest.Call) error {
-		if c.Op != "save" || c.Phase != sequencertest.Before {
-			return nil
-		}
-		return fn(n.Add(1))
-	}
-}
-
 // TestOneSaveEachPipelined: with SaveEachMessage and PipelineRuns the handler goes on while the
 // state save of the messages before runs in the background, at most MaxPendingSettlements
 // messages ahead of the last save that landed; a message is completed only once a save covering
@@ -544,7 +535,7 @@ func TestOneSaveEachPipelined(t *testing.T) {
 				}
 				return nil
 			}
-			saves := onSave(func(n int64) error {
+			saves := onCall("save", func(n int64) error {
 				if n == first+1 {
 					<-release
 				}

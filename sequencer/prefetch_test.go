@@ -2,6 +2,7 @@ package sequencer_test
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,16 +27,12 @@ func setupBlocking(t *testing.T, cfg sequencer.EngineConfig) *bundle {
 	return b
 }
 
-// onReceive returns a process hook that calls fn with the 1-based number of each receive call
-// (before it takes effect) and passes every other call.
+// onReceive is onCall for the receive calls, with fn failing none.
 func onReceive(fn func(n int64)) func(sequencertest.Call) error {
-	var n atomic.Int64
-	return func(c sequencertest.Call) error {
-		if c.Op == "receive" && c.Phase == sequencertest.Before {
-			fn(n.Add(1))
-		}
+	return onCall("receive", func(n int64) error {
+		fn(n)
 		return nil
-	}
+	})
 }
 
 // TestPrefetch: with PipelineRuns a run asks for its next receive batch while it handles one,
@@ -89,30 +86,29 @@ func TestPrefetch(t *testing.T) {
 		require.Zero(t, b.broker.Len())
 	})
 
-	t.Run("not after the batch that holds the last message", func(t *testing.T) {
-		t.Parallel()
-		b := setupBlocking(t, cfg)
-		var receives atomic.Int64
-		b.proc.Hook = onReceive(func(n int64) { receives.Store(n) })
-		publish(b, "s1", seqs(1, 3), 3)
-		out, _ := b.runNext(t)
-		require.Equal(t, sequencer.OutcomeEnded, out)
-		require.Equal(t, seqs(1, 3), b.got("s1"))
-		require.Equal(t, int64(1), receives.Load(), "one receive, none asked for after the last message")
-	})
-
-	t.Run("not when what is in hand ends the session", func(t *testing.T) {
-		t.Parallel()
-		b := setupBlocking(t, cfg)
-		var receives atomic.Int64
-		b.proc.Hook = onReceive(func(n int64) { receives.Store(n) })
+	// Nothing is asked for after a batch when what is in hand may end the session.
+	for _, tt := range []struct {
+		name     string
+		order    []int64
+		receives int64
+	}{
+		{"not after the batch that holds the last message", seqs(1, 3), 1},
 		// 6 (the last) to 3 come first and are held; 2 and 1 then complete the session.
-		publish(b, "s1", seqs(6, 1), 6)
-		out, _ := b.runNext(t)
-		require.Equal(t, sequencer.OutcomeEnded, out)
-		require.Equal(t, seqs(1, 6), b.got("s1"))
-		require.Equal(t, int64(2), receives.Load(), "two batches, nothing asked for after them")
-	})
+		{"not when what is in hand ends the session", seqs(6, 1), 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupBlocking(t, cfg)
+			var receives atomic.Int64
+			b.proc.Hook = onReceive(func(n int64) { receives.Store(n) })
+			last := slices.Max(tt.order)
+			publish(b, "s1", tt.order, last)
+			out, _ := b.runNext(t)
+			require.Equal(t, sequencer.OutcomeEnded, out)
+			require.Equal(t, seqs(1, last), b.got("s1"))
+			require.Equal(t, tt.receives, receives.Load(), "one receive a batch, none asked for after them")
+		})
+	}
 
 	t.Run("the idle timeout counts from the moment the run is ready", func(t *testing.T) {
 		t.Parallel()

@@ -45,16 +45,11 @@ func TestRunWritesOutputs(t *testing.T) {
 func TestRunWithThePostgresStore(t *testing.T) {
 	t.Parallel()
 	_, schema := pgtest.NewPoolWithSchema(t, nil)
-	dsn := pgtest.DSN()
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, []string{"-replicas", "2", "-exception-rate", "0", "-pressure", "none", "-arrival", "shuffled",
-		"-sessions", "4", "-messages", "10", "-database-url", dsn + sep + "search_path=" + schema,
+		"-sessions", "4", "-messages", "10", "-database-url", pgtest.SchemaDSN(schema),
 		"-out", t.TempDir(), "-progress=false"}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr: %s", stderr.String())
 	require.Contains(t, stdout.String(), "1 cells in ")

@@ -28,13 +28,8 @@ import (
 func databaseOfItsOwn(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	pool, schema := pgtest.NewPoolWithSchema(t, nil)
-	dsn := pgtest.DSN()
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
 	clearEnv(t)
-	t.Setenv("SEQBUS_DATABASE_URL", dsn+sep+"search_path="+schema)
+	t.Setenv("SEQBUS_DATABASE_URL", pgtest.SchemaDSN(schema))
 	return pool
 }
 

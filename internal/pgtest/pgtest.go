@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +52,17 @@ type Options struct {
 	//		return err
 	//	}
 	Setup func(ctx context.Context, pool *pgxpool.Pool) error
+}
+
+// SchemaDSN returns DSN() with schema as its search_path: what a process of its own (a worker,
+// a command) is given to work in a schema NewPoolWithSchema made.
+func SchemaDSN(schema string) string {
+	dsn := DSN()
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + "search_path=" + schema
 }
 
 // NewPool returns a pool on a new schema named test_<random> that is the pool's search_path. The

@@ -161,14 +161,9 @@ func postgresEnv(t *testing.T) (*pgxpool.Pool, []string) {
 		_, err := migrations.New(p, nil).Up(ctx, migrations.UpOptions{})
 		return err
 	}})
-	dsn := pgtest.DSN()
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
 	return pool, []string{
 		"SEQBUS_STATE_STORE=postgres",
-		"SEQBUS_DATABASE_URL=" + dsn + sep + "search_path=" + schema,
+		"SEQBUS_DATABASE_URL=" + pgtest.SchemaDSN(schema),
 	}
 }
 
