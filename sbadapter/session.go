@@ -247,8 +247,8 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 // presumed refused as busy is reported done (nil); timedOut says the watch's settleTimeout
 // ended it.
 func (s *Session) settleOnce(ctx context.Context, what string, rm *azservicebus.ReceivedMessage, fn func(context.Context, *azservicebus.ReceivedMessage) error) (err error, timedOut bool) {
-	sctx, stop := s.watchSettlement(ctx)
-	defer stop()
+	sctx, w := s.watchSettlement(ctx)
+	defer w.stop()
 	start := time.Now()
 	err = fn(sctx, rm)
 	if err == nil {
@@ -331,8 +331,8 @@ const refusedSettlementPoll = 100 * time.Millisecond
 // errSettleRefused is the cause of a settlement's ctx when it was presumed refused as busy.
 var errSettleRefused = errors.New("settlement presumed refused as busy")
 
-// watchSettlement returns the ctx of one settlement attempt and the func that ends it. The ctx
-// is canceled with errSettleTimeout once settleTimeout has passed and, with a Limiter, with
+// watchSettlement returns the ctx of one settlement attempt and its watch, whose stop ends it.
+// The ctx is canceled with errSettleTimeout once settleTimeout has passed and, with a Limiter, with
 // errSettleRefused once the settlement has run refusedSettlementWait and a server-busy answer
 // was seen since it started: by the Limiter, or in the SDK's log of a settlement refused
 // (sdklog.go), which is how a session whose only calls are settlements learns of it (the
@@ -340,44 +340,62 @@ var errSettleRefused = errors.New("settlement presumed refused as busy")
 // refused too; one that was not is answered within a round trip). One context and one timer
 // watch both: a settlement runs for every message (two contexts and two timers cost a few
 // percent of the worker's CPU in the unthrottled benchmark).
-func (s *Session) watchSettlement(ctx context.Context) (context.Context, func()) {
-	sctx, cancel := context.WithCancelCause(ctx)
-	start := time.Now()
-	var mark, logged uint64
+func (s *Session) watchSettlement(ctx context.Context) (context.Context, *settleWatch) {
+	w := &settleWatch{s: s, start: time.Now()}
+	var sctx context.Context
+	sctx, w.cancel = context.WithCancelCause(ctx)
 	first := s.settleTimeout
 	if s.limit != nil {
-		mark, logged = s.limit.busyCount(), s.settleRefusals.Load()
+		w.mark, w.logged = s.limit.busyCount(), s.settleRefusals.Load()
 		first = min(first, refusedSettlementWait)
 	}
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	mu.Lock() // the callback reads t
-	defer mu.Unlock()
-	t = time.AfterFunc(first, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		left := s.settleTimeout - time.Since(start)
-		switch {
-		case left <= 0:
-			cancel(errSettleTimeout)
-			return
-		case s.limit != nil && (s.limit.busyCount() > mark || s.settleRefusals.Load() > logged):
-			cancel(errSettleRefused)
-			return
-		}
-		t.Reset(min(left, refusedSettlementPoll))
-	})
-	return sctx, func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-		cancel(nil)
+	w.mu.Lock() // check reads t
+	defer w.mu.Unlock()
+	w.t = time.AfterFunc(first, w.check)
+	return sctx, w
+}
+
+// settleWatch is the watch of one settlement attempt (watchSettlement): its state in one
+// allocation, since a settlement runs for every message.
+type settleWatch struct {
+	s            *Session
+	start        time.Time
+	mark, logged uint64 // the server-busy answers seen when it started
+	cancel       context.CancelCauseFunc
+
+	mu      sync.Mutex
+	stopped bool
+	t       *time.Timer
+}
+
+// check runs when the watch's timer fires: it ends the settlement's ctx once settleTimeout has
+// passed or it is presumed refused, and looks again after refusedSettlementPoll otherwise.
+func (w *settleWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
 	}
+	s := w.s
+	left := s.settleTimeout - time.Since(w.start)
+	switch {
+	case left <= 0:
+		w.cancel(errSettleTimeout)
+		return
+	case s.limit != nil && (s.limit.busyCount() > w.mark || s.settleRefusals.Load() > w.logged):
+		w.cancel(errSettleRefused)
+		return
+	}
+	w.t.Reset(min(left, refusedSettlementPoll))
+}
+
+// stop ends the watch and the settlement's ctx.
+func (w *settleWatch) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	w.t.Stop()
+	w.mu.Unlock()
+	w.cancel(nil)
 }
 
 // errSettleTimeout is the cause of a settlement's ctx when settleTimeout passed.

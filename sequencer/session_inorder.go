@@ -160,21 +160,27 @@ func (r *run) holdHandover() error {
 // it succeeded. A handler that kept failing meets the poison policy (poison): ok is false, and
 // err is nil when the poison policy has settled m.
 func (r *run) handOver(m *msg, once func() error) (ok bool, err error) {
-	err = r.retry(m, once)
-	var perr *poisonError
-	if errors.As(err, &perr) {
-		return false, r.poison(m, perr.err)
-	}
-	var rerr *releaseError
-	if errors.As(err, &rerr) {
-		return false, r.releaseRetry(m, rerr) // session_retry.go
-	}
-	if err != nil {
-		return false, err
+	if err = r.retry(m, once); err != nil {
+		return false, r.notHandedOver(m, err)
 	}
 	r.e.stats.handled.Add(1)
 	r.e.observe(Event{Kind: EventHandled, SessionID: r.id, Sequence: m.seq}) // 0 for an unsequenced m
 	return true, nil
+}
+
+// notHandedOver carries out what the failure err of handOver asks for: the poison policy, a
+// released retry, or nothing (a store or broker failure, returned). It is apart from handOver so
+// that the error targets it declares are not allocated for every message handed over.
+func (r *run) notHandedOver(m *msg, err error) error {
+	var perr *poisonError
+	if errors.As(err, &perr) {
+		return r.poison(m, perr.err)
+	}
+	var rerr *releaseError
+	if errors.As(err, &rerr) {
+		return r.releaseRetry(m, rerr) // session_retry.go
+	}
+	return err
 }
 
 // retry runs once (one handler call, with its save) until it succeeds or the retries are
@@ -186,9 +192,12 @@ func (r *run) retry(m *msg, once func() error) error {
 	cfg := r.e.cfg
 	for attempt := r.attemptsBefore(m) + 1; ; attempt++ {
 		err := once()
+		if err == nil {
+			return nil
+		}
 		var herr *handlerError
 		if !errors.As(err, &herr) {
-			return err // nil, or a store failure
+			return err // a store failure
 		}
 		if r.ctx.Err() != nil {
 			return fmt.Errorf("sequencer: session %s: handler stopped: %w", r.id, context.Cause(r.ctx))
