@@ -231,9 +231,11 @@
 // first entry as well as after its later ones; if it loaded the state before that record
 // landed, one of the two saves fails on the version, and either the old holder hands no entry
 // of that record over or the new holder stops before any handler call. However many records
-// the old holder saves after it lost its lock unnoticed, this holds for each. A message saved
-// on its own (handler → save → complete) has no record to tell the next holder to wait, so the
-// fence's wait stays before it.
+// the old holder saves after it lost its lock unnoticed, this holds for each; and it holds for a
+// message saved on its own (handler → save → complete) right after a record this run saved (the
+// last message after a run, say): the record is what the next holder loads, or the save that
+// replaces it meets the version check. A message saved on its own after any other save has
+// nothing to tell the next holder to wait, so the fence's wait stays before it.
 //
 // Runs never contain a deferred message, the last message, or the message before a deferred one
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is

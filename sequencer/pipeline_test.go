@@ -43,6 +43,9 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 		pending int
 		bound   bool
 		runs    bool // pipelined runs instead of one save per message
+		// held is the complete that waits for the next handler call [1]; last marks 4 last.
+		held    int64
+		last    bool
 		overlap bool
 	}{
 		{pending: 4, bound: true, overlap: true},
@@ -52,21 +55,22 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 		{pending: 4, bound: false, overlap: false},
 		// ... but for the entries of a pipelined run the lease bounds the calls instead: once a
 		// completion was answered, the next ones overlap the handler calls.
-		{pending: 4, bound: false, runs: true, overlap: true},
-		{pending: 4, bound: true, runs: true, overlap: true},
+		// (With a store of its own no call of the run has been answered before complete(1), so
+		// the lease waits for it: the second complete is the one held.)
+		{pending: 4, bound: false, runs: true, held: 2, overlap: true},
+		{pending: 4, bound: true, runs: true, held: 2, overlap: true},
+		// The last message is saved on its own, right after the run's record: the record tells
+		// the next holder to wait, so its handler call does not wait for the run's completions.
+		{pending: 4, bound: false, runs: true, held: 3, last: true, overlap: true},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("pending=%d bound=%v runs=%v", tt.pending, tt.bound, tt.runs), func(t *testing.T) {
+		t.Run(fmt.Sprintf("pending=%d bound=%v runs=%v held=%d last=%v", tt.pending, tt.bound, tt.runs, tt.held, tt.last), func(t *testing.T) {
 			t.Parallel()
 			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: tt.pending}
-			// The complete held is the first (one save each) or the second (a run: with a store
-			// of its own no call of the run has been answered before complete(1), so the lease
-			// waits for it).
-			held := int64(1)
 			if tt.runs {
 				cfg = sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: tt.pending}
-				held = 2
 			}
+			held := max(tt.held, 1)
 			b := setupStore(t, cfg, tt.bound)
 			next := make(chan struct{})
 			b.setFail(func(m *sequencer.Message) error {
@@ -92,9 +96,13 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 				}
 				return nil
 			})
-			publish(b, "s1", seqs(1, 4), 0)
+			last, want := int64(0), sequencer.OutcomeIdle
+			if tt.last {
+				last, want = 4, sequencer.OutcomeEnded
+			}
+			publish(b, "s1", seqs(1, 4), last)
 			out, _ := b.runNext(t)
-			require.Equal(t, sequencer.OutcomeIdle, out)
+			require.Equal(t, want, out)
 			require.Equal(t, tt.overlap, overlapped.Load(), "handler(%d) ran while complete(%d) was in flight", held+1, held)
 			require.Equal(t, seqs(1, 4), b.got("s1"))
 			require.Zero(t, b.broker.Len(), "every message is completed before the session is released")

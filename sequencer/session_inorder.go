@@ -24,7 +24,9 @@ import (
 func (r *run) inOrder(m *msg) error {
 	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
 	ahead := r.goesAhead(m, how)
-	if err := r.beforeHandler(how == completeInRun || ahead && r.aheadStored); err != nil {
+	// The stored state tells the next holder to wait when it is this run's record or says Ahead.
+	marked := how == completeInRun || r.record != nil || ahead && r.aheadStored
+	if err := r.beforeHandler(marked); err != nil {
 		return err
 	}
 	switch {
@@ -113,15 +115,16 @@ func (r *run) passThrough(m *msg) error {
 // beforeHandler holds the next handler call until this run may make it: not after a failed
 // background completion, not before the completions since the last save are answered with a
 // store that says nothing about the lock (the fence), not while an earlier holder of a pipelined
-// run may still be calling (holdHandover), and not past the lease of a pipelined run. inRun says
-// the message is an entry of a run this engine records, or goes ahead of its save after a save
-// that said Ahead: with pipelined runs the record (or the Ahead mark) and the lease, not the
-// fence, bound its call (see "Pipelined runs" in the package documentation).
-func (r *run) beforeHandler(inRun bool) error {
+// run may still be calling (holdHandover), and not past the lease of a pipelined run. marked says
+// the state stored last tells the next holder to wait (it is this run's record, or it said
+// Ahead), or the message starts a run whose record is saved before the call: with pipelined runs
+// the mark and the lease, not the fence, bound the call (see "Pipelined runs" in the package
+// documentation).
+func (r *run) beforeHandler(marked bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
 	}
-	if !r.e.sessionBound && !(inRun && r.s.pipelinedRuns()) {
+	if !r.e.sessionBound && !(marked && r.s.pipelinedRuns()) {
 		// Fence (see SessionBoundStore): a save to this store says nothing about the session
 		// lock, so the completions issued since the last save must have been answered (which
 		// they are not once the lock is lost) before the handler is called again.
