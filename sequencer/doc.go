@@ -89,10 +89,12 @@
 // window is bounded (deferring what does not fit). An empty receive means the session idles: it
 // is released with its state kept, unless that resolves an inherited record or a gap timed out.
 // With PipelineRuns the run asks the broker for its next batch while it handles one (a
-// prefetch), unless the batch holds the session's last message: the round trip of a receive
-// then overlaps the handling instead of following it. The idle timeout still counts from the
-// moment the run is ready for the batch, and a run that ends before it takes the batch drops
-// it: its messages were never decided, and return to the broker with the session, unsettled.
+// prefetch), unless what it has in hand may end the session (the batch holds the last message,
+// or the last sequence is known and as many messages as sequences left are in hand): the round
+// trip of a receive then overlaps the handling instead of following it. The idle timeout still
+// counts from the moment the run is ready for the batch, and a run that ends before it takes the
+// batch drops it: its messages were never decided, and return to the broker with the session,
+// unsettled.
 // The run is in one phase at a time: resolving an inherited record (Next only a lower bound),
 // receiving, or finished (parked, blocked or ended here), which releases the session. The stored
 // State, not the phase, says whether the session is parked or ended: a run of a parked session
@@ -183,8 +185,8 @@
 //
 // With EngineConfig.PipelineRuns (and MaxPendingSettlements > 1) the complete of an entry goes
 // to the background pipeline like the completes above, and the next entry's handler is called
-// without waiting for its answer: one handler call at a time, not one
-// broker round trip at a time. Nothing about the record changes: the state still says "run from
+// without waiting for its answer: one handler call at a time, not one broker round trip at a
+// time. Nothing about the record changes: the state still says "run from
 // k" until the next save, and an entry is still completed only after it was handled, so the
 // inference above holds. What changes is what a crash, a lost lock or a failed complete leaves:
 // the entries whose completes had not landed (at most MaxPendingSettlements) and the entry in
@@ -351,8 +353,10 @@
 //     on from the latest state;
 //   - before each handler call it waits for the answers to the completions issued since the
 //     last save (no completion overlaps the next message; completions of a lost lock fail),
-//     except, with PipelineRuns, before the entries of a recorded run, which the record and the
-//     lease bound instead (see Pipelined runs);
+//     except, with PipelineRuns, before the entries of a recorded run and a message saved on
+//     its own right after one, which the record and the lease bound instead, and before a
+//     message that goes ahead of its save after a save with Ahead (see Pipelined runs and One
+//     save each, pipelined);
 //   - after a retry backoff, the one stretch without calls, it renews the lock before it hands
 //     the message over again.
 //
