@@ -120,6 +120,18 @@ func (b *bundle) runNext(t *testing.T) (sequencer.Outcome, bool) {
 	return out, true
 }
 
+// runNextAsync runs the next session (runNext) on a goroutine of its own and returns where its
+// outcome will come, for a test that acts on the run while it goes on.
+func (b *bundle) runNextAsync(t *testing.T) <-chan sequencer.Outcome {
+	t.Helper()
+	done := make(chan sequencer.Outcome, 1)
+	go func() {
+		out, _ := b.runNext(t)
+		done <- out
+	}()
+	return done
+}
+
 // runAll runs sessions until none is offered and returns their outcomes.
 func (b *bundle) runAll(t *testing.T) []sequencer.Outcome {
 	t.Helper()

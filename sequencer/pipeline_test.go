@@ -451,11 +451,7 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 			return nil
 		})
 		publish(b, "s1", seqs(1, 6), 0)
-		done := make(chan sequencer.Outcome, 1)
-		go func() {
-			out, _ := b.runNext(t)
-			done <- out
-		}()
+		done := b.runNextAsync(t)
 		<-third
 		time.Sleep(quiet)
 		require.Equal(t, seqs(1, 3), b.got("s1"), "no handler call while the completions are unanswered past the lease")
@@ -466,7 +462,7 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 
 	// inherit leaves in the store an earlier holder's run of 1 and 2, not completed, with both
 	// entries and 3 at the broker (after what first publishes), and starts a run of s1.
-	inherit := func(t *testing.T, cfg sequencer.EngineConfig, first func(*bundle)) (*bundle, chan sequencer.Outcome) {
+	inherit := func(t *testing.T, cfg sequencer.EngineConfig, first func(*bundle)) (*bundle, <-chan sequencer.Outcome) {
 		b := setupStore(t, cfg, bound)
 		if first != nil {
 			first(b)
@@ -477,11 +473,7 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 		st := sequencer.NewState()
 		st.InFlight = map[int64]int64{1: bs1, 2: bs2}
 		b.store.Put("s1", st)
-		done := make(chan sequencer.Outcome, 1)
-		go func() {
-			out, _ := b.runNext(t)
-			done <- out
-		}()
+		done := b.runNextAsync(t)
 		return b, done
 	}
 
@@ -557,11 +549,7 @@ func TestOneSaveEachPipelined(t *testing.T) {
 				return saves(c)
 			}
 			publish(b, "s1", seqs(1, 10), 0)
-			done := make(chan sequencer.Outcome, 1)
-			go func() {
-				out, _ := b.runNext(t)
-				done <- out
-			}()
+			done := b.runNextAsync(t)
 			require.Eventually(t, func() bool { return len(b.got("s1")) >= 6 }, 5*time.Second, time.Millisecond)
 			time.Sleep(quiet)
 			require.Equal(t, seqs(1, 6), b.got("s1"), "1 saved with the mark, then 2 in the hanging save and 3-6 behind it")
@@ -583,11 +571,7 @@ func TestOneSaveEachPipelined(t *testing.T) {
 		st := sequencer.NewState()
 		st.Ahead = true
 		b.store.Put("s1", st)
-		done := make(chan sequencer.Outcome, 1)
-		go func() {
-			out, _ := b.runNext(t)
-			done <- out
-		}()
+		done := b.runNextAsync(t)
 		time.Sleep(quiet)
 		require.Empty(t, b.got("s1"), "no handler call before the lease has passed")
 		got, _ := b.store.Get("s1")

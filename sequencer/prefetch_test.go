@@ -35,6 +35,23 @@ func onReceive(fn func(n int64)) func(sequencertest.Call) error {
 	})
 }
 
+// idleOut moves the bundle's fake clock on, a second at a time, until the run that done reports
+// on has ended (its receive waits out the idle timeout), and returns its outcome.
+func idleOut(t *testing.T, b *bundle, done <-chan sequencer.Outcome) sequencer.Outcome {
+	t.Helper()
+	var out sequencer.Outcome
+	require.Eventually(t, func() bool {
+		b.clock.Advance(time.Second)
+		select {
+		case out = <-done:
+			return true
+		default:
+			return false
+		}
+	}, 5*time.Second, 10*time.Millisecond)
+	return out
+}
+
 // TestPrefetch: with PipelineRuns a run asks for its next receive batch while it handles one,
 // but not after a batch holding the session's last message; the idle timeout counts from the
 // moment the run is ready for the batch; and a run that ends first drops the batch, whose
@@ -64,23 +81,10 @@ func TestPrefetch(t *testing.T) {
 			return nil
 		})
 		publish(b, "s1", seqs(1, 6), 0)
-		done := make(chan sequencer.Outcome, 1)
-		go func() {
-			out, _ := b.runNext(t)
-			done <- out
-		}()
+		done := b.runNextAsync(t)
 		require.Eventually(t, func() bool { return len(b.got("s1")) == 6 }, 5*time.Second, time.Millisecond)
 		// The receive after the last batch is ready now: its idle timeout counts from here.
-		require.Eventually(t, func() bool {
-			b.clock.Advance(time.Second)
-			select {
-			case out := <-done:
-				require.Equal(t, sequencer.OutcomeIdle, out)
-				return true
-			default:
-				return false
-			}
-		}, 5*time.Second, 10*time.Millisecond)
+		require.Equal(t, sequencer.OutcomeIdle, idleOut(t, b, done))
 		require.True(t, overlapped.Load(), "the receive of 5 and 6 was sent while 1 was handled")
 		require.Equal(t, seqs(1, 6), b.got("s1"))
 		require.Zero(t, b.broker.Len())
@@ -167,20 +171,8 @@ func TestPrefetch(t *testing.T) {
 
 		b.proc.Hook = nil
 		b.setFail(nil)
-		done := make(chan sequencer.Outcome, 1)
-		go func() {
-			out, _ := b.runNext(t)
-			done <- out
-		}()
-		require.Eventually(t, func() bool {
-			b.clock.Advance(time.Second)
-			select {
-			case <-done:
-				return true
-			default:
-				return false
-			}
-		}, 5*time.Second, 10*time.Millisecond)
+		done := b.runNextAsync(t)
+		require.Equal(t, sequencer.OutcomeIdle, idleOut(t, b, done))
 		require.Equal(t, seqs(1, 8), b.got("s1"), "the next run takes them, each once")
 	})
 }
