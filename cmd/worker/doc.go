@@ -52,9 +52,12 @@
 //	SEQBUS_TOMBSTONE_TTL            keep an ended session's state this long (default 24h; 0: delete)
 //	SEQBUS_STATE_MAX_BYTES          the entity's max message size, bounding session state (default 256KiB)
 //	SEQBUS_LOCK_RENEW_INTERVAL      session lock renewal (default 0: half the remaining lock time)
-//	SEQBUS_SAVE_EACH_MESSAGE        save the state after every message instead of once per run of
-//	                                in-order messages in hand (default false; see README)
-//	SEQBUS_PIPELINE_RUNS            complete a run's messages in the background, 16 at a time;
+//	SEQBUS_SAVE_EACH_MESSAGE        save the exact position before each message is completed
+//	                                instead of once per run of in-order messages in hand; with
+//	                                pipelined runs the saves run in the background (default false;
+//	                                see README)
+//	SEQBUS_PIPELINE_RUNS            complete a run's messages in the background, 16 at a time, and
+//	                                receive the next batch while one is handled, with either store;
 //	                                after a crash up to 17 are handed over again, in order
 //	                                (default true; false: each completion awaited; see README)
 //	SEQBUS_SWEEP_INTERVAL           how often stranded sessions are woken, session gauges refreshed,
