@@ -451,6 +451,20 @@ func runnable(st *State, seq int64, last bool) bool {
 	return !deferred && !anchor
 }
 
+// inHand returns the message for sequence seq held in the window or, failing that, the first
+// valid one in upcoming; nil when neither has it.
+func (v view) inHand(seq int64, upcoming []msg) *msg {
+	if x := v.w.held[seq]; x != nil {
+		return x
+	}
+	for i := range upcoming {
+		if x := &upcoming[i]; x.invalid == "" && x.seq == seq {
+			return x
+		}
+	}
+	return nil
+}
+
 // lookahead returns the run starting at m: the following sequences in hand, held in the window
 // or later in the receive batch (upcoming). It returns nil when no other message would join m.
 //

@@ -91,7 +91,8 @@
 // With PipelineRuns the run asks the broker for its next batch while it handles one (a
 // prefetch), unless what it has in hand may end the session (the batch holds the last message,
 // or the last sequence is known and as many messages as sequences left are in hand): the round
-// trip of a receive then overlaps the handling instead of following it. The idle timeout still
+// trip of a receive then overlaps the handling instead of following it (and a recorded run may
+// extend over the batch received so, see Extended runs). The idle timeout still
 // counts from the moment the run is ready for the batch, and a run that ends before it takes the
 // batch drops it: its messages were never decided, and return to the broker with the session,
 // unsettled.
@@ -239,6 +240,35 @@
 // replaces it meets the version check. A message saved on its own after any other save has
 // nothing to tell the next holder to wait, so the fence's wait stays before it.
 //
+// # Extended runs
+//
+// With pipelined runs the next batch is received while a run's entries are handled (see The
+// session loop), and a run whose entries are in hand when that batch lands extends over it: one
+// save, sent in the background while the entries go on, records the run from the entry about to
+// be handed over through everything in hand (State.InFlight as above, Next that entry). The
+// entries of the next batch then need no record of their own, and the save's round trip
+// overlaps the handler calls. It is a record like any other, so the inference and the lease
+// above hold as they are: the stored record is the old one or the extension, and either names
+// every entry handed over and not completed. One difference: an entry of the extension may be
+// handed over before the extension has landed (the stored record tells the next holder to wait
+// as well), but it is completed only after that, and the entries so handed over and the
+// completions in flight stay within MaxPendingSettlements. A crash before the extension lands
+// leaves them at the broker, not named by the stored record: the next holder hands them over
+// again, in order, within the window above. The extension's save is the run's one save in
+// flight; any other save and the end wait for it first, and a failed extension fails the run as
+// any failed save does.
+//
+// # The tail of a run
+//
+// The messages after a run's record up to the session's last message, when they are all in hand
+// (the last batch came in after the run's entries were handed over), are handed over with no
+// record or save of their own while the stored state is this run's record: the last message's
+// save (the end) covers them, and they are completed after it has landed. A crash before that
+// leaves them at the broker and the record as it was: the next holder waits its lease, resolves
+// the record and hands them over again, in order. They count in the window (the tail handed over
+// and the completions in flight stay within MaxPendingSettlements; past that, the rest is a run
+// of its own). Any save before the end (a failure's, a stop's release) covers them too.
+//
 // Runs never contain a deferred message, the last message, or the message before a deferred one
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is
 // ever deferred while recorded); with an AtomicStore each message has its own transaction and
@@ -353,9 +383,10 @@
 //     on from the latest state;
 //   - before each handler call it waits for the answers to the completions issued since the
 //     last save (no completion overlaps the next message; completions of a lost lock fail),
-//     except, with PipelineRuns, before the entries of a recorded run and a message saved on
-//     its own right after one, which the record and the lease bound instead, and before a
-//     message that goes ahead of its save after a save with Ahead (see Pipelined runs and One
+//     except, with PipelineRuns, before the entries of a recorded run (an extension's
+//     included), the tail of a run and a message saved on its own right after a record, which
+//     the record and the lease bound instead, and before a message that goes ahead of its save
+//     after a save with Ahead (see Pipelined runs, Extended runs, The tail of a run and One
 //     save each, pipelined);
 //   - after a retry backoff, the one stretch without calls, it renews the lock before it hands
 //     the message over again.

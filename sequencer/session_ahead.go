@@ -3,15 +3,17 @@ package sequencer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
-// This file saves a run's state in the background while the handler goes on, for one save each
-// with pipelined runs (EngineConfig.SaveEachMessage and PipelineRuns; see "One save each,
-// pipelined" in the package documentation): every handled message is still covered by a save of
-// the exact Next before it is completed, but the next handler call does not wait for that save.
-// One save is in flight at a time (each expects the version the one before returned); the
-// messages handled meanwhile go into the next one.
+// This file saves a run's state in the background while the handler goes on, in two cases. For
+// one save each with pipelined runs (EngineConfig.SaveEachMessage and PipelineRuns; see "One
+// save each, pipelined" in the package documentation): every handled message is still covered by
+// a save of the exact Next before it is completed, but the next handler call does not wait for
+// that save. And for a recorded run that extends over the next batch, received while its entries
+// are handled (extendRun; see "Extended runs"). One save is in flight at a time (each expects the
+// version the one before returned); the messages handled meanwhile go into the next one.
 
 // aheadSave is the run's save in flight in the background.
 type aheadSave struct {
@@ -19,10 +21,12 @@ type aheadSave struct {
 	// covers are the messages handled up to it, completed once it has landed.
 	covers []*msg
 	// gap is a resolved gap wait it records, reported once it has landed.
-	gap  time.Duration
-	done chan struct{}
-	ver  int64
-	err  error
+	gap time.Duration
+	// record is the extended run it records (extendRun), the run's record once it has landed.
+	record map[int64]int64
+	done   chan struct{}
+	ver    int64
+	err    error
 }
 
 // aheadMode reports whether messages saved one by one may be handed over ahead of their saves.
@@ -39,10 +43,43 @@ func (r *run) goesAhead(m *msg, how settlement) bool {
 		(r.st.Last == 0 || m.seq < r.st.Last)
 }
 
-// handledAhead queues m, handled, for the next background save and keeps the saves going.
+// handledAhead queues m, handled, for the next save and, with one save each, keeps the
+// background saves going; the tail of a recorded run waits for the last message's save.
 func (r *run) handledAhead(m *msg) error {
 	r.unsaved = append(r.unsaved, m)
+	if !r.aheadMode() {
+		return nil
+	}
 	return r.pumpAhead()
+}
+
+// tailsRun reports whether the in-order message m, settled as how and entries say, is part of
+// the tail of this run's record: the record is what the store holds (no save since), m is not
+// one of its entries, and the messages from m up to the session's last one are in hand, so the
+// last message's save (the session's end) follows them at once. Such a message is handed over
+// ahead of its save, with no record or save of its own: it is completed once that save has
+// landed (or any save before it), and a crash before leaves it at the broker, with the record
+// telling the next holder to wait its lease. The messages handed over and not completed (the
+// tail so far and the completions in flight) stay within MaxPendingSettlements, the window of
+// pipelined runs. See "The tail of a run" in the package documentation.
+func (r *run) tailsRun(m *msg, how settlement, entries map[int64]int64) bool {
+	if r.record == nil || r.ahead != nil || r.aheadMode() || !r.s.pipelinedRuns() || r.phase != receiving {
+		return false
+	}
+	if how == completeInRun && entries == nil {
+		return false // an entry of the record
+	}
+	if m.deferred || m.redelivered() || r.indexed(m) || !runnable(r.st, m.seq, m.last) {
+		return false
+	}
+	if len(r.unsaved)+1+r.s.pipe.inFlight() > r.e.cfg.MaxPendingSettlements {
+		return false
+	}
+	// entries, when m starts a run, are the sequences from m on in hand; the one after them
+	// must be the last message.
+	end := m.seq + max(int64(len(entries)), 1)
+	x := r.view().inHand(end, r.upcoming)
+	return x != nil && x.last
 }
 
 // pumpAhead lands the save in flight if it is done, or waits for it when the handler has gone
@@ -106,7 +143,11 @@ func (r *run) landAhead(wait bool) error {
 	if a.err != nil {
 		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, a.st.Next, a.err)
 	}
-	r.ver, r.claimed, r.aheadStored = a.ver, true, true
+	r.ver, r.claimed, r.aheadStored = a.ver, true, a.st.Ahead
+	if a.record != nil {
+		r.record = a.record
+		r.e.stats.runs.Add(1)
+	}
 	if r.e.sessionBound {
 		r.s.noteAnswered(a.st.UpdatedAt) // the store's save is a call on the session
 	}
@@ -117,6 +158,67 @@ func (r *run) landAhead(wait bool) error {
 		}
 	}
 	return nil
+}
+
+// extendRun extends the recorded run over the next batch when that batch has already been
+// received (prefetch) while m, an entry of the run, is about to be handed over: the record of
+// the run from m on over everything in hand is saved in the background, and the entries past the
+// current record wait only for that save to land (landExtension), not for a save of their own
+// after the entries before them were handled. See "Extended runs" in the package documentation.
+func (r *run) extendRun(m *msg) {
+	if r.ahead != nil || r.record == nil {
+		return
+	}
+	more := r.peekPrefetch()
+	if more == nil {
+		return
+	}
+	entries := r.view().lookahead(m, append(slices.Clip(r.upcoming), more...))
+	extends := false
+	for seq, bs := range entries {
+		if was, ok := r.record[seq]; !ok || was != bs {
+			extends = true
+			break
+		}
+	}
+	if !extends {
+		return
+	}
+	r.st.pruneSettled(r.s.settled)
+	clear(r.s.settled)
+	r.st.UpdatedAt = r.now()
+	st := r.st.clone()
+	st.InFlight = entries
+	a := &aheadSave{st: st, record: entries, done: make(chan struct{})}
+	r.ahead = a
+	expected := r.ver
+	r.e.stats.storeCalls.Add(1)
+	r.e.workers.run(func() {
+		defer close(a.done)
+		a.ver, a.err = r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: a.st, ExpectedVersion: expected})
+	})
+}
+
+// landExtension lands the extension of the run in flight, if any, when it is done. When m is
+// not an entry of the record that has landed, it reports early if m is an entry of the extension
+// that may be handed over before the extension lands: its completion then waits for the
+// extension (aheadSave.covers), and the messages so handed over and the completions in flight
+// stay within MaxPendingSettlements; otherwise it waits for the extension to land.
+func (r *run) landExtension(m *msg) (early bool, err error) {
+	a := r.ahead
+	if a == nil || a.record == nil {
+		return false, nil
+	}
+	if err := r.landAhead(false); err != nil || r.ahead == nil {
+		return false, err
+	}
+	if bs, ok := r.record[m.seq]; ok && bs == m.bs {
+		return false, nil
+	}
+	if bs, ok := a.record[m.seq]; ok && bs == m.bs && len(a.covers)+1+r.s.pipe.inFlight() <= r.e.cfg.MaxPendingSettlements {
+		return true, nil
+	}
+	return false, r.landAhead(true)
 }
 
 // flushAhead lands the save in flight, if any, before a save of the run's own: one save at a

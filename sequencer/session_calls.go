@@ -116,6 +116,9 @@ func (r *run) reportGap(wait time.Duration, next int64) {
 }
 
 func (r *run) deleteState() error {
+	if err := r.flushAhead(); err != nil { // the version compared is the one last saved
+		return err
+	}
 	r.e.stats.storeCalls.Add(1)
 	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.sess, ExpectedVersion: r.ver}); err != nil {
 		return fmt.Errorf("sequencer: session %s: deleting state: %w", r.id, err)
@@ -183,6 +186,10 @@ type prefetch struct {
 	done   chan struct{}
 	raw    []*Message
 	err    error
+	// peeked: the run looked at the batch before taking it (peekPrefetch); read is the batch as
+	// read then, which takePrefetch returns.
+	peeked bool
+	read   []msg
 }
 
 // prefetches reports whether the run receives its next batch while it handles batch: with
@@ -238,7 +245,31 @@ func (r *run) takePrefetch(p *prefetch) ([]msg, error) {
 	if len(p.raw) == 0 && !ended {
 		return r.receive()
 	}
+	if p.peeked {
+		return p.read, nil
+	}
 	return r.e.read(p.raw, false), nil
+}
+
+// peekPrefetch returns the next batch if its receive has landed with messages, without waiting
+// and without taking it (the batch in hand is still being handled): a recorded run may extend
+// over it (extendRun). It looks once per receive.
+func (r *run) peekPrefetch() []msg {
+	p := r.next
+	if p == nil || p.peeked {
+		return nil
+	}
+	select {
+	case <-p.done:
+	default:
+		return nil
+	}
+	p.peeked = true
+	if p.err != nil || len(p.raw) == 0 {
+		return nil
+	}
+	p.read = r.e.read(p.raw, false)
+	return p.read
 }
 
 // dropPrefetch ends a receive the run started and will not take: the run ends.

@@ -16,14 +16,26 @@ import (
 
 // inOrder hands the in-order message m to the handler and settles it, in one of the two orders
 // the package documentation gives (settlementOf picks): as an entry of a recorded run, handler →
-// complete (the run's record stands for the save); otherwise handler → save(Next+1) → complete,
+// complete (the run's record stands for the save; an entry of an extension still in flight is
+// completed once it has landed, landExtension); otherwise handler → save(Next+1) → complete,
 // where a deferred message is completed at once and an active one waits as the drain's anchor
-// while the message for Next is deferred, and where with one save each, pipelined, an active
-// message's save runs in the background (goesAhead). A handler that keeps failing meets the
-// poison policy.
+// while the message for Next is deferred, and where the save runs in the background with one
+// save each, pipelined (goesAhead), and is the last message's for the tail of a run (tailsRun).
+// A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
+	early, err := r.landExtension(m)
+	if err != nil {
+		return err
+	}
 	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
-	ahead := r.goesAhead(m, how)
+	if early {
+		how, entries = completeInRun, nil // an entry of the extension in flight
+	}
+	tail := r.tailsRun(m, how, entries)
+	if tail {
+		how, entries = saveThenComplete, nil // handed over ahead of the last message's save
+	}
+	ahead := tail || r.goesAhead(m, how)
 	// The stored state tells the next holder to wait when it is this run's record or says Ahead.
 	marked := how == completeInRun || r.record != nil || ahead && r.aheadStored
 	if err := r.beforeHandler(marked); err != nil {
@@ -34,6 +46,9 @@ func (r *run) inOrder(m *msg) error {
 		if err := r.recordRun(entries); err != nil {
 			return err
 		}
+		r.extendRun(m)
+	case how == completeInRun:
+		r.extendRun(m)
 	case !r.claimed && !r.e.sessionBound && r.e.atomic == nil:
 		// Claim the session in the store before the run's first handler call: an earlier holder
 		// that lost its lock without noticing can save no more, and this run goes on from the
@@ -48,7 +63,12 @@ func (r *run) inOrder(m *msg) error {
 	switch {
 	case how == completeInRun:
 		// Entries are never the last message. With PipelineRuns the completion runs in the
-		// background (see "Pipelined runs" in the package documentation).
+		// background (see "Pipelined runs" in the package documentation); an entry of the
+		// extension in flight is completed once that has landed.
+		if a := r.ahead; early && a != nil {
+			a.covers = append(a.covers, m)
+			return nil
+		}
 		return r.s.completeEntry(m)
 	case ahead && !r.view().needsAnchor():
 		return r.handledAhead(m) // saved in the background, then completed

@@ -287,6 +287,9 @@ func newPipeline(n int, w *workers) *pipeline {
 	return &pipeline{slots: make(chan struct{}, n), workers: w}
 }
 
+// inFlight is the number of completions started and not yet answered.
+func (p *pipeline) inFlight() int { return len(p.slots) }
+
 // run runs fn on a worker.
 func (p *pipeline) run(fn func()) {
 	p.wg.Add(1)
