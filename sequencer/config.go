@@ -155,7 +155,9 @@ type EngineConfig struct {
 	// (see "Pipelined runs" in the package documentation). With SaveEachMessage it runs the
 	// saves in the background instead, with the same window. No effect on those with an
 	// AtomicStore or MaxPendingSettlements 1. It also makes a run receive its next batch while
-	// it handles one (see "The session loop").
+	// it handles one (see "The session loop"), and with pipelining a recorded run extend over
+	// that batch and the tail before the last message go without a record of its own (see
+	// "Extended runs" and "The tail of a run").
 	PipelineRuns bool
 	// PipelineLease bounds, with PipelineRuns, how long a run goes on calling the handler
 	// without waiting for its completions in flight after the last call the broker answered,

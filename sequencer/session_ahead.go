@@ -166,7 +166,7 @@ func (r *run) landAhead(wait bool) error {
 // current record wait only for that save to land (landExtension), not for a save of their own
 // after the entries before them were handled. See "Extended runs" in the package documentation.
 func (r *run) extendRun(m *msg) {
-	if r.ahead != nil || r.record == nil {
+	if r.ahead != nil || r.record == nil || !r.s.pipelinedRuns() {
 		return
 	}
 	more := r.peekPrefetch()
