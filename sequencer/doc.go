@@ -302,7 +302,10 @@
 // active message that made Next reach a deferred sequence (the anchor) is kept unsettled until
 // the drain is durable: only after the drained messages are handled, saved, completed and
 // removed from the index is the anchor completed. A crash at any point of the drain leaves the
-// anchor, which the broker redelivers, which wakes the session, which drains. Runs started by id
+// anchor, which the broker redelivers, which wakes the session, which drains. That holds for an
+// active message an index entry names as well (a deferral whose defer a crash cut off): once
+// handled it is the anchor like any other, and its index entry goes in the save after its
+// completion. Runs started by id
 // (an operator's Resume, a sweeper) have no anchor: if they crash, the state says so
 // (State.DueDeferred) and a sweeper hands the session to Runner.Wake.
 //

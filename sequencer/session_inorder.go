@@ -77,16 +77,19 @@ func (r *run) inOrder(m *msg) error {
 		if err := r.save(); err != nil {
 			return err
 		}
-		r.s.anchor(m, "")
-	case r.indexed(m) || m.deferred:
-		// A deferred message: the index entry stays until it is completed, so that a crash
-		// in between leaves something the next run (or a sweeper) finds.
+		r.s.anchor(m, "", r.indexed(m))
+	case m.deferred || r.indexed(m) && !r.view().needsAnchor():
+		// A deferred message, or an active one an index entry names (its deferral was saved
+		// and the process died before the defer): the index entry stays until it is completed,
+		// so that a crash in between leaves something the next run (or a sweeper) finds.
 		if err := r.s.complete(m); err != nil {
 			return err
 		}
 		r.noteSettled(m)
 	case r.view().needsAnchor():
-		r.s.anchor(m, "")
+		// An active message, indexed or not, is what wakes the session if the drain is cut
+		// short (a stop): completed, it would leave only deferred messages at the broker.
+		r.s.anchor(m, "", r.indexed(m))
 	default:
 		if err := r.s.completeLater(m); err != nil {
 			return err
@@ -336,9 +339,9 @@ func (r *run) poison(m *msg, herr error) error {
 			return err
 		}
 		r.e.stats.skipped.Add(1)
-		if !r.indexed(m) && r.view().needsAnchor() {
+		if !m.deferred && r.view().needsAnchor() {
 			// Like a handled message, the skipped one wakes the session if the drain is cut short.
-			r.s.anchor(m, herr.Error())
+			r.s.anchor(m, herr.Error(), r.indexed(m))
 		} else if err := r.s.deadLetterSkipped(m, herr.Error()); err != nil {
 			return err
 		}

@@ -51,6 +51,8 @@ type anchor struct {
 	// deadLetter, when set, is the description of a HandlerFailed dead-lettering (PoisonSkip);
 	// otherwise the anchor is completed.
 	deadLetter string
+	// indexed: an index entry names m (State.Deferred), removed by the save after m is settled.
+	indexed bool
 }
 
 // init readies s for a run of e on sess: ctx is the run's context, cancel cancels it. (The run
@@ -249,8 +251,8 @@ func (s *settler) await() error {
 
 // anchor keeps m unsettled until the drain it wakes the session for is durable; deadLetter is the
 // description of a skipped poison message's dead-lettering ("" completes it).
-func (s *settler) anchor(m *msg, deadLetter string) {
-	s.anchors = append(s.anchors, anchor{m: m, deadLetter: deadLetter})
+func (s *settler) anchor(m *msg, deadLetter string, indexed bool) {
+	s.anchors = append(s.anchors, anchor{m: m, deadLetter: deadLetter, indexed: indexed})
 }
 
 // settleAnchors settles the anchors in the order they were handled; after a failure the rest
@@ -262,8 +264,13 @@ func (s *settler) settleAnchors() error {
 			if err := s.deadLetterSkipped(a.m, a.deadLetter); err != nil {
 				return err
 			}
-		} else if err := s.complete(a.m); err != nil {
-			return err
+		} else {
+			if err := s.complete(a.m); err != nil {
+				return err
+			}
+			if a.indexed {
+				s.settled[a.m.seq] = a.m.bs
+			}
 		}
 		s.anchors = s.anchors[1:]
 	}

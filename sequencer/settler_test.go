@@ -200,9 +200,9 @@ func TestSettlerLostLock(t *testing.T) {
 func TestSettlerAnchors(t *testing.T) {
 	t.Parallel()
 	b := setupSettler(t, 1)
-	b.s.anchor(testMsg(3, 30), "")
-	b.s.anchor(testMsg(4, 40), "poison")
-	b.s.anchor(testMsg(5, 50), "")
+	b.s.anchor(testMsg(3, 30), "", false)
+	b.s.anchor(testMsg(4, 40), "poison", false)
+	b.s.anchor(testMsg(5, 50), "", false)
 	b.sess.fail[50] = errors.New("broker down")
 	require.Error(t, b.s.settleAnchors())
 	require.Equal(t, []string{"complete 30", "dead_letter(HandlerFailed: poison) 40"}, b.sess.recorded(), "in the order handled")
