@@ -106,12 +106,24 @@ func (r *run) pumpAhead() error {
 // startAhead starts the background save of the state as it is, with Ahead, covering the
 // messages handled since the last save.
 func (r *run) startAhead() {
+	r.st.Ahead = true
+	r.saveInBackground(&aheadSave{st: r.snapshot(), covers: r.unsaved, gap: r.pendingGap})
+	r.unsaved, r.pendingGap, r.dirty = nil, 0, false
+}
+
+// snapshot readies the state for a save (the index entries of messages settled since out, the
+// time of the save in) and returns a copy the run may go on changing.
+func (r *run) snapshot() *State {
 	r.st.pruneSettled(r.s.settled)
 	clear(r.s.settled)
 	r.st.UpdatedAt = r.now()
-	r.st.Ahead = true
-	a := &aheadSave{st: r.st.clone(), covers: r.unsaved, gap: r.pendingGap, done: make(chan struct{})}
-	r.unsaved, r.pendingGap, r.dirty = nil, 0, false
+	return r.st.clone()
+}
+
+// saveInBackground makes a the run's save in flight and starts it on one of the engine's
+// workers, expecting the version the run last saved.
+func (r *run) saveInBackground(a *aheadSave) {
+	a.done = make(chan struct{})
 	r.ahead = a
 	expected := r.ver
 	r.e.stats.storeCalls.Add(1)
@@ -184,19 +196,9 @@ func (r *run) extendRun(m *msg) {
 	if !extends {
 		return
 	}
-	r.st.pruneSettled(r.s.settled)
-	clear(r.s.settled)
-	r.st.UpdatedAt = r.now()
-	st := r.st.clone()
+	st := r.snapshot()
 	st.InFlight = entries
-	a := &aheadSave{st: st, record: entries, done: make(chan struct{})}
-	r.ahead = a
-	expected := r.ver
-	r.e.stats.storeCalls.Add(1)
-	r.e.workers.run(func() {
-		defer close(a.done)
-		a.ver, a.err = r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: a.st, ExpectedVersion: expected})
-	})
+	r.saveInBackground(&aheadSave{st: st, record: entries})
 }
 
 // landExtension lands the extension of the run in flight, if any, when it is done. When m is
