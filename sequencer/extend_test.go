@@ -14,9 +14,9 @@ import (
 	"github.com/seqbus/seqbus/sequencer/sequencertest"
 )
 
-// extendCase is one session of TestExtendedRuns and TestRunTail: 1–last published in order
-// (last the session's last message) and received four at a time, with a process hook that sees
-// the handler calls too.
+// extendCase is one session of TestExtendedRuns, TestExtendedRunCrash and TestRunTail: 1–last
+// published in order (last the session's last message) and received four at a time, with a
+// process hook that sees the handler calls too.
 type extendCase struct {
 	b *bundle
 	// handlerCalled[k] is closed when the handler is called for sequence k.
