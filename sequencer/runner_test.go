@@ -330,3 +330,58 @@ func TestRunnerSecondStopCancels(t *testing.T) {
 	require.NoError(t, <-first)
 	require.Empty(t, b.got("a"))
 }
+
+// A session whose last message is handled frees its slot while it closes: with one slot, the
+// next session is accepted and handled while the first one's close (held here) is still going
+// on, and a graceful stop waits for that close.
+func TestRunnerAcceptsTheNextSessionWhileOneCloses(t *testing.T) {
+	t.Parallel()
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
+	closing, release := make(chan struct{}), make(chan struct{})
+	proc := &sequencertest.Process{Hook: func(c sequencertest.Call) error {
+		if c.Op == "close" && c.SessionID == "a" && c.Phase == sequencertest.Before {
+			close(closing)
+			<-release
+		}
+		return nil
+	}}
+	var mu sync.Mutex
+	var handled []string
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source: broker.NewClient(proc),
+		Store:  sequencertest.NewStore().Client(nil),
+		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled = append(handled, m.SessionID)
+			return nil
+		}),
+		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond},
+		MaxConcurrentSessions: 1,
+		AcceptTimeout:         50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	broker.PublishSeq("a", 1, true)
+	require.NoError(t, r.Start(t.Context()))
+	<-closing
+	broker.PublishSeq("b", 1, true) // offered only now: a is the first session accepted
+	waitFor(t, "session b handled while a closes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == 2
+	})
+	require.Equal(t, []string{"a", "b"}, handled)
+	waitFor(t, "b released, a still held while it closes", func() bool { return r.Stats().ActiveSessions == 1 })
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(t.Context()) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("a graceful stop waits for the session closing: returned %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-stopped)
+	require.Equal(t, 0, r.Stats().ActiveSessions)
+	require.Zero(t, broker.Len())
+}

@@ -64,8 +64,10 @@ type run struct {
 	resume *ResumeOptions
 	// woken: accepted by id for a wake (RunOptions.Woken).
 	woken bool
-	sess  Session
-	id    string
+	// ending is RunOptions.Ending, nil once called.
+	ending func()
+	sess   Session
+	id     string
 	// s makes the run's settlements and holds the lost-lock flag, the background completions,
 	// the anchors and the settled messages whose index entries the next save removes.
 	s settler
@@ -110,6 +112,14 @@ type run struct {
 }
 
 func (r *run) now() time.Time { return r.e.clock.Now() }
+
+// ended reports, once, that the session's last message is handled (RunOptions.Ending).
+func (r *run) ended() {
+	if f := r.ending; f != nil {
+		r.ending = nil
+		f()
+	}
+}
 
 func (r *run) log() *slog.Logger { return r.e.log.With(slog.String("session_id", r.id)) }
 

@@ -1,0 +1,80 @@
+package sequencer_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sequencer/sequencertest"
+)
+
+// RunOptions.Ending is called once the session's last message is handled (or skipped), before
+// the save or delete that ends the state, and never for a run that does not end the session.
+func TestRunOptionsEnding(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		cfg     sequencer.EngineConfig
+		publish []int64 // with 3 the last
+		fail    int64   // a sequence whose handler always fails
+		ends    bool
+	}{
+		{name: "in order", publish: []int64{1, 2, 3}, ends: true},
+		{name: "pipelined runs", cfg: sequencer.EngineConfig{PipelineRuns: true}, publish: []int64{1, 2, 3}, ends: true},
+		{name: "out of order", publish: []int64{3, 1, 2}, ends: true},
+		{name: "last message skipped as poison", cfg: sequencer.EngineConfig{Poison: sequencer.PoisonSkip},
+			publish: []int64{1, 2, 3}, fail: 3, ends: true},
+		{name: "idle before the last", publish: []int64{1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, tc.cfg)
+			var mu sync.Mutex
+			var log []string
+			note := func(s string) {
+				mu.Lock()
+				defer mu.Unlock()
+				log = append(log, s)
+			}
+			b.proc.Hook = func(c sequencertest.Call) error {
+				if (c.Op == "save" || c.Op == "delete") && c.Phase == sequencertest.Before {
+					note("store")
+				}
+				return nil
+			}
+			b.setFail(func(m *sequencer.Message) error {
+				if m.Sequence == tc.fail {
+					return errors.New("poison")
+				}
+				note("handled")
+				return nil
+			})
+			publish(b, "s", tc.publish, 3)
+			sess, err := b.client.AcceptNext(t.Context())
+			require.NoError(t, err)
+			calls := 0
+			_, err = b.engine.RunSession(t.Context(), sess, &sequencer.RunOptions{Ending: func() {
+				calls++
+				note("ending")
+			}})
+			require.NoError(t, err)
+			if !tc.ends {
+				require.Zero(t, calls, "the session did not end")
+				return
+			}
+			require.Equal(t, 1, calls)
+			last := -1
+			for i, s := range log {
+				if s == "store" {
+					last = i
+				}
+			}
+			require.Positive(t, last, "the end writes the state: %v", log)
+			require.Equal(t, "ending", log[last-1], "Ending comes right before the save or delete that ends the state: %v", log)
+			require.NotContains(t, log[last:], "handled", "no handler call after Ending: %v", log)
+		})
+	}
+}
