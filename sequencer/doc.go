@@ -356,6 +356,14 @@
 // late copy starts a new sequence. Only a holder that lost its lock could write over a
 // tombstone; the tenure rule below rules that out.
 //
+// Once the last message is handled (or skipped), what is left of the run calls no handler: the
+// tombstone's save, the last completions, leftovers and the close are broker and store calls.
+// The run says so through RunOptions.Ending, before that save, and the Runner then lets a new
+// worker take the session's slot and accept the next session while this one closes: a session's
+// end (a committed write with Postgres, a round trip with session state, then the close) overlaps
+// the next session's accept and load instead of following them. MaxConcurrentSessions bounds the
+// sessions being handled; the closing ones come on top, each for the length of its end.
+//
 // # Lock tenure
 //
 // Every step above assumes that the run held the session lock without a break from its Load to
