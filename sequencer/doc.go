@@ -358,7 +358,8 @@
 //
 // Once the last message is handled (or skipped), what is left of the run calls no handler: the
 // tombstone's save, the last completions, leftovers and the close are broker and store calls.
-// The run says so through RunOptions.Ending, before that save, and the Runner then lets a new
+// The run says so through RunOptions.Ending, before that save (unless an unsequenced message
+// passed through still follows in the batch in hand), and the Runner then lets a new
 // worker take the session's slot and accept the next session while this one closes: a session's
 // end (a committed write with Postgres, a round trip with session state, then the close) overlaps
 // the next session's accept and load instead of following them. MaxConcurrentSessions bounds the

@@ -12,7 +12,8 @@ import (
 )
 
 // RunOptions.Ending is called once the session's last message is handled (or skipped), before
-// the save or delete that ends the state, and never for a run that does not end the session.
+// the save or delete that ends the state, and never for a run that does not end the session or
+// that still has a handler call to make (an unsequenced message passed through after the last).
 func TestRunOptionsEnding(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -20,7 +21,9 @@ func TestRunOptionsEnding(t *testing.T) {
 		cfg     sequencer.EngineConfig
 		publish []int64 // with 3 the last
 		fail    int64   // a sequence whose handler always fails
-		ends    bool
+		// unsequenced publishes a message without a sequence after the others
+		unsequenced bool
+		ends        bool
 	}{
 		{name: "in order", publish: []int64{1, 2, 3}, ends: true},
 		{name: "pipelined runs", cfg: sequencer.EngineConfig{PipelineRuns: true}, publish: []int64{1, 2, 3}, ends: true},
@@ -28,6 +31,8 @@ func TestRunOptionsEnding(t *testing.T) {
 		{name: "last message skipped as poison", cfg: sequencer.EngineConfig{Poison: sequencer.PoisonSkip},
 			publish: []int64{1, 2, 3}, fail: 3, ends: true},
 		{name: "idle before the last", publish: []int64{1, 2}},
+		{name: "a message passed through after the last", cfg: sequencer.EngineConfig{Unsequenced: sequencer.UnsequencedPassThrough},
+			publish: []int64{1, 2, 3}, unsequenced: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -53,6 +58,9 @@ func TestRunOptionsEnding(t *testing.T) {
 				return nil
 			})
 			publish(b, "s", tc.publish, 3)
+			if tc.unsequenced {
+				b.broker.Publish("s", nil, nil)
+			}
 			sess, err := b.client.AcceptNext(t.Context())
 			require.NoError(t, err)
 			calls := 0
@@ -62,7 +70,7 @@ func TestRunOptionsEnding(t *testing.T) {
 			}})
 			require.NoError(t, err)
 			if !tc.ends {
-				require.Zero(t, calls, "the session did not end")
+				require.Zero(t, calls, "the session did not end, or a handler call followed the last message: %v", log)
 				return
 			}
 			require.Equal(t, 1, calls)

@@ -128,8 +128,10 @@ type RunOptions struct {
 	Woken bool
 	// Ending, when set, is called once, on RunSession's goroutine, as soon as the session's last
 	// message is handled (or skipped): what the run does after it (the tombstone, the last
-	// completions and deferred leftovers, the close) calls no handler. A Runner frees the
-	// session's slot then, so that the next session is accepted while this one closes.
+	// completions and deferred leftovers, the close) calls no handler. It is not called at all
+	// when the batch in hand still holds a message to pass through to the handler
+	// (UnsequencedPassThrough). A Runner frees the session's slot then, so that the next session
+	// is accepted while this one closes.
 	Ending func()
 }
 

@@ -113,12 +113,21 @@ type run struct {
 
 func (r *run) now() time.Time { return r.e.clock.Now() }
 
-// ended reports, once, that the session's last message is handled (RunOptions.Ending).
+// ended reports, once, that the session's last message is handled (RunOptions.Ending), unless
+// the rest of the batch holds a message still to be passed through to the handler
+// (UnsequencedPassThrough): then the run does not report it at all.
 func (r *run) ended() {
-	if f := r.ending; f != nil {
-		r.ending = nil
-		f()
+	f := r.ending
+	if f == nil {
+		return
 	}
+	for i := range r.upcoming {
+		if r.upcoming[i].unsequenced {
+			return
+		}
+	}
+	r.ending = nil
+	f()
 }
 
 func (r *run) log() *slog.Logger { return r.e.log.With(slog.String("session_id", r.id)) }
