@@ -352,7 +352,10 @@
 // tombstone before the last message is completed; leftovers are settled (the tombstone is saved
 // again only if that changed it: held or deferred messages, counters), and the tombstone is
 // kept for TombstoneTTL so that a late copy of any sequence of the ended session is a duplicate;
-// the first run after expiry deletes it. With NoTombstone the state is deleted at once and a
+// the first run after expiry deletes it. A run that loads a tombstone settles the late copies
+// it received and releases the session at once: held for the idle timeout, it would keep a runner
+// slot from the sessions with work (a throttled namespace's refused completions come back as
+// such copies); should more copies come, the broker offers the session again. With NoTombstone the state is deleted at once and a
 // late copy starts a new sequence. Only a holder that lost its lock could write over a
 // tombstone; the tenure rule below rules that out.
 //

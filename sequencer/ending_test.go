@@ -2,8 +2,10 @@ package sequencer_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -83,6 +85,33 @@ func TestRunOptionsEnding(t *testing.T) {
 			require.Positive(t, last, "the end writes the state: %v", log)
 			require.Equal(t, "ending", log[last-1], "Ending comes right before the save or delete that ends the state: %v", log)
 			require.NotContains(t, log[last:], "handled", "no handler call after Ending: %v", log)
+		})
+	}
+}
+
+// A run of an ended session (its tombstone loaded) settles the late copies it received and
+// releases the session at once, without a receive that would hold it (and a runner slot) for
+// the idle timeout; a later copy makes the broker offer the session again.
+func TestEndedSessionReleasesAfterItsLateCopies(t *testing.T) {
+	t.Parallel()
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, sequencer.EngineConfig{TombstoneTTL: time.Hour, PipelineRuns: pipelined})
+			publish(b, "s", seqs(1, 3), 3)
+			out, _ := b.runNext(t)
+			require.Equal(t, sequencer.OutcomeEnded, out)
+			for _, late := range []int64{2, 3} {
+				b.broker.PublishSeq("s", late, late == 3)
+				before := b.broker.Calls()["receive"]
+				out, _ = b.runNext(t)
+				require.Equal(t, sequencer.OutcomeIdle, out)
+				require.Equal(t, 1, b.broker.Calls()["receive"]-before, "one receive: the late copy's")
+				require.Zero(t, b.broker.Len(), "the late copy is completed")
+			}
+			require.Equal(t, seqs(1, 3), b.got("s"))
+			st, _ := b.store.Get("s")
+			require.Equal(t, uint64(2), st.Counters.Duplicates)
 		})
 	}
 }

@@ -194,6 +194,13 @@ func (r *run) loop() (Outcome, error) {
 				return 0, err
 			}
 			r.releaseIfCooling(true)
+			if r.phase == receiving && !r.st.EndedAt.IsZero() {
+				// A run of an ended session (its tombstone loaded) has settled the late copies
+				// it received: it releases the session now rather than hold it, and a runner
+				// slot, for the idle timeout. Should more copies come, the broker offers the
+				// session again.
+				return r.idle(), nil
+			}
 		} else {
 			// Nothing more at the broker: the session idles, unless that resolves an inherited
 			// record or a gap timed out.
