@@ -352,21 +352,9 @@
 // tombstone before the last message is completed; leftovers are settled (the tombstone is saved
 // again only if that changed it: held or deferred messages, counters), and the tombstone is
 // kept for TombstoneTTL so that a late copy of any sequence of the ended session is a duplicate;
-// the first run after expiry deletes it. A run that loads a tombstone settles the late copies
-// it received and releases the session at once: held for the idle timeout, it would keep a runner
-// slot from the sessions with work (a throttled namespace's refused completions come back as
-// such copies); should more copies come, the broker offers the session again. With NoTombstone the state is deleted at once and a
+// the first run after expiry deletes it. With NoTombstone the state is deleted at once and a
 // late copy starts a new sequence. Only a holder that lost its lock could write over a
 // tombstone; the tenure rule below rules that out.
-//
-// Once the last message is handled (or skipped), what is left of the run calls no handler: the
-// tombstone's save, the last completions, leftovers and the close are broker and store calls.
-// The run says so through RunOptions.Ending, before that save (unless an unsequenced message
-// passed through still follows in the batch in hand), and the Runner then lets a new
-// worker take the session's slot and accept the next session while this one closes: a session's
-// end (a committed write with Postgres, a round trip with session state, then the close) overlaps
-// the next session's accept and load instead of following them. MaxConcurrentSessions bounds the
-// sessions being handled; the closing ones come on top, each for the length of its end.
 //
 // # Lock tenure
 //

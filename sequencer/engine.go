@@ -126,13 +126,6 @@ type RunOptions struct {
 	// offered by the broker: a session whose released retry is not due yet is then released at
 	// once, without waiting in a receive (the broker offers it again should messages arrive).
 	Woken bool
-	// Ending, when set, is called once, on RunSession's goroutine, as soon as the session's last
-	// message is handled (or skipped): what the run does after it (the tombstone, the last
-	// completions and deferred leftovers, the close) calls no handler. It is not called at all
-	// when the batch in hand still holds a message to pass through to the handler
-	// (UnsequencedPassThrough). A Runner frees the session's slot then, so that the next session
-	// is accepted while this one closes.
-	Ending func()
 }
 
 // ResumeOptions say how a parked session resumes.
@@ -156,7 +149,6 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 		stop:   cmp.Or[context.Context](opts.Stop, context.Background()),
 		resume: opts.Resume,
 		woken:  opts.Woken,
-		ending: opts.Ending,
 		sess:   sess,
 		id:     sess.ID(),
 		w:      newWindow(),

@@ -21,9 +21,7 @@ type RunnerConfig struct {
 	Handler Handler
 	// Engine is the sequencing policy.
 	Engine EngineConfig
-	// MaxConcurrentSessions bounds the sessions processed at once (default 8). A session whose
-	// last message is handled no longer counts while it closes (RunOptions.Ending): the runner
-	// holds up to that many sessions more for the length of their close.
+	// MaxConcurrentSessions bounds the sessions processed at once (default 8).
 	MaxConcurrentSessions int
 	// AcceptTimeout bounds one AcceptNext wait (default 10s). A Wake interrupts a worker that
 	// waits in AcceptNext, so that the woken session is served at once while a worker is free.
@@ -283,23 +281,10 @@ func (r *Runner) worker(n int) {
 			continue
 		}
 		r.active.Add(1)
-		// Once the session's last message is handled, what is left (the tombstone, the last
-		// completions, the close) calls no handler: a new worker takes over this one's slot and
-		// accepts the next session meanwhile, and this one ends with the session.
-		handedOver := false
-		opts := &RunOptions{Stop: r.softCtx, Woken: woken, Ending: func() {
-			if r.softCtx.Err() == nil {
-				handedOver = true
-				r.wg.Go(func() { r.worker(n) })
-			}
-		}}
-		out, _ := r.engine.RunSession(r.hardCtx, sess, opts) // the engine logs errors
+		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx, Woken: woken}) // the engine logs errors
 		r.active.Add(-1)
 		log.DebugContext(r.softCtx, "sequencer: session released", slog.String("session_id", sess.ID()),
 			slog.String("outcome", out.String()))
-		if handedOver {
-			return
-		}
 		if out == OutcomeFailed {
 			// A store or broker failure: do not spin through sessions while it lasts.
 			r.pause()

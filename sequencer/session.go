@@ -64,10 +64,8 @@ type run struct {
 	resume *ResumeOptions
 	// woken: accepted by id for a wake (RunOptions.Woken).
 	woken bool
-	// ending is RunOptions.Ending, nil once called.
-	ending func()
-	sess   Session
-	id     string
+	sess  Session
+	id    string
 	// s makes the run's settlements and holds the lost-lock flag, the background completions,
 	// the anchors and the settled messages whose index entries the next save removes.
 	s settler
@@ -112,23 +110,6 @@ type run struct {
 }
 
 func (r *run) now() time.Time { return r.e.clock.Now() }
-
-// ended reports, once, that the session's last message is handled (RunOptions.Ending), unless
-// the rest of the batch holds a message still to be passed through to the handler
-// (UnsequencedPassThrough): then the run does not report it at all.
-func (r *run) ended() {
-	f := r.ending
-	if f == nil {
-		return
-	}
-	for i := range r.upcoming {
-		if r.upcoming[i].unsequenced {
-			return
-		}
-	}
-	r.ending = nil
-	f()
-}
 
 func (r *run) log() *slog.Logger { return r.e.log.With(slog.String("session_id", r.id)) }
 
@@ -194,13 +175,6 @@ func (r *run) loop() (Outcome, error) {
 				return 0, err
 			}
 			r.releaseIfCooling(true)
-			if r.phase == receiving && !r.st.EndedAt.IsZero() {
-				// A run of an ended session (its tombstone loaded) has settled the late copies
-				// it received: it releases the session now rather than hold it, and a runner
-				// slot, for the idle timeout. Should more copies come, the broker offers the
-				// session again.
-				return r.idle(), nil
-			}
 		} else {
 			// Nothing more at the broker: the session idles, unless that resolves an inherited
 			// record or a gap timed out.

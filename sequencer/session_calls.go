@@ -194,13 +194,12 @@ type prefetch struct {
 
 // prefetches reports whether the run receives its next batch while it handles batch: with
 // pipelined runs, while it receives (not while it resolves an inherited record or waits for a
-// released retry, nor in a run of an ended session, which releases after its batch), unless a
-// stop is asked for, and unless the session may well end with what is
+// released retry), unless a stop is asked for, and unless the session may well end with what is
 // in hand (the receive would be for nothing): batch holds its last message, or the last
 // sequence is known and the messages held, deferred and in batch are as many as the sequences
 // left.
 func (r *run) prefetches(batch []msg) bool {
-	if !r.e.cfg.PipelineRuns || r.phase != receiving || r.cooling() || r.stop.Err() != nil || !r.st.EndedAt.IsZero() {
+	if !r.e.cfg.PipelineRuns || r.phase != receiving || r.cooling() || r.stop.Err() != nil {
 		return false
 	}
 	if last := r.st.Last; last != 0 && last-r.st.Next+1 <= int64(len(r.w.held)+len(r.st.Deferred)+len(batch)) {

@@ -12,7 +12,6 @@ import (
 // the state or turns it into a tombstone.
 func (r *run) end() error {
 	r.phase = ended
-	r.ended()
 	// Every completion must be done before the state becomes a tombstone or is deleted: a message
 	// redelivered after the delete would start a new sequence.
 	if err := r.s.await(); err != nil {

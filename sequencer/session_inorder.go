@@ -261,22 +261,13 @@ func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 		if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {
 			r.pendingGap = wait
 		}
-		if err := r.saveWith(m, next); err != nil {
-			return err
-		}
-		if !r.st.EndedAt.IsZero() {
-			r.ended()
-		}
-		return nil
+		return r.saveWith(m, next)
 	}
 	if err := r.callHandler(r.ctx, m); err != nil {
 		return err
 	}
 	if wait := r.st.handled(m.seq, m.bs, r.now()); wait > 0 {
 		r.pendingGap = wait
-	}
-	if !r.st.EndedAt.IsZero() {
-		r.ended() // before the tombstone's save: it calls no handler
 	}
 	if how == completeInRun || ahead {
 		r.dirty = true

@@ -103,7 +103,7 @@ func (f ObserverFunc) Observe(e Event) { f(e) }
 
 // Stats are running totals of an Engine (and of the Runner that owns it).
 type Stats struct {
-	// ActiveSessions is the number of sessions the Runner holds now, closing ones included.
+	// ActiveSessions is the number of sessions being processed now (Runner only).
 	ActiveSessions int
 	// Sessions counts sessions processed (accepted and run).
 	Sessions     uint64

@@ -185,8 +185,7 @@ type Config struct {
 	// Unsequenced is what happens to a message without the sequence property.
 	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED"`
 
-	// MaxConcurrentSessions bounds the sessions (with OrderingNone: the messages) handled at once;
-	// a session whose last message is handled no longer counts while it closes.
+	// MaxConcurrentSessions bounds the sessions (with OrderingNone: the messages) handled at once.
 	MaxConcurrentSessions int `envconfig:"MAX_CONCURRENT_SESSIONS"`
 	// SweepInterval is how often the sweeper looks for sessions that need a run the broker will
 	// not start (stranded on deferred messages, past their gap timeout), refreshes the session

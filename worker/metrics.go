@@ -138,7 +138,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "seqbus_sessions_active",
-		Help: "Sessions this worker holds now, closing ones included.",
+		Help: "Sessions this worker is handling now.",
 	}, activeSessions)
 	for _, c := range []prometheus.Collector{
 		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked, m.retrying,

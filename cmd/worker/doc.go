@@ -28,8 +28,7 @@
 //	SEQBUS_DATABASE_URL             Postgres URL (required with postgres; password redacted in logs)
 //	SEQBUS_MIGRATE_ON_START         apply migrations at start (postgres only; default false: the
 //	                                worker refuses a schema that lacks a migration)
-//	SEQBUS_MAX_CONCURRENT_SESSIONS  sessions processed at once (default 8); one whose last message
-//	                                is handled no longer counts while it closes
+//	SEQBUS_MAX_CONCURRENT_SESSIONS  sessions processed at once (default 8)
 //	SEQBUS_SESSION_IDLE_TIMEOUT     release a session after this long without messages (default 5s)
 //	SEQBUS_SEQUENCE_PROPERTY        application property with the sequence (default Sequence)
 //	SEQBUS_LAST_PROPERTY            application property marking the last message (default IsLast)
