@@ -21,8 +21,12 @@ import (
 // SDK hides each refused settlement behind its 4 s retry delay and tells only its log. The
 // adapter reads the log, so a refused settlement is presumed refused after 500 ms, well before
 // the SDK's delay, and the source's limiter learns of it.
+//
+// Not parallel: the SDK's log is the process's, and the refusals it logs here would be taken by
+// the other tests' sessions for their own, so that a settlement of theirs still unanswered after
+// 500 ms (TestLockLostIsMapped's, on a stolen lock) would be presumed refused and reported
+// settled. A test that is not parallel runs before the parallel ones start.
 func TestSettlementRefusedAsBusyIsNoticedFromTheSDKLog(t *testing.T) {
-	t.Parallel()
 	const messages, credits = 30, 20
 	srv := emulatortest.Start(t, &emulatortest.Options{
 		Queues:        map[string]broker.EntityProperties{"sq": {RequiresSession: true, LockDuration: time.Minute}},
