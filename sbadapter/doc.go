@@ -81,7 +81,10 @@
 // settlement the moment it happens: the adapter installs a listener on azcore's log (one per
 // process, when the package is initialised, because it cannot be set safely once a client runs;
 // [LogSDKRetries] shows what it sees) for that, which is how a replica whose calls are only
-// settlements learns of it at all. Avoiding the refusal is the only remedy for the message itself.
+// settlements learns of it at all. The log does not say which client or namespace a refusal
+// came from, so a process that talks to a throttled namespace and to another one presumes the
+// other's slow settlements refused too. Avoiding the refusal is the only remedy for the message
+// itself.
 //
 // This package may import the sequencer contract, the azservicebus SDK and go-amqp (for error
 // conditions); it must never import the engine's internals, the state stores, Postgres or the
