@@ -80,17 +80,14 @@ func TestClientCompletesWorkUnderThrottle(t *testing.T) {
 	// A settlement the throttle refused leaves its message locked (go-amqp takes the refusal as
 	// final, and the SDK then reports success); it comes back when its session is released and
 	// is dropped as a duplicate.
-	var left broker.Counts
 	if !assert.Eventually(t, func() bool {
 		info, err := srv.Broker().GetQueue(queue)
-		if err == nil {
-			left = info.Counts
-		}
 		return err == nil && info.Counts.Total == 0
 	}, time.Minute, 50*time.Millisecond) {
+		info, err := srv.Broker().GetQueue(queue)
 		st := w.Stats()
-		t.Fatalf("the queue does not end empty: %+v; worker: %d sessions, %d duplicates, %d dead-lettered, %d active sessions",
-			left, st.Sessions, st.Duplicates, st.DeadLettered, st.ActiveSessions)
+		t.Fatalf("the queue does not end empty: %+v (%v); worker: %d sessions, %d duplicates, %d dead-lettered, %d active sessions",
+			info.Counts, err, st.Sessions, st.Duplicates, st.DeadLettered, st.ActiveSessions)
 	}
 	require.EqualValues(t, sessions*messages, checker.Handled()-checker.Redelivered())
 	st := w.Stats()
