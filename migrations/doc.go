@@ -29,6 +29,8 @@
 //     policy block holds the session on a failing message), indexed for the blocked sessions.
 //   - 006_session_retry: seqbus_session_state.retry_at, the time of a released retry's next
 //     attempt (State.Retrying.At, SEQBUS_RETRY_RELEASE_AFTER), indexed for the sessions to wake.
+//   - 007_session_stranded_ended: the index of stranded sessions covers tombstones too (one
+//     whose index still lists a handled message deferred at the broker needs a run).
 //
 // Up applies every pending migration, or up to UpOptions.TargetVersion, at most MaxSteps; Down
 // rolls back one migration unless told otherwise (DownOptions.TargetVersion, -1 for everything,

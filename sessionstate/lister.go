@@ -33,12 +33,14 @@ type Filter struct {
 	Blocked bool
 	// Gap: the session waits for a missing sequence while later ones wait (State.GapSince).
 	Gap bool
-	// Stranded: the session needs a run the broker will not start (State.NeedsWake).
+	// Stranded: the session needs a run the broker will not start (State.NeedsWake), ended or
+	// not: a tombstone whose index still lists a handled message that is deferred at the broker
+	// (its completion refused as busy, or cut short by a crash) needs one run to settle it.
 	Stranded bool
 	// Retrying: the session waits, released, for the next attempt of a failing message
 	// (State.Retrying).
 	Retrying bool
-	// Ended includes the tombstones of ended sessions.
+	// Ended includes the tombstones of ended sessions (a stranded one matches Stranded anyway).
 	Ended bool
 }
 
@@ -48,7 +50,7 @@ func (f Filter) any() bool { return f.Parked || f.Gap || f.Stranded || f.Blocked
 // Match reports whether st passes f.
 func (f Filter) Match(st *sequencer.State) bool {
 	if !st.EndedAt.IsZero() && !f.Ended {
-		return false
+		return f.Stranded && st.NeedsWake()
 	}
 	if !f.any() {
 		return true

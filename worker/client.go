@@ -158,6 +158,9 @@ func New(cfg Config) (*Client, error) {
 		w := sessionstate.NewWatch(sessionstate.WatchConfig{
 			ChangedIDs: c.conn.ManagementSource.ListSessionsWithStateAfter,
 			Source:     src, Store: c.conn.Store, Concurrency: scanConcurrency,
+			// What a release report calls dirty (sessionstate.NeedsSweeper), stranded tombstones
+			// included.
+			Filter:       sessionstate.Attention,
 			TombstoneTTL: cfg.TombstoneTTL, // 0: the engine keeps no tombstone
 			ReadReport:   readReport, ClearReport: clearReport,
 		})

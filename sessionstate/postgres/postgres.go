@@ -174,8 +174,8 @@ func (s *Store) List(ctx context.Context, p sessionstate.ListParams) ([]sessions
 	return out, nil
 }
 
-// ListStranded returns up to limit sessions of entity that have not ended and whose state
-// needs a run the broker will not start: a due deferred message (State.DueDeferred) or a parked
+// ListStranded returns up to limit sessions of entity whose state needs a run the broker will
+// not start (ended or not): a due deferred message (State.DueDeferred) or a parked
 // message still deferred (a crash came between parking and dead-lettering), least recently
 // updated first. The broker does not offer a session that holds only deferred messages to
 // accept-next, so a sweeper accepts these by id. A parked session is not listed otherwise: it
@@ -196,7 +196,8 @@ func (s *Store) ListStranded(ctx context.Context, entity string, limit int) ([]s
 }
 
 // PurgeTombstones deletes the states of entity's sessions that ended before olderThan (a cutoff on
-// the engine clock that wrote State.EndedAt) and returns how many it deleted.
+// the engine clock that wrote State.EndedAt) and returns how many it deleted. A tombstone that
+// still indexes a message to settle (State.TombstoneClearable) is kept.
 func (s *Store) PurgeTombstones(ctx context.Context, entity string, olderThan time.Time) (int64, error) {
 	tag, err := s.pool.Exec(ctx, sqlPurgeTombstones, entity, olderThan)
 	if err != nil {

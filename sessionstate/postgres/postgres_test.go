@@ -164,7 +164,10 @@ func TestListStranded(t *testing.T) {
 		st.Parked = &sequencer.Parked{Sequence: 4, BrokerSequence: 40, Reason: "x"}
 	})
 	save(orders, "gap", func(st *sequencer.State) { st.Deferred[3] = 30 })
-	save(orders, "ended", func(st *sequencer.State) { due(st); st.EndedAt = time.Now() })
+	save(orders, "ended", func(st *sequencer.State) { st.Next, st.Last, st.EndedAt = 4, 3, time.Now() })
+	// A tombstone whose index still lists a handled message deferred at the broker (its
+	// completion refused as busy): one run settles it.
+	save(orders, "ended-stale", func(st *sequencer.State) { st.Next, st.Last, st.EndedAt, st.Deferred[2] = 4, 3, time.Now(), 20 })
 	save(orders, "idle", func(*sequencer.State) {})
 	save(other, "other-due", due)
 
@@ -172,7 +175,7 @@ func TestListStranded(t *testing.T) {
 	require.NoError(t, err)
 	// A parked session waits for an operator: listed only while its parked message is still
 	// deferred (the next run dead-letters it), not for being parked.
-	require.ElementsMatch(t, []string{"due", "parked-deferred"}, ids)
+	require.ElementsMatch(t, []string{"due", "parked-deferred", "ended-stale"}, ids)
 
 	ids, err = orders.ListStranded(ctx, "other", 10)
 	require.NoError(t, err)
@@ -191,7 +194,7 @@ func TestListStranded(t *testing.T) {
 	require.NoError(t, err)
 	ids, err = orders.ListStranded(ctx, "orders", 10)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"due", "parked-deferred", "parked"}, ids)
+	require.ElementsMatch(t, []string{"due", "parked-deferred", "ended-stale", "parked"}, ids)
 
 	_, err = orders.ListStranded(ctx, "orders", 0)
 	require.ErrorContains(t, err, "limit must be positive")
@@ -212,8 +215,13 @@ func TestPurgeTombstones(t *testing.T) {
 	}
 	tomb(orders, "old", now.Add(-2*time.Hour))
 	tomb(orders, "recent", now.Add(-time.Minute))
+	// Its index still lists a handled message deferred at the broker: kept until a run settles it.
+	stale := sequencer.NewState()
+	stale.Next, stale.Last, stale.EndedAt, stale.Deferred[2] = 4, 3, now.Add(-2*time.Hour), 20
+	_, err := orders.Save(ctx, sequencer.SaveParams{Session: session("old-stale"), State: stale})
+	require.NoError(t, err)
 	tomb(other, "other-old", now.Add(-2*time.Hour))
-	_, err := orders.Save(ctx, sequencer.SaveParams{Session: session("live"), State: sequencer.NewState()})
+	_, err = orders.Save(ctx, sequencer.SaveParams{Session: session("live"), State: sequencer.NewState()})
 	require.NoError(t, err)
 
 	n, err := orders.PurgeTombstones(ctx, "orders", now.Add(-time.Hour))
@@ -223,7 +231,7 @@ func TestPurgeTombstones(t *testing.T) {
 	_, v, err := orders.Load(ctx, sequencer.LoadParams{Session: session("old")})
 	require.NoError(t, err)
 	require.Zero(t, v, "the expired tombstone is gone")
-	for _, id := range []string{"recent", "live"} {
+	for _, id := range []string{"recent", "live", "old-stale"} {
 		_, v, err = orders.Load(ctx, sequencer.LoadParams{Session: session(id)})
 		require.NoError(t, err)
 		require.NotZero(t, v, "%s is kept", id)

@@ -26,26 +26,30 @@ SELECT EXISTS (SELECT 1 FROM deleted),
        (SELECT version FROM seqbus_session_state WHERE entity = $1 AND session_id = $2)`
 
 	// sqlListStranded: due_deferred holds State.NeedsWake (a parked session waits for an operator, so
-	// parked alone does not qualify). The predicate implies the partial index's
-	// (due_deferred OR parked) AND ended_at IS NULL, so the index still serves it.
+	// parked alone does not qualify), for a tombstone too (its index still lists a handled message
+	// deferred at the broker). The predicate implies the partial index's (due_deferred OR parked)
+	// (migration 007), so the index serves it.
 	sqlListStranded = `SELECT session_id FROM seqbus_session_state
-WHERE entity = $1 AND due_deferred AND ended_at IS NULL
+WHERE entity = $1 AND due_deferred
 ORDER BY updated_at, session_id
 LIMIT $2`
 
-	// sqlList lists sessions after a cursor, ordered by id. $3 includes ended sessions; $4 says
-	// whether any of the filters $5 (parked), $6 (gap), $7 (stranded: due_deferred holds
-	// State.NeedsWake), $9 (blocked), $10 (retrying: retry_at holds State.Retrying.At) applies.
+	// sqlList lists sessions after a cursor, ordered by id. $3 includes ended sessions (a stranded
+	// one matches $7 anyway, as sessionstate.Filter.Match has it); $4 says whether any of the
+	// filters $5 (parked), $6 (gap), $7 (stranded: due_deferred holds State.NeedsWake), $9
+	// (blocked), $10 (retrying: retry_at holds State.Retrying.At) applies.
 	sqlList = `SELECT session_id, version, state FROM seqbus_session_state
 WHERE entity = $1 AND session_id > $2
-  AND ($3 OR ended_at IS NULL)
+  AND ($3 OR ended_at IS NULL OR ($7 AND due_deferred))
   AND (NOT $4 OR ($5 AND parked) OR ($6 AND gap_since IS NOT NULL) OR ($7 AND due_deferred) OR ($9 AND blocked)
        OR ($10 AND retry_at IS NOT NULL))
 ORDER BY session_id
 LIMIT $8`
 
+	// sqlPurgeTombstones keeps a tombstone that still indexes a message to settle
+	// (State.TombstoneClearable).
 	sqlPurgeTombstones = `DELETE FROM seqbus_session_state
-WHERE entity = $1 AND ended_at IS NOT NULL AND ended_at < $2`
+WHERE entity = $1 AND ended_at IS NOT NULL AND ended_at < $2 AND NOT due_deferred`
 
 	// sqlJournalInsert records one handled message for the journal handler (seqbus_journal,
 	// migration 002). A second row for the same sequence violates the primary key: the journal
