@@ -71,12 +71,14 @@
 // default first retry delay of 4 s ± 20 % (internal/utils/retrier.go:100-116); go-amqp takes a
 // rejected disposition as settled (receiver.go:795-809 calls Message.onSettlement, message.go:
 // 315-316), so the retry sends nothing and reports success (receiver.go:324-326). The message
-// stays locked with the session until it is closed and is then delivered again (the engine drops
-// it as a duplicate). The adapter tells the limiter of such a settlement (one that took 3 s or
-// more and succeeded) so that the next ones are paced; and once a refusal was seen since a
-// settlement started, a settlement still unanswered after 500 ms is presumed refused and
-// reported settled at once, as the SDK would report it after its 4 s, instead of stalling its
-// session (and with it the session's pipeline) for those 4 s. A refusal is seen by the limiter
+// stays locked with the session until it is closed and is then where it was: an active message
+// is delivered again (the engine drops it as a duplicate), a deferred one stays deferred. The
+// adapter reports such a settlement (one that took 3 s or more and succeeded) as
+// sequencer.ErrSettlementRefused, which makes the engine keep the message's index entries for
+// its next run, and tells the limiter, so that the next ones are paced; and once a refusal was
+// seen since a settlement started, a settlement still unanswered after 500 ms is presumed refused
+// and reported so at once, instead of stalling its session (and with it the session's pipeline)
+// for the SDK's 4 s. A refusal is seen by the limiter
 // (a call of the source's own refused) or in the SDK's log, which reports each refused
 // settlement the moment it happens: the adapter installs a listener on azcore's log (one per
 // process, when the package is initialised, because it cannot be set safely once a client runs;

@@ -228,25 +228,29 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 	if done {
 		return s.alreadySettled(what, m)
 	}
-	var timedOut bool
+	var timedOut, refused bool
 	err = s.call(ctx, func(ctx context.Context) error {
 		var err error
-		err, timedOut = s.settleOnce(ctx, what, rm, fn)
+		err, timedOut, refused = s.settleOnce(ctx, what, rm, fn)
 		return err
 	})
 	if err != nil {
 		return s.settleFailed(what, m, err, timedOut)
 	}
+	// Refused or not, the SDK counts the delivery settled: it sends nothing more for it.
 	s.mu.Lock()
 	s.settled[rm.LockToken] = struct{}{}
 	s.mu.Unlock()
+	if refused {
+		return s.refusedErr(what, m)
+	}
 	return nil
 }
 
-// settleOnce makes one attempt of a settlement under its watch (watchSettlement). A settlement
-// presumed refused as busy is reported done (nil); timedOut says the watch's settleTimeout
-// ended it.
-func (s *Session) settleOnce(ctx context.Context, what string, rm *azservicebus.ReceivedMessage, fn func(context.Context, *azservicebus.ReceivedMessage) error) (err error, timedOut bool) {
+// settleOnce makes one attempt of a settlement under its watch (watchSettlement). refused says
+// the broker refused it as busy (err is nil then: the SDK will not send it again); timedOut says
+// the watch's settleTimeout ended it.
+func (s *Session) settleOnce(ctx context.Context, what string, rm *azservicebus.ReceivedMessage, fn func(context.Context, *azservicebus.ReceivedMessage) error) (err error, timedOut, refused bool) {
 	sctx, w := s.watchSettlement(ctx)
 	defer w.stop()
 	start := time.Now()
@@ -256,20 +260,29 @@ func (s *Session) settleOnce(ctx context.Context, what string, rm *azservicebus.
 			// The SDK hides a settlement the broker refused as busy: it waits its fixed retry
 			// delay and then reports success (see refusedSettlementHint). Tell the limiter.
 			s.noteRefused(ctx, what, "sbadapter: settlement refused as busy, hidden by the SDK", start)
+			return nil, false, true
 		}
-		return nil, false
+		return nil, false, false
 	}
 	if ctx.Err() != nil {
-		return err, false
+		return err, false, false
 	}
 	cause := context.Cause(sctx)
 	if errors.Is(cause, errSettleRefused) {
 		// Presumed refused: the SDK would report it settled after its retry delay anyway
-		// (see refusedSettlementHint), so report it now rather than stall the session.
+		// without sending it again (see refusedSettlementHint), so say so now rather than
+		// stall the session.
 		s.noteRefused(ctx, what, "sbadapter: settlement presumed refused as busy", start)
-		return nil, false
+		return nil, false, true
 	}
-	return err, errors.Is(cause, errSettleTimeout)
+	return err, errors.Is(cause, errSettleTimeout), false
+}
+
+// refusedErr is the error of a settlement refused (or presumed refused) as busy.
+//
+//go:noinline
+func (s *Session) refusedErr(what string, m *sequencer.Message) error {
+	return fmt.Errorf("%s session %q broker sequence %d: %w", what, s.id, m.BrokerSequence, sequencer.ErrSettlementRefused)
 }
 
 // noteRefused tells the limiter of a settlement refused as busy and logs it (msg) at debug level.
@@ -313,11 +326,12 @@ const refusedSettlementHint = 3 * time.Second
 
 // refusedSettlementWait is how long a settlement may go unanswered while the namespace refuses
 // calls as busy (a server-busy answer was seen since it started, see watchSettlement) before it
-// is presumed refused and reported settled. That is what the SDK reports of a refused
-// settlement anyway, after its fixed retry delay of about 4 s, without sending it again (see
-// refusedSettlementHint): waiting for it only stalls the session. The outcome is the same as
-// the SDK's: the message is settled, or stays locked with the session until it is closed and is
-// then delivered again and dropped as a duplicate. Giving the session up instead (ErrLockLost)
+// is presumed refused (sequencer.ErrSettlementRefused). The SDK would report a refused
+// settlement settled after its fixed retry delay of about 4 s, without sending it again (see
+// refusedSettlementHint): waiting for it only stalls the session. Either the message is settled
+// or it stays locked with the session until it is closed; then an active one is delivered again
+// and dropped as a duplicate, and a deferred one stays deferred, its index entry kept for the
+// next run because the settlement was reported refused. Giving the session up instead (ErrLockLost)
 // would release the message at once, but with SEQBUS_PIPELINE_RUNS the next run would replay
 // the entries whose completions had not landed (measured: 90 and 115 replays counted as order
 // violations by the bench with 4 and 8 replicas). A settlement answers within a round trip

@@ -367,7 +367,8 @@ func TestSessionSettlementPresumedRefusedWhileThrottled(t *testing.T) {
 			err = s.Complete(t.Context(), msgs[0])
 			took := time.Since(start)
 			if tc.busy || tc.logged {
-				require.NoError(t, err, "reported settled, as the SDK would after its retry delay")
+				require.ErrorIs(t, err, sequencer.ErrSettlementRefused, "reported refused, not settled (the SDK would report it settled after its retry delay)")
+				require.NotErrorIs(t, err, sequencer.ErrLockLost)
 				require.GreaterOrEqual(t, took, refusedSettlementWait)
 				require.Less(t, took, s.settleTimeout)
 				want := uint64(1) // the presumed refusal tells this source's limiter

@@ -1,6 +1,7 @@
 package sbadapter_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -14,20 +15,22 @@ import (
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/sequencer"
 )
 
 // TestSettlementRefusedAsBusyIsNoticedFromTheSDKLog completes more messages at once than a
 // throttled namespace has credits for, on a session that makes no other call meanwhile: the
 // SDK hides each refused settlement behind its 4 s retry delay and tells only its log. The
 // adapter reads the log, so a refused settlement is presumed refused after 500 ms, well before
-// the SDK's delay, and the source's limiter learns of it.
+// the SDK's delay, and reported refused (sequencer.ErrSettlementRefused); the source's limiter
+// learns of it. Every message still at the broker afterwards was reported refused.
 //
 // Not parallel: the SDK's log is the process's, and the refusals it logs here would be taken by
 // the other tests' sessions for their own, so that a settlement of theirs still unanswered after
 // 500 ms (TestLockLostIsMapped's, on a stolen lock) would be presumed refused and reported
 // settled. A test that is not parallel runs before the parallel ones start.
 func TestSettlementRefusedAsBusyIsNoticedFromTheSDKLog(t *testing.T) {
-	const messages, credits = 30, 20
+	const messages, credits = 30, 40
 	srv := emulatortest.Start(t, &emulatortest.Options{
 		Queues:        map[string]broker.EntityProperties{"sq": {RequiresSession: true, LockDuration: time.Minute}},
 		ClientOptions: clientOptions(),
@@ -52,19 +55,48 @@ func TestSettlementRefusedAsBusyIsNoticedFromTheSDKLog(t *testing.T) {
 	require.Zero(t, source.Limiter().Stats().Busy, "no call of this source was refused before the settlements")
 
 	took := make([]time.Duration, len(msgs))
+	refused := make([]bool, len(msgs))
 	var wg sync.WaitGroup
 	for i, m := range msgs {
 		wg.Go(func() {
 			start := time.Now()
-			require.NoError(t, sess.Complete(ctx, m))
+			err := sess.Complete(ctx, m)
 			took[i] = time.Since(start)
+			if errors.Is(err, sequencer.ErrSettlementRefused) {
+				refused[i] = true
+				return
+			}
+			require.NoError(t, err)
 		})
 	}
 	wg.Wait()
 	require.Positive(t, srv.PressureStats().Throttled, "more settlements than credits: some were refused")
+	require.Contains(t, refused, true, "some settlements are reported refused")
+	require.Contains(t, refused, false, "and some land (the receive took 30 of the 40 credits)")
 	slowest := slices.Max(took)
 	require.GreaterOrEqual(t, slowest, 500*time.Millisecond, "a refused settlement is presumed refused after 500 ms")
 	require.Less(t, slowest, 3*time.Second, "not after the SDK's retry delay (4 s ± 20 %%): %s", slowest)
 	require.Positive(t, source.Limiter().Stats().Busy, "the presumed refusals tell the source's limiter")
-	_ = sess.Close(ctx)
+	require.NoError(t, sess.Close(ctx))
+
+	// What the broker still holds was reported refused: a settlement reported done landed.
+	wasRefused := map[string]bool{}
+	for i, m := range msgs {
+		wasRefused[string(m.Body)] = refused[i]
+	}
+	left := e.Peek(0, messages, sid)
+	for _, m := range left {
+		require.True(t, wasRefused[string(m.GetData())], "message %q is still at the broker but its completion was reported done", m.GetData())
+	}
+	t.Logf("%d of %d completions reported refused, %d messages left at the broker", countTrue(refused), messages, len(left))
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }

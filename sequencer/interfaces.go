@@ -51,7 +51,8 @@ type DeadLetterParams struct {
 // messages) at once and alongside Receive, the state store's calls and other settlements.
 //
 // Settlement methods return ErrLockLost (possibly wrapped) when the session or message lock is
-// gone; after that the engine settles nothing more on the session.
+// gone; after that the engine settles nothing more on the session. They return
+// ErrSettlementRefused (possibly wrapped) when the broker refused the settlement as busy.
 type Session interface {
 	// ID returns the session id.
 	ID() string
@@ -202,4 +203,12 @@ var (
 	ErrNotFound = errors.New("sequencer: not found")
 	// ErrStateTooLarge: the encoded state does not fit the store's limit.
 	ErrStateTooLarge = errors.New("sequencer: state too large for store")
+	// ErrSettlementRefused: the broker refused a settlement as busy (a throttled namespace), so
+	// the message is not settled. It stays locked with the session until the session is released
+	// and is then where it was before: an active message is delivered again, a deferred one stays
+	// deferred. The engine goes on with the session (the refusal is not a failure of it) and
+	// keeps the message's index entries until a later settlement lands. An adapter that only
+	// presumes the refusal (the Service Bus SDK hides it) returns it too: a settlement that in
+	// fact landed leaves an index entry whose message the next run does not find, and drops.
+	ErrSettlementRefused = errors.New("sequencer: settlement refused as busy")
 )

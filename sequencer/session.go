@@ -334,10 +334,11 @@ func (r *run) duplicate(m *msg) error {
 		// Nothing in the stored index waits for this completion.
 		return r.s.completeLater(m)
 	}
-	if err := r.s.complete(m); err != nil {
+	landed, err := r.s.complete(m)
+	if err != nil {
 		return err
 	}
-	r.noteSettled(m)
+	r.noteSettled(landed, m)
 	return nil
 }
 
@@ -348,15 +349,19 @@ func (r *run) invalid(m *msg, desc string) error {
 	r.e.stats.invalid.Add(1)
 	r.e.stats.deadLettered.Add(1)
 	r.e.observe(Event{Kind: EventInvalid, SessionID: r.id, Sequence: m.seq})
-	if err := r.s.deadLetter(m, ReasonInvalidSequence, desc); err != nil {
+	landed, err := r.s.deadLetter(m, ReasonInvalidSequence, desc)
+	if err != nil {
 		return err
 	}
-	r.noteSettled(m)
+	r.noteSettled(landed, m)
 	return nil
 }
 
 func (r *run) deadLetterParked(m *msg) error {
-	if err := r.s.deadLetter(m, ReasonHandlerFailed, r.st.Parked.Reason); err != nil {
+	landed, err := r.s.deadLetter(m, ReasonHandlerFailed, r.st.Parked.Reason)
+	if err != nil || !landed {
+		// Refused as busy: an active message is delivered again, a deferred one keeps its
+		// index entry; either way the next run finishes the parking.
 		return err
 	}
 	r.e.stats.deadLettered.Add(1)
@@ -373,9 +378,11 @@ func (r *run) indexed(m *msg) bool {
 	return ok && bs == m.bs
 }
 
-// noteSettled records that m, if it has an entry in the deferred index, is gone from the broker.
-func (r *run) noteSettled(m *msg) {
+// noteSettled records the settlement of m, if it has an entry in the deferred index: landed, m is
+// gone from the broker and the next save removes the entry; refused as busy, the entry stays for
+// the next run (settler.landedIndexed).
+func (r *run) noteSettled(landed bool, m *msg) {
 	if r.indexed(m) && m.seq != 0 {
-		r.s.settled[m.seq] = m.bs
+		r.s.landedIndexed(landed, m)
 	}
 }

@@ -82,10 +82,11 @@ func (r *run) inOrder(m *msg) error {
 		// A deferred message, or an active one an index entry names (its deferral was saved
 		// and the process died before the defer): the index entry stays until it is completed,
 		// so that a crash in between leaves something the next run (or a sweeper) finds.
-		if err := r.s.complete(m); err != nil {
+		landed, err := r.s.complete(m)
+		if err != nil {
 			return err
 		}
-		r.noteSettled(m)
+		r.noteSettled(landed, m)
 	case r.view().needsAnchor():
 		// An active message, indexed or not, is what wakes the session if the drain is cut
 		// short (a stop): completed, it would leave only deferred messages at the broker.
@@ -310,7 +311,9 @@ func (r *run) poison(m *msg, herr error) error {
 	if act == poisonDeadLetter {
 		r.log().WarnContext(r.ctx, "sequencer: handler failed on an unsequenced message, retries exhausted; dead-lettering it",
 			slog.Int64("broker_sequence", m.bs), slog.Any("error", herr))
-		if err := r.s.deadLetter(m, ReasonHandlerFailed, herr.Error()); err != nil {
+		landed, err := r.s.deadLetter(m, ReasonHandlerFailed, herr.Error())
+		if err != nil || !landed {
+			// Refused as busy: m is delivered again, and its handler fails again.
 			return err
 		}
 		r.e.stats.deadLettered.Add(1)

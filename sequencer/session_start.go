@@ -71,12 +71,14 @@ func (r *run) finishParking() error {
 }
 
 // settleStale settles deferred messages that were handled (their sequence is below Next) but
-// whose completion was lost, and dead-letters deferred messages beyond a known last sequence.
+// whose completion was lost (or refused as busy), and dead-letters deferred messages beyond a
+// known last sequence. An entry whose message the broker no longer holds is dropped; one whose
+// settlement the broker refused as busy stays, and this run does not look for it again.
 func (r *run) settleStale() error {
 	st := r.st
 	var stale []int64
 	for k, bs := range st.Deferred {
-		if done, ok := r.s.settled[k]; ok && done == bs {
+		if done, ok := r.s.settled[k]; (ok && done == bs) || r.s.refusedHere(k, bs) {
 			continue
 		}
 		if k < st.Next || (st.Last != 0 && k > st.Last) {
@@ -103,7 +105,9 @@ func (r *run) settleStale() error {
 			}
 		}
 		for _, k := range chunk {
-			r.s.settled[k] = st.Deferred[k]
+			if bs := st.Deferred[k]; !r.s.refusedHere(k, bs) {
+				r.s.settled[k] = bs // settled now, or gone from the broker
+			}
 		}
 	}
 	return r.save()

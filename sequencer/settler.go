@@ -40,6 +40,11 @@ type settler struct {
 	// entry (State.Deferred, State.SkippedPoison) to their broker sequence; the next save removes
 	// those entries (State.pruneSettled).
 	settled map[int64]int64
+	// refused maps the application sequence of indexed messages whose settlement the broker
+	// refused as busy (ErrSettlementRefused) to their broker sequence: their entries stay, and
+	// this run does not look for them again (they are locked to it until it releases the
+	// session); the next run settles them (nil until one is refused).
+	refused map[int64]int64
 	// anchors are handled active messages whose completion waits until no handled-but-due
 	// deferred work depends on them to wake the session (see Waking in the package doc).
 	anchors []anchor
@@ -81,32 +86,39 @@ func (s *settler) callErr(kind CallKind, err error) error {
 	return fmt.Errorf("sequencer: session %s: %s: %w", s.id, kind, err)
 }
 
-// settle waits for the background completions, then runs one settlement.
-func (s *settler) settle(kind CallKind, m *msg, fn func(context.Context, *Message) error) error {
+// settle waits for the background completions, then runs one settlement. landed is false when
+// the broker refused it as busy (ErrSettlementRefused), which is not an error: the message is
+// not settled, and is settled again later (see ErrSettlementRefused).
+func (s *settler) settle(kind CallKind, m *msg, fn func(context.Context, *Message) error) (landed bool, err error) {
 	if err := s.await(); err != nil {
-		return err
+		return false, err
 	}
 	return s.settleNow(kind, m, fn)
 }
 
 // settleNow runs one settlement without waiting for the background completions.
-func (s *settler) settleNow(kind CallKind, m *msg, fn func(context.Context, *Message) error) error {
+func (s *settler) settleNow(kind CallKind, m *msg, fn func(context.Context, *Message) error) (landed bool, err error) {
 	return s.settleAsked(kind, m, fn, s.e.clock.Now())
 }
 
 // settleAsked runs one settlement that the run asked for at asked: a background completion runs
 // it later, concurrently with the run, and the lease counts from the ask, which comes before the
 // call is sent.
-func (s *settler) settleAsked(kind CallKind, m *msg, fn func(context.Context, *Message) error, asked time.Time) error {
+func (s *settler) settleAsked(kind CallKind, m *msg, fn func(context.Context, *Message) error, asked time.Time) (landed bool, err error) {
 	if s.lost.Load() {
-		return s.callErr(kind, ErrLockLost)
+		return false, s.callErr(kind, ErrLockLost)
 	}
 	s.e.stats.calls[kind].Add(1)
 	if err := fn(s.ctx, m.raw); err != nil {
-		return s.callErr(kind, err)
+		if errors.Is(err, ErrSettlementRefused) && !errors.Is(err, ErrLockLost) {
+			// Not an answer that proves the lock (a presumed refusal had none): answered stays.
+			s.e.stats.settlementsRefused.Add(1)
+			return false, nil
+		}
+		return false, s.callErr(kind, err)
 	}
 	s.noteAnswered(asked)
-	return nil
+	return true, nil
 }
 
 // noteAnswered records that a call sent at sent was answered: the broker held the lock for this
@@ -144,27 +156,66 @@ func (s *settler) holdLease() error {
 // (EngineConfig.PipelineRuns with a pipeline).
 func (s *settler) pipelinedRuns() bool { return s.pipe != nil && s.e.cfg.PipelineRuns }
 
-func (s *settler) complete(m *msg) error { return s.settle(CallComplete, m, s.sess.Complete) }
+// complete completes m; landed as for settle.
+func (s *settler) complete(m *msg) (landed bool, err error) {
+	return s.settle(CallComplete, m, s.sess.Complete)
+}
 
-func (s *settler) deferMsg(m *msg) error { return s.settle(CallDefer, m, s.sess.Defer) }
+// deferMsg defers m. A deferral refused as busy leaves m active and locked to the session: it is
+// delivered again once the session is released, and its index entry recognises it (as after a
+// crash between the save and the defer).
+func (s *settler) deferMsg(m *msg) error {
+	_, err := s.settle(CallDefer, m, s.sess.Defer)
+	return err
+}
 
-func (s *settler) abandon(m *msg) error { return s.settle(CallAbandon, m, s.sess.Abandon) }
+// abandon abandons m. One refused as busy has the same outcome later: m returns to the broker
+// when the session is released.
+func (s *settler) abandon(m *msg) error {
+	_, err := s.settle(CallAbandon, m, s.sess.Abandon)
+	return err
+}
 
-func (s *settler) deadLetter(m *msg, reason, desc string) error {
+// deadLetter dead-letters m; landed as for settle.
+func (s *settler) deadLetter(m *msg, reason, desc string) (landed bool, err error) {
 	return s.settle(CallDeadLetter, m, func(ctx context.Context, raw *Message) error {
 		return s.sess.DeadLetter(ctx, raw, DeadLetterParams{Reason: reason, Description: desc})
 	})
 }
 
 // deadLetterSkipped dead-letters m, a poison message PoisonSkip skipped; its SkippedPoison entry
-// goes in the next save.
+// goes in the next save once the dead-lettering landed (refused, the entry dead-letters the copy
+// delivered again).
 func (s *settler) deadLetterSkipped(m *msg, desc string) error {
-	if err := s.deadLetter(m, ReasonHandlerFailed, desc); err != nil {
+	landed, err := s.deadLetter(m, ReasonHandlerFailed, desc)
+	if err != nil {
 		return err
 	}
-	s.e.stats.deadLettered.Add(1)
-	s.settled[m.seq] = m.bs
+	s.landedIndexed(landed, m)
+	if landed {
+		s.e.stats.deadLettered.Add(1)
+	}
 	return nil
+}
+
+// landedIndexed records the settlement of m, a message an index entry may name: landed, the
+// entry goes in the next save (settled); refused, it stays, and this run leaves it (refused).
+func (s *settler) landedIndexed(landed bool, m *msg) {
+	if landed {
+		s.settled[m.seq] = m.bs
+		return
+	}
+	if s.refused == nil {
+		s.refused = map[int64]int64{}
+	}
+	s.refused[m.seq] = m.bs
+}
+
+// refusedHere reports whether this run's settlement of the message with application sequence
+// seq and broker sequence bs was refused as busy.
+func (s *settler) refusedHere(seq, bs int64) bool {
+	b, ok := s.refused[seq]
+	return ok && b == bs
 }
 
 // completeLater completes m, an in-order or duplicate active message whose handling is saved and
@@ -174,7 +225,8 @@ func (s *settler) deadLetterSkipped(m *msg, desc string) error {
 func (s *settler) completeLater(m *msg) error {
 	p := s.pipe
 	if p == nil {
-		return s.complete(m)
+		_, err := s.complete(m)
+		return err
 	}
 	if err := p.failure(); err != nil {
 		return err
@@ -198,7 +250,7 @@ func (s *settler) startComplete(m *msg) error {
 	asked := s.e.clock.Now()
 	p.run(func() {
 		defer func() { <-p.slots }()
-		if err := s.settleAsked(CallComplete, m, s.sess.Complete, asked); err != nil {
+		if _, err := s.settleAsked(CallComplete, m, s.sess.Complete, asked); err != nil {
 			p.fail(err)
 		}
 	})
@@ -214,7 +266,7 @@ func (s *settler) startComplete(m *msg) error {
 func (s *settler) completeEntry(m *msg) error {
 	p := s.pipe
 	if !s.pipelinedRuns() {
-		if err := s.settleNow(CallComplete, m, s.sess.Complete); err != nil {
+		if _, err := s.settleNow(CallComplete, m, s.sess.Complete); err != nil {
 			return err
 		}
 		return s.failure()
@@ -265,11 +317,12 @@ func (s *settler) settleAnchors() error {
 				return err
 			}
 		} else {
-			if err := s.complete(a.m); err != nil {
+			landed, err := s.complete(a.m)
+			if err != nil {
 				return err
 			}
 			if a.indexed {
-				s.settled[a.m.seq] = a.m.bs
+				s.landedIndexed(landed, a.m)
 			}
 		}
 		s.anchors = s.anchors[1:]

@@ -183,8 +183,10 @@ func TestSettlerLostLock(t *testing.T) {
 		require.ErrorIs(t, err, ErrLockLost)
 		require.True(t, b.s.lost.Load())
 		require.ErrorIs(t, context.Cause(b.ctx), ErrLockLost, "a lost lock cancels the run")
-		require.ErrorIs(t, b.s.settleNow(CallDefer, testMsg(2, 2), b.sess.Defer), ErrLockLost)
-		require.ErrorIs(t, b.s.deadLetter(testMsg(2, 2), ReasonHandlerFailed, "x"), ErrLockLost)
+		_, err = b.s.settleNow(CallDefer, testMsg(2, 2), b.sess.Defer)
+		require.ErrorIs(t, err, ErrLockLost)
+		_, err = b.s.deadLetter(testMsg(2, 2), ReasonHandlerFailed, "x")
+		require.ErrorIs(t, err, ErrLockLost)
 		b.s.markLost()
 		require.Empty(t, b.sess.recorded(), "nothing is settled once the lock is lost (pending %d)", pending)
 		lost := 0

@@ -127,6 +127,9 @@ type Stats struct {
 	// ReleasedRetries counts the releases of a session until the next attempt of a failing
 	// message (EngineConfig.RetryReleaseAfter).
 	ReleasedRetries uint64
+	// SettlementsRefused counts the settlements the broker refused as busy (ErrSettlementRefused):
+	// each message is settled again later, as a duplicate or a stale index entry.
+	SettlementsRefused uint64
 }
 
 // TotalBrokerCalls sums BrokerCalls.
@@ -142,7 +145,7 @@ type statsCounters struct {
 	sessions, handled, held, deferred, duplicates, invalid, deadLettered atomic.Uint64
 	retries, parked, skipped, storeCalls, runs                           atomic.Uint64
 	gapWait                                                              atomic.Int64
-	releasedRetries                                                      atomic.Uint64
+	releasedRetries, settlementsRefused                                  atomic.Uint64
 	calls                                                                [numCallKinds]atomic.Uint64
 }
 
@@ -164,6 +167,7 @@ func (c *statsCounters) snapshot() Stats {
 		BrokerCalls:  make(map[string]uint64, numCallKinds),
 	}
 	s.ReleasedRetries = c.releasedRetries.Load()
+	s.SettlementsRefused = c.settlementsRefused.Load()
 	for k := range numCallKinds {
 		s.BrokerCalls[k.String()] = c.calls[k].Load()
 	}

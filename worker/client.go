@@ -77,7 +77,8 @@ func New(cfg Config) (*Client, error) {
 			h = tx.Journal()
 		}
 	}
-	c.m, err = newMetrics(c.reg, func() float64 { return float64(c.activeSessions()) }, c.brokerCalls)
+	c.m, err = newMetrics(c.reg, func() float64 { return float64(c.activeSessions()) }, c.brokerCalls,
+		func() float64 { return float64(c.Stats().SettlementsRefused) })
 	if err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func BenchmarkInstrumentationPerMessage(b *testing.B) {
 		}
 	})
 	b.Run("metrics", func(b *testing.B) {
-		m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
+		m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil }, func() float64 { return 0 })
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func BenchmarkInstrumentationPerMessage(b *testing.B) {
 		{"metrics+tracing,unsampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
+			m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil }, func() float64 { return 0 })
 			if err != nil {
 				b.Fatal(err)
 			}

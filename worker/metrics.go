@@ -57,8 +57,8 @@ type metrics struct {
 }
 
 // newMetrics registers the worker's metrics, and the Go and process collectors, in reg.
-// activeSessions and brokerCalls are read at each scrape.
-func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerCalls func() map[string]uint64) (*metrics, error) {
+// activeSessions, brokerCalls and settlementsRefused are read at each scrape.
+func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerCalls func() map[string]uint64, settlementsRefused func() float64) (*metrics, error) {
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqbus_messages_total",
@@ -144,6 +144,10 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked, m.retrying,
 		m.gapWait, m.gapOldest, m.gapsOpened, m.stateSaves, m.stateLoads, m.stateConflicts, m.stateSaveTime, m.lockLost,
 		m.sweeperWakes, m.sweeperLease, m.sweepCalls, m.ready, &brokerCallsCollector{calls: brokerCalls},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "seqbus_settlements_refused_total",
+			Help: "Settlements Service Bus refused as busy (a throttled namespace); each such message is settled again later.",
+		}, settlementsRefused),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: registering metrics: %w", err)

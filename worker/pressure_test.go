@@ -28,9 +28,25 @@ import (
 // TestClientCompletesWorkUnderThrottle runs the worker against a namespace throttled far below
 // what it would do unthrottled: its session calls are refused with server-busy again and again
 // (the adapter retries those itself, the SDK's retries being off for sessions), and still every
-// session is handled in order and the queue ends empty.
+// session is handled in order and the queue ends empty. With no reorder window every early
+// message is deferred, so that drains complete deferred messages under the throttle too.
 func TestClientCompletesWorkUnderThrottle(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		window int
+	}{
+		{"default window", worker.DefaultConfig().ReorderWindow},
+		{"no window: early messages deferred", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testClientCompletesWorkUnderThrottle(t, tc.window)
+		})
+	}
+}
+
+func testClientCompletesWorkUnderThrottle(t *testing.T, window int) {
 	const queue, sessions, messages = "orders", 6, 20
 	srv := emulatortest.Start(t, &emulatortest.Options{
 		Queues: map[string]broker.EntityProperties{queue: {RequiresSession: true, LockDuration: 30 * time.Second}},
@@ -59,6 +75,9 @@ func TestClientCompletesWorkUnderThrottle(t *testing.T) {
 	checker := demo.NewReplayChecker(ids, messages, cfg.EngineConfig().ReplayWindow())
 	cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = srv.ConnectionString(), sbadapter.Entity{Queue: queue}, checker, worker.HTTPOff
 	cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, 4, time.Second
+	if cfg.ReorderWindow = window; window == 0 {
+		cfg.Prefetch = 4 // a receive batch is looked at whole before the window's bound applies
+	}
 	w, err := worker.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -78,21 +97,25 @@ func TestClientCompletesWorkUnderThrottle(t *testing.T) {
 	require.Empty(t, checker.Violations())
 	require.Positive(t, srv.PressureStats().Throttled, "the worker was throttled")
 	// A settlement the throttle refused leaves its message locked (go-amqp takes the refusal as
-	// final, and the SDK then reports success); it comes back when its session is released and
-	// is dropped as a duplicate.
+	// final, and the SDK then reports success; the adapter reports it refused): when its session
+	// is released, an active message comes back and is dropped as a duplicate, and a deferred one
+	// stays deferred, still indexed in the state, and the run the sweeper starts completes it.
 	if !assert.Eventually(t, func() bool {
 		info, err := srv.Broker().GetQueue(queue)
 		return err == nil && info.Counts.Total == 0
 	}, time.Minute, 50*time.Millisecond) {
 		info, err := srv.Broker().GetQueue(queue)
 		st := w.Stats()
-		t.Fatalf("the queue does not end empty: %+v (%v); worker: %d sessions, %d duplicates, %d dead-lettered, %d active sessions",
-			info.Counts, err, st.Sessions, st.Duplicates, st.DeadLettered, st.ActiveSessions)
+		for _, m := range e.Peek(0, 100, "") {
+			t.Logf("left: session %s, %v, annotations %v", *m.Properties.GroupID, m.ApplicationProperties, m.Annotations)
+		}
+		t.Fatalf("the queue does not end empty: %+v (%v); worker: %d sessions, %d duplicates, %d dead-lettered, %d settlements refused, %d active sessions",
+			info.Counts, err, st.Sessions, st.Duplicates, st.DeadLettered, st.SettlementsRefused, st.ActiveSessions)
 	}
 	require.EqualValues(t, sessions*messages, checker.Handled()-checker.Redelivered())
 	st := w.Stats()
-	t.Logf("emulator %+v; worker: %d handled, %d duplicates, %d broker calls, %d store calls",
-		srv.PressureStats(), st.Handled, st.Duplicates, st.TotalBrokerCalls(), st.StoreCalls)
+	t.Logf("emulator %+v; worker: %d handled, %d deferred, %d duplicates, %d settlements refused, %d broker calls, %d store calls",
+		srv.PressureStats(), st.Handled, st.Deferred, st.Duplicates, st.SettlementsRefused, st.TotalBrokerCalls(), st.StoreCalls)
 }
 
 // A throttled namespace refuses the readiness probe (a session listing, 10 credits) with

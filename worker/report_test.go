@@ -51,7 +51,7 @@ func TestReporterReportsTheRunnersSaves(t *testing.T) {
 		id:     sessionstate.ReportSessionID("r1"), window: time.Minute, clock: clk,
 		log: slog.New(slog.DiscardHandler), saves: map[string]reporterSave{},
 	}
-	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
+	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil }, func() float64 { return 0 })
 	require.NoError(t, err)
 	mem := memory.New()
 	store := instrument(mem, m, rep.saved)

@@ -16,7 +16,7 @@ import (
 // (no fencing needed) and whether it is atomic.
 func TestInstrumentKeepsTheStoresKind(t *testing.T) {
 	t.Parallel()
-	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
+	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil }, func() float64 { return 0 })
 	require.NoError(t, err)
 
 	sb := instrument(sbstate.New(nil), m, nil)

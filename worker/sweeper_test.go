@@ -31,7 +31,7 @@ type sweepBundle struct {
 
 func newSweepBundle(t *testing.T, gapTimeout time.Duration, policy sequencer.GapPolicy) *sweepBundle {
 	t.Helper()
-	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil })
+	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() map[string]uint64 { return nil }, func() float64 { return 0 })
 	require.NoError(t, err)
 	b := &sweepBundle{store: memory.New(), logs: &bytes.Buffer{}, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	b.clk = clock.NewFake(b.now)

@@ -135,6 +135,7 @@ func TestMetricsCountWhatWasPublished(t *testing.T) {
 				{"seqbus_sessions_blocked", nil, 0},
 				{"seqbus_gap_oldest_seconds", nil, 0},
 				{"seqbus_lock_lost_total", nil, 0},
+				{"seqbus_settlements_refused_total", nil, 0},
 				{"seqbus_state_conflicts_total", nil, 0},
 				{"seqbus_ready", nil, 1},
 			}
