@@ -309,6 +309,12 @@
 // (an operator's Resume, a sweeper) have no anchor: if they crash, the state says so
 // (State.DueDeferred) and a sweeper hands the session to Runner.Wake.
 //
+// A settlement the broker refused as busy (ErrSettlementRefused) is treated like one a crash cut
+// off: the message stays where it was (locked to the run until it releases the session), so its
+// index entries stay too (Deferred, SkippedPoison, the parked message's), and the run does not
+// look for it again. An active message comes back by itself; for a deferred one the entry below
+// Next (in a tombstone too) makes State.DueDeferred true, and a sweeper wakes the session.
+//
 // # Poison
 //
 // PoisonPark: save(Parked) → dead-letter. A crash between finds the parked mark on the next run:
