@@ -19,6 +19,7 @@ import (
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
 	"github.com/seqbus/seqbus/internal/demo"
+	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/internal/testio"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
@@ -29,24 +30,28 @@ import (
 // what it would do unthrottled: its session calls are refused with server-busy again and again
 // (the adapter retries those itself, the SDK's retries being off for sessions), and still every
 // session is handled in order and the queue ends empty. With no reorder window every early
-// message is deferred, so that drains complete deferred messages under the throttle too.
+// message is deferred, so that drains complete deferred messages under the throttle too: a
+// refused completion leaves a handled message deferred, which the sweeper's wake settles (with
+// either store).
 func TestClientCompletesWorkUnderThrottle(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		window int
+		name     string
+		window   int
+		postgres bool
 	}{
-		{"default window", worker.DefaultConfig().ReorderWindow},
-		{"no window: early messages deferred", 0},
+		{"default window", worker.DefaultConfig().ReorderWindow, false},
+		{"no window: early messages deferred", 0, false},
+		{"no window, Postgres store", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testClientCompletesWorkUnderThrottle(t, tc.window)
+			testClientCompletesWorkUnderThrottle(t, tc.window, tc.postgres)
 		})
 	}
 }
 
-func testClientCompletesWorkUnderThrottle(t *testing.T, window int) {
+func testClientCompletesWorkUnderThrottle(t *testing.T, window int, postgres bool) {
 	const queue, sessions, messages = "orders", 6, 20
 	srv := emulatortest.Start(t, &emulatortest.Options{
 		Queues: map[string]broker.EntityProperties{queue: {RequiresSession: true, LockDuration: 30 * time.Second}},
@@ -77,6 +82,10 @@ func testClientCompletesWorkUnderThrottle(t *testing.T, window int) {
 	cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, 4, time.Second
 	if cfg.ReorderWindow = window; window == 0 {
 		cfg.Prefetch = 4 // a receive batch is looked at whole before the window's bound applies
+	}
+	if postgres {
+		_, schema := pgtest.NewPoolWithSchema(t, nil)
+		cfg.StateStore, cfg.DatabaseURL, cfg.MigrateOnStart = worker.StateStorePostgres, pgtest.SchemaDSN(schema), true
 	}
 	w, err := worker.New(cfg)
 	require.NoError(t, err)
