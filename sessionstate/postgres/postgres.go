@@ -197,7 +197,8 @@ func (s *Store) ListStranded(ctx context.Context, entity string, limit int) ([]s
 
 // PurgeTombstones deletes the states of entity's sessions that ended before olderThan (a cutoff on
 // the engine clock that wrote State.EndedAt) and returns how many it deleted. A tombstone that
-// still indexes a message to settle (State.TombstoneClearable) is kept.
+// still indexes a deferred message to settle (due_deferred) is kept. Unlike
+// State.TombstoneClearable it does not see a SkippedPoison marker, which no column mirrors.
 func (s *Store) PurgeTombstones(ctx context.Context, entity string, olderThan time.Time) (int64, error) {
 	tag, err := s.pool.Exec(ctx, sqlPurgeTombstones, entity, olderThan)
 	if err != nil {

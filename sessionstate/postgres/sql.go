@@ -46,8 +46,8 @@ WHERE entity = $1 AND session_id > $2
 ORDER BY session_id
 LIMIT $8`
 
-	// sqlPurgeTombstones keeps a tombstone that still indexes a message to settle
-	// (State.TombstoneClearable).
+	// sqlPurgeTombstones keeps a tombstone that still indexes a deferred message to settle
+	// (due_deferred); a SkippedPoison marker has no column and is not seen.
 	sqlPurgeTombstones = `DELETE FROM seqbus_session_state
 WHERE entity = $1 AND ended_at IS NOT NULL AND ended_at < $2 AND NOT due_deferred`
 
