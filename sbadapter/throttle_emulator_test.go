@@ -27,8 +27,8 @@ import (
 //
 // Not parallel: the SDK's log is the process's, and the refusals it logs here would be taken by
 // the other tests' sessions for their own, so that a settlement of theirs still unanswered after
-// 500 ms (TestLockLostIsMapped's, on a stolen lock) would be presumed refused and reported
-// settled. A test that is not parallel runs before the parallel ones start.
+// 500 ms (TestLockLostIsMapped's, on a stolen lock) would be presumed refused instead of lost.
+// A test that is not parallel runs before the parallel ones start.
 func TestSettlementRefusedAsBusyIsNoticedFromTheSDKLog(t *testing.T) {
 	const messages, credits = 30, 40
 	srv := emulatortest.Start(t, &emulatortest.Options{
