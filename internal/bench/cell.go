@@ -399,10 +399,19 @@ func startEmulator(ctx context.Context, o Options, cell Cell) (*emulator.Server,
 	return srv, nil
 }
 
-// throttledRetries are the SDK retries of the bench's own clients (the publisher, the plain
-// consumer): the service asks throttled clients to wait 2 seconds; the SDK's default first wait
-// is 4 s.
+// throttledRetries are the SDK retries of the plain consumer: the service asks throttled clients
+// to wait 2 seconds; the SDK's default first wait is 4 s.
 var throttledRetries = azservicebus.RetryOptions{MaxRetries: 30, RetryDelay: 500 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
+
+// publisherRetries are the SDK retries of the bench's publisher. A throttle cell measures the
+// consumers against a backlog, so the publisher must not be what they wait for: with
+// throttledRetries a refused batch sat out 0.5 s, then 1.5 s (the SDK's backoff grows as
+// 1, 3, 7 × RetryDelay), while the namespace refills every second, and with 8 replicas the
+// sessions came in clumps every 2.2 s: the replicas held 5 to 15 of their 32 slots through
+// the whole cell and the namespace went unused for want of work. Retrying within the period
+// (50, 150, 200 ms, …) keeps the batch in the running for the credits, as the replicas' own
+// calls are (sbadapter.Limiter holds them 50-100 ms after a refusal).
+var publisherRetries = azservicebus.RetryOptions{MaxRetries: 100, RetryDelay: 50 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}
 
 // publish sends each session's messages as one batch, in order or shuffled, keeping at most
 // backlog sessions published but not finished, so that the consumers always find work and the
@@ -539,7 +548,7 @@ func publishOffered(ctx context.Context, o Options, conn string, entity sbadapte
 
 // newSender opens a client and a sender on entity; done closes both.
 func newSender(ctx context.Context, conn string, entity sbadapter.Entity) (_ *azservicebus.Sender, done func(), _ error) {
-	client, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: throttledRetries})
+	client, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: publisherRetries})
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: publisher: %w", err)
 	}

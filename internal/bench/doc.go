@@ -9,7 +9,8 @@
 // Service Bus session state), and publishes sessions in one batch each, in order or shuffled,
 // keeping a bounded backlog of unfinished sessions so that the replicas always have work and the
 // publish → handler latency measures the pipeline rather than a growing queue. The publisher
-// shares the namespace, and so its credits. The handler fails a share of its calls (a transient
+// shares the namespace, and so its credits; a batch the throttle refused is tried again within
+// the namespace's period (50-200 ms), so that the replicas do not wait for their backlog. The handler fails a share of its calls (a transient
 // exception the engine retries with a small backoff), checks each session's order and records
 // the latency.
 //
