@@ -10,9 +10,9 @@
 // keeping a bounded backlog of unfinished sessions so that the replicas always have work and the
 // publish → handler latency measures the pipeline rather than a growing queue. The publisher
 // shares the namespace, and so its credits; a batch the throttle refused is tried again within
-// the namespace's period (50-200 ms), so that the replicas do not wait for their backlog. The handler fails a share of its calls (a transient
-// exception the engine retries with a small backoff), checks each session's order and records
-// the latency.
+// the namespace's period (50-200 ms), so that the replicas do not wait for their backlog. The
+// handler fails a share of its calls (a transient exception the engine retries with a small
+// backoff), checks each session's order and records the latency.
 //
 // A cell reports the rate (messages handled per second, first publish to last message), the
 // exception rate, latency p50 and p99, the replicas' broker calls, state store calls and state
