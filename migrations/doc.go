@@ -31,6 +31,9 @@
 //     attempt (State.Retrying.At, SEQBUS_RETRY_RELEASE_AFTER), indexed for the sessions to wake.
 //   - 007_session_stranded_ended: the index of stranded sessions covers tombstones too (one
 //     whose index still lists a handled message deferred at the broker needs a run).
+//   - 008_session_state_hot: the sweeper's index leaves updated_at out and the table keeps free
+//     room in its pages, so that a save which changes no indexed column is a heap-only (HOT)
+//     update instead of a new entry in every index.
 //
 // Up applies every pending migration, or up to UpOptions.TargetVersion, at most MaxSteps; Down
 // rolls back one migration unless told otherwise (DownOptions.TargetVersion, -1 for everything,

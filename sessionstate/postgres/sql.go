@@ -28,7 +28,8 @@ SELECT EXISTS (SELECT 1 FROM deleted),
 	// sqlListStranded: due_deferred holds State.NeedsWake (a parked session waits for an operator, so
 	// parked alone does not qualify), for a tombstone too (its index still lists a handled message
 	// deferred at the broker). The predicate implies the partial index's (due_deferred OR parked)
-	// (migration 007), so the index serves it.
+	// (migration 007), so the index serves it; the index is keyed by entity alone (migration 008,
+	// so that saves can be HOT updates), and the few rows it finds are sorted.
 	sqlListStranded = `SELECT session_id FROM seqbus_session_state
 WHERE entity = $1 AND due_deferred
 ORDER BY updated_at, session_id
