@@ -26,6 +26,9 @@ type fakeReceiver struct {
 	// completeHangs makes CompleteMessage wait for its ctx to end and return its error, as the
 	// SDK does while it sleeps before retrying a settlement the broker refused as busy.
 	completeHangs bool
+	// hangs, when set, makes CompleteMessage hang as completeHangs does for the messages it
+	// names by broker sequence number.
+	hangs map[int64]bool
 	// sdkLockField mimics the SDK's SessionReceiver.lockedUntil: set when a call re-attaches the
 	// link, read by LockedUntil, both without a lock (so -race flags concurrent use).
 	sdkLockField *time.Time
@@ -130,7 +133,7 @@ func (f *fakeReceiver) settle(m *azservicebus.ReceivedMessage, how string) error
 
 func (f *fakeReceiver) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
 	f.mu.Lock()
-	hangs := f.completeHangs
+	hangs := f.completeHangs || f.hangs[*m.SequenceNumber]
 	f.mu.Unlock()
 	if hangs {
 		<-ctx.Done()

@@ -75,6 +75,9 @@ type Session struct {
 	// this session (stateKnown false: none); see KnownStateVersion.
 	stateVersion int64
 	stateKnown   bool
+
+	// watches watches the settlements in flight (watchSettlement).
+	watches settleWatches
 }
 
 // errAlreadySettled is wrapped with sequencer.ErrLockLost when a message is settled twice.
@@ -251,8 +254,8 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 // the broker refused it as busy (err is nil then: the SDK will not send it again); timedOut says
 // the watch's settleTimeout ended it.
 func (s *Session) settleOnce(ctx context.Context, what string, rm *azservicebus.ReceivedMessage, fn func(context.Context, *azservicebus.ReceivedMessage) error) (err error, timedOut, refused bool) {
-	sctx, w := s.watchSettlement(ctx)
-	defer w.stop()
+	sctx, slot := s.watchSettlement(ctx)
+	defer s.stopSettlement(slot)
 	start := time.Now()
 	err = fn(sctx, rm)
 	if err == nil {
@@ -345,71 +348,142 @@ const refusedSettlementPoll = 100 * time.Millisecond
 // errSettleRefused is the cause of a settlement's ctx when it was presumed refused as busy.
 var errSettleRefused = errors.New("settlement presumed refused as busy")
 
-// watchSettlement returns the ctx of one settlement attempt and its watch, whose stop ends it.
-// The ctx is canceled with errSettleTimeout once settleTimeout has passed and, with a Limiter, with
-// errSettleRefused once the settlement has run refusedSettlementWait and a server-busy answer
-// was seen since it started: by the Limiter, or in the SDK's log of a settlement refused
-// (sdklog.go), which is how a session whose only calls are settlements learns of it (the
-// namespace refuses everything for the rest of its period, so this settlement most likely was
-// refused too; one that was not is answered within a round trip). One context and one timer
-// watch both: a settlement runs for every message (two contexts and two timers cost a few
-// percent of the worker's CPU in the unthrottled benchmark).
-func (s *Session) watchSettlement(ctx context.Context) (context.Context, *settleWatch) {
-	w := &settleWatch{s: s, start: time.Now()}
-	var sctx context.Context
-	sctx, w.cancel = context.WithCancelCause(ctx)
+// watchSettlement returns the ctx of one settlement attempt and the slot of its watch in the
+// session's settleWatches, which stopSettlement frees. The ctx is canceled with
+// errSettleTimeout once settleTimeout has passed and, with a Limiter, with errSettleRefused once
+// the settlement has run refusedSettlementWait and a server-busy answer was seen since it
+// started: by the Limiter, or in the SDK's log of a settlement refused (sdklog.go), which is how
+// a session whose only calls are settlements learns of it (the namespace refuses everything for
+// the rest of its period, so this settlement most likely was refused too; one that was not is
+// answered within a round trip). A settlement runs for every message, so the session's
+// settlements share one timer and their watches live in one slice, where a timer and a watch of
+// its own for each cost three of the fifteen allocations of a completion (BenchmarkSessionComplete).
+func (s *Session) watchSettlement(ctx context.Context) (context.Context, int) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	now := time.Now()
+	e := settleEntry{start: now, cancel: cancel}
 	first := s.settleTimeout
 	if s.limit != nil {
-		w.mark, w.logged = s.limit.busyCount(), s.settleRefusals.Load()
+		e.mark, e.logged = s.limit.busyCount(), s.settleRefusals.Load()
 		first = min(first, refusedSettlementWait)
 	}
-	w.mu.Lock() // check reads t
-	defer w.mu.Unlock()
-	w.t = time.AfterFunc(first, w.check)
-	return sctx, w
+	return sctx, s.watches.add(s, e, now.Add(first))
 }
 
-// settleWatch is the watch of one settlement attempt (watchSettlement): its state in one
-// allocation, since a settlement runs for every message.
-type settleWatch struct {
-	s            *Session
+// stopSettlement ends the watch in slot and the settlement's ctx.
+func (s *Session) stopSettlement(slot int) {
+	s.watches.remove(slot)(nil)
+}
+
+// settleWatches watches a session's settlements in flight (watchSettlement) with one timer,
+// which runs while any is in flight.
+type settleWatches struct {
+	mu      sync.Mutex
+	entries []settleEntry // in flight where cancel is set
+	free    []int         // slots of entries without a settlement
+	t       *time.Timer
+	due     time.Time // when t fires; zero: not armed
+}
+
+// settleEntry is the watch of one settlement attempt.
+type settleEntry struct {
 	start        time.Time
 	mark, logged uint64 // the server-busy answers seen when it started
 	cancel       context.CancelCauseFunc
-
-	mu      sync.Mutex
-	stopped bool
-	t       *time.Timer
+	// ended: the watch canceled the settlement's ctx; it waits for stopSettlement.
+	ended bool
 }
 
-// check runs when the watch's timer fires: it ends the settlement's ctx once settleTimeout has
-// passed or it is presumed refused, and looks again after refusedSettlementPoll otherwise.
-func (w *settleWatch) check() {
+// add watches e, which needs a look at first, and returns its slot.
+func (w *settleWatches) add(s *Session, e settleEntry, first time.Time) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stopped {
-		return
+	var slot int
+	if n := len(w.free); n > 0 {
+		slot = w.free[n-1]
+		w.free = w.free[:n-1]
+		w.entries[slot] = e
+	} else {
+		slot = len(w.entries)
+		w.entries = append(w.entries, e)
 	}
-	s := w.s
-	left := s.settleTimeout - time.Since(w.start)
-	switch {
-	case left <= 0:
-		w.cancel(errSettleTimeout)
-		return
-	case s.limit != nil && (s.limit.busyCount() > w.mark || s.settleRefusals.Load() > w.logged):
-		w.cancel(errSettleRefused)
-		return
-	}
-	w.t.Reset(min(left, refusedSettlementPoll))
+	w.armLocked(s, first)
+	return slot
 }
 
-// stop ends the watch and the settlement's ctx.
-func (w *settleWatch) stop() {
+// remove frees slot and returns the cancel of its settlement's ctx.
+func (w *settleWatches) remove(slot int) context.CancelCauseFunc {
 	w.mu.Lock()
-	w.stopped = true
-	w.t.Stop()
-	w.mu.Unlock()
-	w.cancel(nil)
+	defer w.mu.Unlock()
+	cancel := w.entries[slot].cancel
+	w.entries[slot] = settleEntry{}
+	w.free = append(w.free, slot)
+	if len(w.free) == len(w.entries) && !w.due.IsZero() {
+		// Nothing in flight: stop the timer, which would keep the session reachable until
+		// it fires.
+		w.t.Stop()
+		w.due = time.Time{}
+	}
+	return cancel
+}
+
+// armLocked makes the timer fire at at, unless it fires before.
+func (w *settleWatches) armLocked(s *Session, at time.Time) {
+	if !w.due.IsZero() && !at.Before(w.due) {
+		return
+	}
+	w.due = at
+	d := time.Until(at)
+	if w.t == nil {
+		w.t = time.AfterFunc(d, func() { w.check(s) })
+		return
+	}
+	w.t.Reset(d)
+}
+
+// check runs when the timer fires: it ends the ctx of each settlement past settleTimeout or
+// presumed refused, and sets the timer for the next look while any is in flight: the first
+// threshold of each, then every refusedSettlementPoll for one past refusedSettlementWait.
+func (w *settleWatches) check(s *Session) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	w.due = time.Time{}
+	var next time.Time
+	for i := range w.entries {
+		e := &w.entries[i]
+		if e.cancel == nil || e.ended {
+			continue
+		}
+		ran := now.Sub(e.start)
+		timeout := e.start.Add(s.settleTimeout)
+		switch {
+		case ran >= s.settleTimeout:
+			e.cancel(errSettleTimeout)
+			e.ended = true
+			continue
+		case s.limit != nil && ran >= refusedSettlementWait && (s.limit.busyCount() > e.mark || s.settleRefusals.Load() > e.logged):
+			e.cancel(errSettleRefused)
+			e.ended = true
+			continue
+		}
+		at := timeout
+		if s.limit != nil {
+			look := e.start.Add(refusedSettlementWait)
+			if ran >= refusedSettlementWait {
+				look = now.Add(refusedSettlementPoll)
+			}
+			if look.Before(at) {
+				at = look
+			}
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	if !next.IsZero() {
+		w.armLocked(s, next)
+	}
 }
 
 // errSettleTimeout is the cause of a settlement's ctx when settleTimeout passed.

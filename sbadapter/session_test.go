@@ -384,3 +384,62 @@ func TestSessionSettlementPresumedRefusedWhileThrottled(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionSettlementWatchesAreEachSettlements checks that the settlements in flight on one
+// session, which share one timer, are each given their own time: an answered one is not touched,
+// and one that started later is ended at its own threshold, not at the first one's.
+func TestSessionSettlementWatchesAreEachSettlements(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		limited bool          // with a Limiter that saw a server-busy answer: presumed refused
+		want    error         // what the two hanging settlements return
+		after   time.Duration // how long each runs before it is ended
+	}{
+		{name: "settle timeout", want: sequencer.ErrLockLost, after: 400 * time.Millisecond},
+		{name: "presumed refused", limited: true, want: sequencer.ErrSettlementRefused, after: refusedSettlementWait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFakeReceiver("s1")
+			f.active = []*azservicebus.ReceivedMessage{sbMsg("s1", 10, "a"), sbMsg("s1", 11, "b"), sbMsg("s1", 12, "c")}
+			f.hangs = map[int64]bool{10: true, 12: true}
+			s := newSession(f, discard())
+			s.settleTimeout = 400 * time.Millisecond
+			if tc.limited {
+				s.limit = NewLimiter(nil)
+				s.settleTimeout = 5 * time.Second
+				s.settleRefusals = new(atomic.Uint64)
+			}
+			msgs, err := s.Receive(t.Context(), 3)
+			require.NoError(t, err)
+			require.Len(t, msgs, 3)
+			const later = 250 * time.Millisecond
+			type result struct {
+				took time.Duration
+				err  error
+			}
+			settle := func(m *sequencer.Message, delay time.Duration) <-chan result {
+				out := make(chan result, 1)
+				time.AfterFunc(delay, func() {
+					start := time.Now()
+					err := s.Complete(t.Context(), m)
+					out <- result{took: time.Since(start), err: err}
+				})
+				return out
+			}
+			first, second := settle(msgs[0], 0), settle(msgs[2], later)
+			if tc.limited {
+				time.AfterFunc(50*time.Millisecond, s.limit.Busy)
+			}
+			time.Sleep(20 * time.Millisecond)
+			require.NoError(t, s.Complete(t.Context(), msgs[1]), "answered while the others hang")
+			for _, ch := range []<-chan result{first, second} {
+				r := <-ch
+				require.ErrorIs(t, r.err, tc.want)
+				require.GreaterOrEqual(t, r.took, tc.after, "ended no earlier than its own threshold")
+				require.Less(t, r.took, tc.after+later, "ended at its own threshold, not at a later settlement's")
+			}
+		})
+	}
+}
