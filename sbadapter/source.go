@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -66,6 +67,13 @@ type Config struct {
 	// a NewLimiter of the source's own, shared by all its sessions; one per replica in the
 	// worker). Sources given the same Limiter share it.
 	Limiter *Limiter
+	// AcceptClients are further clients, each on a connection of its own, that the source locks
+	// sessions on in turn with the client given to NewSource (listings use that one). The SDK
+	// negotiates each accept's two claims one at a time per connection (azservicebus v1.11.0,
+	// internal/namespace.go, negotiateClaimMu: one $cbs link per connection), so on one
+	// connection accepts queue behind each other; on several they overlap. The same rules as for
+	// NewSource's client apply (the SDK's retries off).
+	AcceptClients []*azservicebus.Client
 	// Logger receives debug events (default: discard).
 	Logger *slog.Logger
 }
@@ -113,7 +121,41 @@ func NewSource(client *azservicebus.Client, cfg Config) (*Source, error) {
 	if cfg.Logger != nil {
 		sdkLog.logger.CompareAndSwap(nil, cfg.Logger) // the SDK's retry lines, at debug level
 	}
-	return newSource(clientAccepter{c: client, e: cfg.Entity}, cfg), nil
+	var a accepter = clientAccepter{c: client, e: cfg.Entity}
+	if len(cfg.AcceptClients) > 0 {
+		rr := &roundRobin{accepters: []accepter{a}}
+		for _, c := range cfg.AcceptClients {
+			if c == nil {
+				return nil, errors.New("sbadapter: nil client in Config.AcceptClients")
+			}
+			rr.accepters = append(rr.accepters, clientAccepter{c: c, e: cfg.Entity})
+		}
+		a = rr
+	}
+	return newSource(a, cfg), nil
+}
+
+// roundRobin locks sessions on its accepters in turn (Config.AcceptClients) and lists them on
+// the first.
+type roundRobin struct {
+	accepters []accepter
+	n         atomic.Uint64
+}
+
+func (r *roundRobin) next() accepter {
+	return r.accepters[(r.n.Add(1)-1)%uint64(len(r.accepters))]
+}
+
+func (r *roundRobin) acceptNext(ctx context.Context) (sessionReceiver, error) {
+	return r.next().acceptNext(ctx)
+}
+
+func (r *roundRobin) accept(ctx context.Context, sessionID string) (sessionReceiver, error) {
+	return r.next().accept(ctx, sessionID)
+}
+
+func (r *roundRobin) listSessions(ctx context.Context, limit int, stateAfter *time.Time) ([]string, error) {
+	return r.accepters[0].listSessions(ctx, limit, stateAfter)
 }
 
 func newSource(a accepter, cfg Config) *Source {

@@ -2,6 +2,7 @@ package sbadapter
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -109,4 +110,45 @@ func TestSourceListSessions(t *testing.T) {
 	s = newSource(&fakeAccepter{err: &azservicebus.Error{Code: azservicebus.CodeUnauthorizedAccess}}, Config{Entity: Entity{Queue: "q"}})
 	_, err = s.ListSessions(context.Background())
 	require.ErrorIs(t, err, ErrUnauthorized)
+}
+
+// TestSourceAcceptsOnEachConnectionInTurn checks Config.AcceptClients' spreading: accepts go to
+// the connections in turn, listings to the first.
+func TestSourceAcceptsOnEachConnectionInTurn(t *testing.T) {
+	t.Parallel()
+	conns := []*fakeAccepter{{sessions: []string{"listed"}}, {}, {}}
+	rr := &roundRobin{}
+	for i, a := range conns {
+		for j := range 2 {
+			a.next = append(a.next, newFakeReceiver(fmt.Sprintf("c%d-%d", i, j)))
+		}
+		rr.accepters = append(rr.accepters, a)
+	}
+	src := newSource(rr, Config{Entity: Entity{Queue: "q"}})
+	ctx := t.Context()
+	var got []string
+	for range 6 {
+		sess, err := src.AcceptNext(ctx)
+		require.NoError(t, err)
+		got = append(got, sess.ID())
+	}
+	require.Equal(t, []string{"c0-0", "c1-0", "c2-0", "c0-1", "c1-1", "c2-1"}, got)
+	for range 3 {
+		_, err := src.Accept(ctx, "by-id")
+		require.NoError(t, err)
+	}
+	ids, err := src.ListSessions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"listed"}, ids)
+	for _, a := range conns[1:] {
+		require.Empty(t, a.sessions, "listings use the first connection")
+	}
+}
+
+func TestNewSourceRefusesANilAcceptClient(t *testing.T) {
+	t.Parallel()
+	client, err := NewClientFromConnectionString("Endpoint=sb://localhost/;SharedAccessKeyName=k;SharedAccessKey=a2V5", nil)
+	require.NoError(t, err)
+	_, err = NewSource(client, Config{Entity: Entity{Queue: "q"}, AcceptClients: []*azservicebus.Client{nil}})
+	require.ErrorContains(t, err, "nil client in Config.AcceptClients")
 }
