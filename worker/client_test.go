@@ -262,3 +262,42 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// With SEQBUS_SESSION_CONNECTIONS above 1 the runner locks sessions on several connections in
+// turn (each with its own claims to negotiate); every session is still handled in order.
+func TestSessionConnectionsHandleEverySessionInOrder(t *testing.T) {
+	t.Parallel()
+	srv := startEmulator(t)
+	const sessions, perSession = 6, 3
+	var mu sync.Mutex
+	got := map[string][]int64{}
+	handled := 0
+	done := make(chan struct{})
+	startWorker(t, srv, func(cfg *worker.Config) {
+		cfg.SessionConnections = 3
+		cfg.Handler = sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got[m.SessionID] = append(got[m.SessionID], m.Sequence)
+			if handled++; handled == sessions*perSession {
+				close(done)
+			}
+			return nil
+		})
+	})
+	for s := range sessions {
+		for seq := int64(1); seq <= perSession; seq++ {
+			send(t, srv, fmt.Sprintf("s%d", s), seq, seq == perSession, nil)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not every message was handled")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for s := range sessions {
+		require.Equal(t, []int64{1, 2, 3}, got[fmt.Sprintf("s%d", s)])
+	}
+}

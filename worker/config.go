@@ -187,6 +187,12 @@ type Config struct {
 
 	// MaxConcurrentSessions bounds the sessions (with OrderingNone: the messages) handled at once.
 	MaxConcurrentSessions int `envconfig:"MAX_CONCURRENT_SESSIONS"`
+	// SessionConnections is how many connections the runner locks sessions on, in turn
+	// (sbadapter.Config.AcceptClients). The SDK negotiates an accept's claims one at a time per
+	// connection, so with one connection a replica takes sessions one after the other: with short
+	// sessions and a far broker that, not MaxConcurrentSessions, bounds it. 1 to
+	// MaxConcurrentSessions; session ordering only.
+	SessionConnections int `envconfig:"SESSION_CONNECTIONS"`
 	// SweepInterval is how often the sweeper looks for sessions that need a run the broker will
 	// not start (stranded on deferred messages, past their gap timeout), refreshes the session
 	// gauges and, with Postgres, purges expired tombstones.
@@ -232,6 +238,7 @@ func DefaultConfig() Config {
 		GapPolicy:             engine.GapPolicy,
 		Unsequenced:           engine.Unsequenced,
 		MaxConcurrentSessions: 8,
+		SessionConnections:    1,
 		SweepInterval:         30 * time.Second,
 		ScaleInterval:         10 * time.Second,
 		ScaleMaxReplicas:      100,
@@ -464,6 +471,14 @@ func (c *Config) Validate() error {
 	oneOf(&p, "Unsequenced", c.Unsequenced, sequencer.UnsequencedDeadLetter, sequencer.UnsequencedPassThrough)
 
 	p.positive("MaxConcurrentSessions", int64(c.MaxConcurrentSessions), c.MaxConcurrentSessions)
+	p.positive("SessionConnections", int64(c.SessionConnections), c.SessionConnections)
+	switch {
+	case c.SessionConnections > 1 && c.Ordering == OrderingNone:
+		p.add("SessionConnections", "locks sessions, which %s=%s does not use: leave it at 1, got %d", p.v("Ordering"), c.Ordering, c.SessionConnections)
+	case c.SessionConnections > c.MaxConcurrentSessions && c.MaxConcurrentSessions > 0:
+		p.add("SessionConnections", "must not exceed %s (%d): a connection takes one accept at a time, got %d",
+			p.v("MaxConcurrentSessions"), c.MaxConcurrentSessions, c.SessionConnections)
+	}
 	p.positive("SweepInterval", int64(c.SweepInterval), c.SweepInterval)
 	p.positive("ScaleInterval", int64(c.ScaleInterval), c.ScaleInterval)
 	p.positive("ScaleMaxReplicas", int64(c.ScaleMaxReplicas), c.ScaleMaxReplicas)

@@ -56,6 +56,12 @@ func TestValidate(t *testing.T) {
 		{"migrate without postgres", func(c *Config) { c.MigrateOnStart = true }, "SEQBUS_MIGRATE_ON_START"},
 		{"zero sessions", func(c *Config) { c.MaxConcurrentSessions = 0 }, "SEQBUS_MAX_CONCURRENT_SESSIONS: must be positive"},
 		{"negative sessions", func(c *Config) { c.MaxConcurrentSessions = -3 }, "SEQBUS_MAX_CONCURRENT_SESSIONS: must be positive, got -3"},
+		{"zero session connections", func(c *Config) { c.SessionConnections = 0 }, "SEQBUS_SESSION_CONNECTIONS: must be positive"},
+		{"more session connections than sessions", func(c *Config) { c.SessionConnections = 9 }, "SEQBUS_SESSION_CONNECTIONS: must not exceed SEQBUS_MAX_CONCURRENT_SESSIONS (8)"},
+		{"session connections", func(c *Config) { c.SessionConnections = 8 }, ""},
+		{"session connections without sessions", func(c *Config) {
+			c.Ordering, c.SessionConnections = OrderingNone, 2
+		}, "SEQBUS_SESSION_CONNECTIONS: locks sessions, which SEQBUS_ORDERING=none does not use"},
 		{"zero idle timeout", func(c *Config) { c.SessionIdleTimeout = 0 }, "SEQBUS_SESSION_IDLE_TIMEOUT: must be positive"},
 		{"zero attempts", func(c *Config) { c.MaxHandlerAttempts = 0 }, "SEQBUS_MAX_HANDLER_ATTEMPTS"},
 		{"zero sweep", func(c *Config) { c.SweepInterval = 0 }, "SEQBUS_SWEEP_INTERVAL"},
@@ -203,6 +209,7 @@ func TestLoadFromEnvironment(t *testing.T) {
 	t.Setenv("SEQBUS_TOPIC", "orders")
 	t.Setenv("SEQBUS_SUBSCRIPTION", "billing")
 	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "32")
+	t.Setenv("SEQBUS_SESSION_CONNECTIONS", "4")
 	t.Setenv("SEQBUS_SESSION_IDLE_TIMEOUT", "1500ms")
 	t.Setenv("SEQBUS_POISON_POLICY", "skip")
 	c, err := load()
@@ -210,6 +217,7 @@ func TestLoadFromEnvironment(t *testing.T) {
 	require.Equal(t, "orders", c.Topic)
 	require.Equal(t, "billing", c.Subscription)
 	require.Equal(t, 32, c.MaxConcurrentSessions)
+	require.Equal(t, 4, c.SessionConnections)
 	require.Equal(t, 1500*time.Millisecond, c.SessionIdleTimeout)
 	require.Equal(t, sequencer.PoisonSkip, c.PoisonPolicy)
 	require.Equal(t, StateStoreServiceBus, c.StateStore, "default")

@@ -33,7 +33,8 @@ const scanConcurrency = 16
 
 // Connections are the clients, the pool and the stores of one entity, built by Connect.
 type Connections struct {
-	// Sessions locks and runs sessions, with the SDK's retries off (sbadapter, "Lock tenure").
+	// Sessions locks and runs sessions, with the SDK's retries off (sbadapter, "Lock tenure"),
+	// with SessionConnections - 1 further clients of the same kind (accepts).
 	Sessions *azservicebus.Client
 	// Management serves what holds no session lock, with a few SDK retries.
 	Management *azservicebus.Client
@@ -56,7 +57,9 @@ type Connections struct {
 	// accepted session under one lock per connection).
 	Lister sessionstate.Lister
 
-	scan    *azservicebus.Client
+	scan *azservicebus.Client
+	// accepts are the further connections Source locks sessions on (SessionConnections).
+	accepts []*azservicebus.Client
 	ownPool bool
 }
 
@@ -81,7 +84,14 @@ func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if c.Source, err = sbadapter.NewSource(c.Sessions, sbadapter.Config{Entity: cfg.Entity, Logger: log}); err != nil {
+	for range cfg.SessionConnections - 1 {
+		client, err := newServiceBusClient(cfg.ServiceBus, sbadapter.ClientOptions(nil))
+		if err != nil {
+			return nil, err
+		}
+		c.accepts = append(c.accepts, client)
+	}
+	if c.Source, err = sbadapter.NewSource(c.Sessions, sbadapter.Config{Entity: cfg.Entity, AcceptClients: c.accepts, Logger: log}); err != nil {
 		return nil, configError("Entity", err)
 	}
 	if c.ManagementSource, err = sbadapter.NewSource(c.Management, sbadapter.Config{Entity: cfg.Entity, Logger: log}); err != nil {
@@ -139,7 +149,7 @@ func (c *Connections) Ping(ctx context.Context) error {
 func (c *Connections) Close(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	for _, sb := range []*azservicebus.Client{c.Sessions, c.Management, c.scan} {
+	for _, sb := range append([]*azservicebus.Client{c.Sessions, c.Management, c.scan}, c.accepts...) {
 		if sb != nil {
 			_ = sb.Close(cctx)
 		}

@@ -29,6 +29,8 @@
 //	SEQBUS_MIGRATE_ON_START         apply migrations at start (postgres only; default false: the
 //	                                worker refuses a schema that lacks a migration)
 //	SEQBUS_MAX_CONCURRENT_SESSIONS  sessions processed at once (default 8)
+//	SEQBUS_SESSION_CONNECTIONS      connections sessions are locked on, in turn (default 1; the
+//	                                SDK negotiates an accept's claims one at a time per connection)
 //	SEQBUS_SESSION_IDLE_TIMEOUT     release a session after this long without messages (default 5s)
 //	SEQBUS_SEQUENCE_PROPERTY        application property with the sequence (default Sequence)
 //	SEQBUS_LAST_PROPERTY            application property marking the last message (default IsLast)
