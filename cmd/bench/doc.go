@@ -8,6 +8,7 @@
 //
 //	bench [-quick] [-replicas 1,2,4,8] [-pressure none,throttle,latency] [-exception-rate 0,1%,10%]
 //	      [-arrival in-order,shuffled] [-sessions 60] [-messages 50] [-sessions-per-replica 4]
+//	      [-session-connections 1]
 //	      [-throttle-credits 1000] [-latency 5ms] [-pipeline-runs] [-database-url URL] [-retry-base 2ms]
 //	      [-cell-timeout 3m] [-seed 1]
 //	      [-connection-string CS (-queue Q | -topic T -subscription S)]

@@ -132,6 +132,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&o.Sessions, "sessions", 0, "sessions per cell (default 60)")
 	fs.IntVar(&o.Messages, "messages", 0, "messages per session (default 50)")
 	fs.IntVar(&o.SessionsPerReplica, "sessions-per-replica", 0, "sessions each replica handles at once (default 4)")
+	fs.IntVar(&o.SessionConnections, "session-connections", 0, "connections each replica locks sessions on (SEQBUS_SESSION_CONNECTIONS; the plain consumer's too), dividing -sessions-per-replica (default 1)")
 	fs.IntVar(&o.ThrottleCredits, "throttle-credits", 0, "credits per second of the throttle pressure (default 1000, the Standard tier's)")
 	fs.DurationVar(&o.Latency, "latency", 0, "delay of every answer with the latency pressure (default 5ms)")
 	fs.Func("offered", "add to each throttle cell a phase offered this share of the credit-limited rate the cell measured, e.g. 80% (default none)", func(v string) error {

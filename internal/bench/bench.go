@@ -26,6 +26,10 @@ type Options struct {
 	Messages int // messages per session [50]
 	// SessionsPerReplica is each replica's MaxConcurrentSessions [4].
 	SessionsPerReplica int
+	// SessionConnections is each replica's SessionConnections, and the plain consumer's
+	// connections per replica, each with SessionsPerReplica ÷ SessionConnections sessions at
+	// once [1].
+	SessionConnections int
 	// ThrottleCredits is the credits per second of the throttle pressure
 	// [emulator.StandardCreditsPerSecond, 1000].
 	ThrottleCredits int
@@ -109,6 +113,7 @@ func (o Options) WithDefaults() Options {
 	set(&o.Sessions, 60)
 	set(&o.Messages, 50)
 	set(&o.SessionsPerReplica, 4)
+	set(&o.SessionConnections, 1)
 	set(&o.ThrottleCredits, 1000)
 	if o.Latency == 0 {
 		o.Latency = 5 * time.Millisecond
@@ -159,6 +164,9 @@ func (o Options) Validate() error {
 	}
 	if o.Sessions < 1 || o.Messages < 1 || o.SessionsPerReplica < 1 {
 		errs = append(errs, fmt.Errorf("sessions %d, messages %d and sessions per replica %d must be positive", o.Sessions, o.Messages, o.SessionsPerReplica))
+	}
+	if o.SessionConnections < 1 || o.SessionsPerReplica%o.SessionConnections != 0 {
+		errs = append(errs, fmt.Errorf("session connections %d must be positive and divide sessions per replica %d", o.SessionConnections, o.SessionsPerReplica))
 	}
 	if o.ThrottleCredits < 1 || o.Latency < 0 || o.CellTimeout < 0 {
 		errs = append(errs, errors.New("throttle credits must be positive, latency and cell timeout not negative"))

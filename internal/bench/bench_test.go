@@ -39,6 +39,8 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "offered share above 1", opts: Options{OfferedShare: 1.5}, wantErr: "offered share: 1.5 is outside (0, 1]"},
 		{name: "offered share without throttle", opts: Options{OfferedShare: 0.8, Pressures: []Pressure{PressureNone}}, wantErr: "applies to the throttle pressure"},
 		{name: "connection string without entity", opts: Options{ConnectionString: "Endpoint=sb://x/"}, wantErr: "entity:"},
+		{name: "session connections", opts: Options{SessionsPerReplica: 8, SessionConnections: 4}},
+		{name: "session connections not dividing", opts: Options{SessionsPerReplica: 8, SessionConnections: 3}, wantErr: "session connections 3 must be positive and divide sessions per replica 8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

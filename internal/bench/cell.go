@@ -271,6 +271,7 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 		cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, entity, counted, worker.HTTPOff
 		cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = o.HandlerRetry.Attempts, o.HandlerRetry.Base, o.HandlerRetry.Cap
 		cfg.SessionIdleTimeout, cfg.MaxConcurrentSessions, cfg.SweepInterval = time.Second, o.SessionsPerReplica, 2*time.Second
+		cfg.SessionConnections = o.SessionConnections
 		cfg.Registry, cfg.Logger = reg, o.Logger.With(slog.Int("replica", n))
 		w, err := worker.New(cfg)
 		if err == nil {
@@ -340,8 +341,8 @@ func runPlain(ctx context.Context, o Options, index int, cell Cell, conn string,
 		expect[ids[i]] = o.Messages
 	}
 	var finished sessionsFinished
-	p := &PlainConsumer{SessionsPerClient: o.SessionsPerReplica, Entity: entity, Expect: expect, Idle: time.Second, SessionDone: finished.add}
-	for range cell.Replicas {
+	p := &PlainConsumer{SessionsPerClient: o.SessionsPerReplica / o.SessionConnections, Entity: entity, Expect: expect, Idle: time.Second, SessionDone: finished.add}
+	for range cell.Replicas * o.SessionConnections {
 		c, err := azservicebus.NewClientFromConnectionString(conn, &azservicebus.ClientOptions{RetryOptions: throttledRetries})
 		if err != nil {
 			return fmt.Errorf("bench: plain consumer: %w", err)
