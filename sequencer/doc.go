@@ -201,44 +201,44 @@
 // gap. As with pipelined completion, the first failed complete stops the run before its next
 // handler call, and every other settlement, the end and the release wait for the pipeline.
 //
-// A lost lock is not always known at once: after a cut connection the broker gives the session
-// to another replica while the old run's completions hang in the SDK's recovery, and without a
-// bound the old run would go on calling the handler for the entries in hand (up to
-// MaxPendingSettlements of them) while the new run replays the same entries, the two runs'
-// calls interleaved (a chaos run with connection cuts showed exactly that). The lease rules it
-// out (EngineConfig.PipelineLease, 1s by default). A pipelined run calls the handler without
-// waiting for its completions only while the latest call the broker answered for it (a
-// settlement or a save in the session) was sent less than the lease ago; otherwise it first
-// waits for them, as without pipelining. The broker hands the session over only after it last
-// honoured the old run's lock, so the old run starts no handler call later than the lease after
-// the handover, but for the one that follows an await whose completions all landed, as without
-// pipelining. A run that inherits a record waits the lease after it loaded the state before its
-// first handler call, so its replay comes after the old run's calls, except one still running,
-// as without pipelining; and before its first save, because a save that resolves the record
-// removes it, and the run after that one, finding no record, waits for nothing (a chaos run
+// A lost lock is not always known at once: after a cut connection the broker gives the session to
+// another replica while the old run's completions hang in the SDK's recovery, and without a bound
+// the old run would go on calling the handler for the entries in hand (up to MaxPendingSettlements
+// of them) while the new run replays the same entries, the two runs' calls interleaved (a chaos
+// run with connection cuts showed exactly that). The lease rules it out
+// (EngineConfig.PipelineLease, 1s by default). A pipelined run calls the handler without waiting
+// for its completions only while the latest call the broker answered for it (the accept that
+// locked the session, a settlement or a save in the session) was sent less than the lease ago;
+// otherwise it first waits for them, as without pipelining. The broker hands the session over only
+// after it last honoured the old run's lock, so the old run starts no handler call later than the
+// lease after the handover, but for the one that follows an await whose completions all landed, as
+// without pipelining. A run that inherits a record waits the lease after it loaded the state
+// before its first handler call, so its replay comes after the old run's calls, except one still
+// running, as without pipelining; and before its first save, because a save that resolves the
+// record removes it, and the run after that one, finding no record, waits for nothing (a chaos run
 // showed that too: the second holder resolved the record and lost the session, and the third
-// replayed at once while the first was still calling). The lease costs nothing while
-// completions are answered in milliseconds, and a replacement waits one lease for a session
-// whose earlier run ended without its release.
+// replayed at once while the first was still calling). The lease costs nothing while completions
+// are answered in milliseconds, and a replacement waits one lease for a session whose earlier run
+// ended without its release.
 //
-// With a store of its own (not session-bound, see Lock tenure) the same holds, with the record
-// and the lease in place of the fence's wait for the entries of a run: their handler calls do
-// not wait for the completions before them while the lease lasts. Such a store's saves are not
-// calls the broker answers, so the lease runs from the run's settlements alone (until one is
-// answered, each entry waits for the completions before it), and a save does not show the lock
-// held: an old holder may save a record after a new holder loaded the state. The old holder's
-// entries follow its record's save, the first at once, and the new holder saves before its
-// first handler call (its claim, its own record or the save that resolves the record it
-// inherited), both with the version each loaded: if the new holder loaded the old holder's
-// record, it waits the lease from then on, as above, so its calls come after the old holder's
-// first entry as well as after its later ones; if it loaded the state before that record
-// landed, one of the two saves fails on the version, and either the old holder hands no entry
-// of that record over or the new holder stops before any handler call. However many records
-// the old holder saves after it lost its lock unnoticed, this holds for each; and it holds for a
-// message saved on its own (handler → save → complete) right after a record this run saved (the
-// last message after a run, say): the record is what the next holder loads, or the save that
-// replaces it meets the version check. A message saved on its own after any other save has
-// nothing to tell the next holder to wait, so the fence's wait stays before it.
+// With a store of its own (not session-bound, see Lock tenure) the same holds, with the record and
+// the lease in place of the fence's wait for the entries of a run: their handler calls do not wait
+// for the completions before them while the lease lasts. Such a store's saves are not calls the
+// broker answers, so the lease runs from the accept and the run's settlements alone (a run given
+// no accept time, RunOptions.AcceptSent, waits for the completions before each entry until one is
+// answered), and a save does not show the lock held: an old holder may save a record after a new
+// holder loaded the state. The old holder's entries follow its record's save, the first at once,
+// and the new holder saves before its first handler call (its claim, its own record or the save
+// that resolves the record it inherited), both with the version each loaded: if the new holder
+// loaded the old holder's record, it waits the lease from then on, as above, so its calls come
+// after the old holder's first entry as well as after its later ones; if it loaded the state
+// before that record landed, one of the two saves fails on the version, and either the old holder
+// hands no entry of that record over or the new holder stops before any handler call. However many
+// records the old holder saves after it lost its lock unnoticed, this holds for each; and it holds
+// for a message saved on its own (handler → save → complete) right after a record this run saved
+// (the last message after a run, say): the record is what the next holder loads, or the save that
+// replaces it meets the version check. A message saved on its own after any other save has nothing
+// to tell the next holder to wait, so the fence's wait stays before it.
 //
 // # Extended runs
 //

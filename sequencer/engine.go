@@ -126,6 +126,13 @@ type RunOptions struct {
 	// offered by the broker: a session whose released retry is not due yet is then released at
 	// once, without waiting in a receive (the broker offers it again should messages arrive).
 	Woken bool
+	// AcceptSent is when the call that locked the session (SessionSource.AcceptNext or Accept)
+	// was sent, on the engine's clock; the Runner sets it. Its answer says the broker held the
+	// lock for this run at a moment after it, as any answered call does, so a pipelined run's
+	// lease (EngineConfig.PipelineLease) counts from it until a later call is answered. Zero: from
+	// the run's first answered call (with a store of its own, a run's first entries then wait for
+	// their completions until one is answered).
+	AcceptSent time.Time
 }
 
 // ResumeOptions say how a parked session resumes.
@@ -154,6 +161,9 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 		w:      newWindow(),
 	}
 	r.s.init(rctx, cancel, e, sess)
+	if !opts.AcceptSent.IsZero() {
+		r.s.noteAnswered(opts.AcceptSent)
+	}
 	var wg sync.WaitGroup
 	wg.Go(r.renewLoop)
 	out, err := r.run()

@@ -110,12 +110,18 @@ func (b *bundle) got(session string) []int64 {
 // runNext accepts the next session and runs it; ok is false when none is available.
 func (b *bundle) runNext(t *testing.T) (sequencer.Outcome, bool) {
 	t.Helper()
+	return b.runNextWith(t, nil)
+}
+
+// runNextWith is runNext with the options of RunSession.
+func (b *bundle) runNextWith(t *testing.T, opts *sequencer.RunOptions) (sequencer.Outcome, bool) {
+	t.Helper()
 	sess, err := b.client.AcceptNext(t.Context())
 	if errors.Is(err, sequencer.ErrNoSession) {
 		return 0, false
 	}
 	require.NoError(t, err)
-	out, err := b.engine.RunSession(t.Context(), sess, nil)
+	out, err := b.engine.RunSession(t.Context(), sess, opts)
 	require.NoError(t, err)
 	return out, true
 }

@@ -47,6 +47,9 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 		held    int64
 		last    bool
 		overlap bool
+		// accepted passes RunOptions.AcceptSent, ago before the run starts.
+		accepted bool
+		ago      time.Duration
 	}{
 		{pending: 4, bound: true, overlap: true},
 		{pending: 1, bound: true, overlap: false},
@@ -58,13 +61,18 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 		// (With a store of its own no call of the run has been answered before complete(1), so
 		// the lease waits for it: the second complete is the one held.)
 		{pending: 4, bound: false, runs: true, held: 2, overlap: true},
+		{pending: 4, bound: false, runs: true, held: 1, overlap: false},
+		// The accept is a call the broker answered: given its time, the lease runs from it, and
+		// the first completion overlaps the next handler call too; not once the lease is over.
+		{pending: 4, bound: false, runs: true, held: 1, accepted: true, overlap: true},
+		{pending: 4, bound: false, runs: true, held: 1, accepted: true, ago: 2 * time.Second, overlap: false},
 		{pending: 4, bound: true, runs: true, held: 2, overlap: true},
 		// The last message is saved on its own, right after the run's record: the record tells
 		// the next holder to wait, so its handler call does not wait for the run's completions.
 		{pending: 4, bound: false, runs: true, held: 3, last: true, overlap: true},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("pending=%d bound=%v runs=%v held=%d last=%v", tt.pending, tt.bound, tt.runs, tt.held, tt.last), func(t *testing.T) {
+		t.Run(fmt.Sprintf("pending=%d bound=%v runs=%v held=%d last=%v accepted=%v ago=%s", tt.pending, tt.bound, tt.runs, tt.held, tt.last, tt.accepted, tt.ago), func(t *testing.T) {
 			t.Parallel()
 			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: tt.pending}
 			if tt.runs {
@@ -101,7 +109,11 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 				last, want = 4, sequencer.OutcomeEnded
 			}
 			publish(b, "s1", seqs(1, 4), last)
-			out, _ := b.runNext(t)
+			var opts *sequencer.RunOptions
+			if tt.accepted {
+				opts = &sequencer.RunOptions{AcceptSent: b.clock.Now().Add(-tt.ago)}
+			}
+			out, _ := b.runNextWith(t, opts)
 			require.Equal(t, want, out)
 			require.Equal(t, tt.overlap, overlapped.Load(), "handler(%d) ran while complete(%d) was in flight", held+1, held)
 			require.Equal(t, seqs(1, 4), b.got("s1"))

@@ -232,13 +232,19 @@ var errWoken = errors.New("sequencer: a session was woken")
 // not count against MaxConcurrentSessions). Operators resume parked sessions with it.
 func (r *Runner) RunSessionByID(ctx context.Context, sessionID string, opts *RunOptions) (Outcome, error) {
 	r.engine.stats.calls[CallAccept].Add(1)
+	sent := r.cfg.Clock.Now()
 	sess, err := r.cfg.Source.Accept(ctx, sessionID)
 	if err != nil {
 		return OutcomeFailed, fmt.Errorf("sequencer: accepting session %s: %w", sessionID, err)
 	}
 	r.active.Add(1)
 	defer r.active.Add(-1)
-	return r.engine.RunSession(ctx, sess, opts)
+	o := RunOptions{AcceptSent: sent}
+	if opts != nil {
+		o = *opts
+		o.AcceptSent = sent
+	}
+	return r.engine.RunSession(ctx, sess, &o)
 }
 
 // Resume clears the parked mark of a session and runs it: with opts.Skip the dead-lettered
@@ -269,6 +275,7 @@ func (r *Runner) nextWake() (string, bool) {
 func (r *Runner) worker(n int) {
 	log := r.log.With(slog.Int("worker", n))
 	for r.softCtx.Err() == nil {
+		sent := r.cfg.Clock.Now()
 		sess, woken, pause, err := r.accept()
 		if err != nil {
 			if !pause || r.softCtx.Err() != nil {
@@ -281,7 +288,7 @@ func (r *Runner) worker(n int) {
 			continue
 		}
 		r.active.Add(1)
-		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx, Woken: woken}) // the engine logs errors
+		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx, Woken: woken, AcceptSent: sent}) // the engine logs errors
 		r.active.Add(-1)
 		log.DebugContext(r.softCtx, "sequencer: session released", slog.String("session_id", sess.ID()),
 			slog.String("outcome", out.String()))

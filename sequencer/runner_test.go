@@ -330,3 +330,50 @@ func TestRunnerSecondStopCancels(t *testing.T) {
 	require.NoError(t, <-first)
 	require.Empty(t, b.got("a"))
 }
+
+// TestRunnerLeaseCountsFromTheAccept: the Runner gives each run the time it sent the accept
+// (RunOptions.AcceptSent), an answered call like any other, so with a store of its own a
+// pipelined run's first completion overlaps the next handler call as the later ones do, instead
+// of being awaited because nothing was answered yet.
+func TestRunnerLeaseCountsFromTheAccept(t *testing.T) {
+	t.Parallel()
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
+	proc := &sequencertest.Process{}
+	second := make(chan struct{})
+	var overlapped atomic.Bool
+	proc.Hook = onComplete(func(n int64) error {
+		if n == 1 {
+			select {
+			case <-second:
+				overlapped.Store(true)
+			case <-time.After(2 * time.Second):
+			}
+		}
+		return nil
+	})
+	for s := range int64(4) {
+		broker.PublishSeq("s1", s+1, false)
+	}
+	var handled atomic.Int64
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source: broker.NewClient(proc),
+		Store:  sequencertest.NewStore().Client(proc),
+		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+			if m.Sequence == 2 {
+				close(second)
+			}
+			handled.Add(1)
+			return nil
+		}),
+		Engine: sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 1},
+			PipelineRuns: true, MaxPendingSettlements: 4},
+		MaxConcurrentSessions: 1,
+		AcceptTimeout:         50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(t.Context()))
+	require.Eventually(t, func() bool { return handled.Load() == 4 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, r.Stop(t.Context()))
+	require.True(t, overlapped.Load(), "handler(2) ran while complete(1) was in flight")
+	require.Zero(t, broker.Len(), "every message completed")
+}
