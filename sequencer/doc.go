@@ -313,7 +313,14 @@
 // off: the message stays where it was (locked to the run until it releases the session), so its
 // index entries stay too (Deferred, SkippedPoison, the parked message's), and the run does not
 // look for it again. An active message comes back by itself; for a deferred one the entry below
-// Next (in a tombstone too) makes State.DueDeferred true, and a sweeper wakes the session.
+// Next (in a tombstone too) makes State.DueDeferred true, and a sweeper wakes the session. The
+// entry of a recorded run whose completion was refused stays at the broker like one whose
+// completion a crash cut off, but its slot in the pipeline is free again: under a throttle the
+// entries a lost lock hands over again would grow with every refusal (a throttled bench cell
+// replayed 32). So once the refused entries since the last save and the completions in flight
+// reach EngineConfig.ReplayWindow, the run saves before its next in-order message: the save
+// records every message handled so far (the refused ones come back as duplicates) and ends the
+// run's record.
 //
 // # Poison
 //

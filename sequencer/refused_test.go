@@ -94,3 +94,51 @@ func TestRefusedDeadLetteringOfASkippedPoisonMessageKeepsItsMarker(t *testing.T)
 	require.Empty(t, st.SkippedPoison, "the marker goes once the dead-lettering landed")
 	require.EqualValues(t, 1, b.engine.Stats().DeadLettered)
 }
+
+// TestRefusedCompletionsOfARunKeepTheReplayWindow: the broker refuses every completion as busy
+// (a throttled namespace). A refused completion leaves its entry at the broker as a crash would,
+// yet frees its slot, so without a save the messages a lost lock hands over again grew with
+// every refusal (a throttled 8-replica bench cell replayed 32, the window being 17). At each
+// handler call the stored state must name at most EngineConfig.ReplayWindow messages, the one
+// in hand included, as handed over and still at the broker.
+func TestRefusedCompletionsOfARunKeepTheReplayWindow(t *testing.T) {
+	t.Parallel()
+	for _, pipelined := range []bool{true, false} {
+		for _, bound := range []bool{true, false} {
+			t.Run(fmt.Sprintf("pipelined=%v bound=%v", pipelined, bound), func(t *testing.T) {
+				t.Parallel()
+				cfg := sequencer.EngineConfig{MaxPendingSettlements: 4, PipelineRuns: pipelined, PipelineLease: -1}
+				window := int64(cfg.ReplayWindow())
+				b := setupStore(t, cfg, bound)
+				b.proc.Hook = func(c sequencertest.Call) error {
+					if c.Op == "complete" && c.Phase == sequencertest.Before {
+						return fmt.Errorf("server-busy: %w", sequencer.ErrSettlementRefused)
+					}
+					return nil
+				}
+				var worst atomic.Int64
+				b.setFail(func(m *sequencer.Message) error {
+					next := int64(1)
+					if st, _ := b.store.Get("s1"); st != nil {
+						next = st.Next
+					}
+					if n := m.Sequence - next + 1; n > worst.Load() {
+						worst.Store(n)
+					}
+					return nil
+				})
+				publish(b, "s1", seqs(1, 40), 0)
+				out, _ := b.runNext(t)
+				require.Equal(t, sequencer.OutcomeIdle, out)
+				require.Equal(t, seqs(1, 40), b.got("s1"))
+				require.LessOrEqual(t, worst.Load(), window, "messages a crash would hand over again, window %d", window)
+				require.Positive(t, b.engine.Stats().SettlementsRefused)
+
+				b.proc.Hook = nil // the namespace recovers: the refused copies are duplicates now
+				b.runAll(t)
+				require.Equal(t, seqs(1, 40), b.got("s1"), "nothing handed over twice")
+				require.Zero(t, b.broker.Len())
+			})
+		}
+	}
+}

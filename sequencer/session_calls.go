@@ -56,6 +56,10 @@ func (r *run) save() error {
 	}
 	r.ver, r.dirty, r.record, r.claimed, r.aheadStored = ver, false, nil, true, false
 	r.endSaved = !r.st.EndedAt.IsZero()
+	// Every entry handled so far is in this save: a refused completion no longer makes it a
+	// replay (boundRefused). A refusal of one of them that lands later still counts: one save
+	// too many at worst.
+	r.s.refusedEntries.Store(0)
 	r.flushGap()
 	unsaved := r.unsaved
 	r.unsaved = nil

@@ -23,6 +23,9 @@ import (
 // save each, pipelined (goesAhead), and is the last message's for the tail of a run (tailsRun).
 // A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
+	if err := r.boundRefused(); err != nil {
+		return err
+	}
 	early, err := r.landExtension(m)
 	if err != nil {
 		return err
@@ -100,6 +103,29 @@ func (r *run) inOrder(m *msg) error {
 		return r.end()
 	}
 	return nil
+}
+
+// boundRefused saves before the next in-order message once the entries whose completion the
+// broker refused as busy since the last save, with the completions still in flight, would make a
+// crash or a lost lock hand over again more than EngineConfig.ReplayWindow messages with the one
+// in hand. A refused completion frees its pipeline slot but leaves its entry at the broker, as a
+// crash would: under a throttle the refusals would otherwise stretch the replay over the whole
+// record and its extensions. The save records every message handled so far, which makes them
+// duplicates for the next holder, and ends the run's record (the entries left start a run of
+// their own).
+func (r *run) boundRefused() error {
+	refused := r.s.refusedEntries.Load()
+	if refused == 0 {
+		return nil
+	}
+	inFlight := 0
+	if r.s.pipe != nil {
+		inFlight = r.s.pipe.inFlight()
+	}
+	if int(refused)+inFlight < r.e.cfg.ReplayWindow() {
+		return nil
+	}
+	return r.save()
 }
 
 // passThrough hands the unsequenced message m to the handler (UnsequencedPassThrough) and

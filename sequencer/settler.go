@@ -34,6 +34,10 @@ type settler struct {
 	// answered is when the latest call the broker answered for this run was sent (UnixNano): the
 	// lock was held then. Background completions land in any order, so it only moves forward.
 	answered atomic.Int64
+	// refusedEntries counts the entries of recorded runs whose completion the broker refused as
+	// busy since the last save (run.boundRefused): each stays at the broker, as after a crash, and
+	// the next holder hands it over again unless a save records it handled.
+	refusedEntries atomic.Int64
 	// pipe runs the completions of handled messages in the background (nil: no pipelining).
 	pipe *pipeline
 	// settled maps the application sequence of settled messages that may still have an index
@@ -231,12 +235,12 @@ func (s *settler) completeLater(m *msg) error {
 	if err := p.failure(); err != nil {
 		return err
 	}
-	return s.startComplete(m)
+	return s.startComplete(m, false)
 }
 
 // startComplete starts the completion of m in the background once a slot of the pipeline is
-// free.
-func (s *settler) startComplete(m *msg) error {
+// free; entry says m is an entry of a recorded run (its refusal counts in refusedEntries).
+func (s *settler) startComplete(m *msg, entry bool) error {
 	p := s.pipe
 	select {
 	case p.slots <- struct{}{}:
@@ -250,8 +254,11 @@ func (s *settler) startComplete(m *msg) error {
 	asked := s.e.clock.Now()
 	p.run(func() {
 		defer func() { <-p.slots }()
-		if _, err := s.settleAsked(CallComplete, m, s.sess.Complete, asked); err != nil {
+		landed, err := s.settleAsked(CallComplete, m, s.sess.Complete, asked)
+		if err != nil {
 			p.fail(err)
+		} else if !landed && entry {
+			s.refusedEntries.Add(1)
 		}
 	})
 	return nil
@@ -266,12 +273,16 @@ func (s *settler) startComplete(m *msg) error {
 func (s *settler) completeEntry(m *msg) error {
 	p := s.pipe
 	if !s.pipelinedRuns() {
-		if _, err := s.settleNow(CallComplete, m, s.sess.Complete); err != nil {
+		landed, err := s.settleNow(CallComplete, m, s.sess.Complete)
+		if err != nil {
 			return err
+		}
+		if !landed {
+			s.refusedEntries.Add(1)
 		}
 		return s.failure()
 	}
-	if err := s.startComplete(m); err != nil {
+	if err := s.startComplete(m, true); err != nil {
 		return err
 	}
 	return p.failure()
