@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -105,40 +106,51 @@ func TestRefusedCompletionsOfARunKeepTheReplayWindow(t *testing.T) {
 	t.Parallel()
 	for _, pipelined := range []bool{true, false} {
 		for _, bound := range []bool{true, false} {
-			t.Run(fmt.Sprintf("pipelined=%v bound=%v", pipelined, bound), func(t *testing.T) {
-				t.Parallel()
-				cfg := sequencer.EngineConfig{MaxPendingSettlements: 4, PipelineRuns: pipelined, PipelineLease: -1}
-				window := int64(cfg.ReplayWindow())
-				b := setupStore(t, cfg, bound)
-				b.proc.Hook = func(c sequencertest.Call) error {
-					if c.Op == "complete" && c.Phase == sequencertest.Before {
-						return fmt.Errorf("server-busy: %w", sequencer.ErrSettlementRefused)
-					}
-					return nil
-				}
-				var worst atomic.Int64
-				b.setFail(func(m *sequencer.Message) error {
-					next := int64(1)
-					if st, _ := b.store.Get("s1"); st != nil {
-						next = st.Next
-					}
-					if n := m.Sequence - next + 1; n > worst.Load() {
-						worst.Store(n)
-					}
-					return nil
+			// slowSaves makes each save take a while: an extended run's entries are then handed
+			// over before its extension lands, and completed (refused) once it has.
+			for _, slowSaves := range []bool{false, true} {
+				t.Run(fmt.Sprintf("pipelined=%v bound=%v slow_saves=%v", pipelined, bound, slowSaves), func(t *testing.T) {
+					t.Parallel()
+					testRefusedCompletionsKeepTheReplayWindow(t, pipelined, bound, slowSaves)
 				})
-				publish(b, "s1", seqs(1, 40), 0)
-				out, _ := b.runNext(t)
-				require.Equal(t, sequencer.OutcomeIdle, out)
-				require.Equal(t, seqs(1, 40), b.got("s1"))
-				require.LessOrEqual(t, worst.Load(), window, "messages a crash would hand over again, window %d", window)
-				require.Positive(t, b.engine.Stats().SettlementsRefused)
-
-				b.proc.Hook = nil // the namespace recovers: the refused copies are duplicates now
-				b.runAll(t)
-				require.Equal(t, seqs(1, 40), b.got("s1"), "nothing handed over twice")
-				require.Zero(t, b.broker.Len())
-			})
+			}
 		}
 	}
+}
+
+func testRefusedCompletionsKeepTheReplayWindow(t *testing.T, pipelined, bound, slowSaves bool) {
+	cfg := sequencer.EngineConfig{MaxPendingSettlements: 4, PipelineRuns: pipelined, PipelineLease: -1, ReceiveBatch: 8}
+	window := int64(cfg.ReplayWindow())
+	b := setupStore(t, cfg, bound)
+	b.proc.Hook = func(c sequencertest.Call) error {
+		if c.Op == "complete" && c.Phase == sequencertest.Before {
+			return fmt.Errorf("server-busy: %w", sequencer.ErrSettlementRefused)
+		}
+		if slowSaves && c.Op == "save" && c.Phase == sequencertest.Before {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}
+	var worst atomic.Int64
+	b.setFail(func(m *sequencer.Message) error {
+		next := int64(1)
+		if st, _ := b.store.Get("s1"); st != nil {
+			next = st.Next
+		}
+		if n := m.Sequence - next + 1; n > worst.Load() {
+			worst.Store(n)
+		}
+		return nil
+	})
+	publish(b, "s1", seqs(1, 40), 0)
+	out, _ := b.runNext(t)
+	require.Equal(t, sequencer.OutcomeIdle, out)
+	require.Equal(t, seqs(1, 40), b.got("s1"))
+	require.LessOrEqual(t, worst.Load(), window, "messages a crash would hand over again, window %d", window)
+	require.Positive(t, b.engine.Stats().SettlementsRefused)
+
+	b.proc.Hook = nil // the namespace recovers: the refused copies are duplicates now
+	b.runAll(t)
+	require.Equal(t, seqs(1, 40), b.got("s1"), "nothing handed over twice")
+	require.Zero(t, b.broker.Len())
 }

@@ -164,8 +164,12 @@ func (r *run) landAhead(wait bool) error {
 		r.s.noteAnswered(a.st.UpdatedAt) // the store's save is a call on the session
 	}
 	r.reportGap(a.gap, a.st.Next)
+	complete := r.s.completeLater
+	if a.record != nil {
+		complete = r.s.completeExtensionEntry
+	}
 	for _, m := range a.covers {
-		if err := r.s.completeLater(m); err != nil {
+		if err := complete(m); err != nil {
 			return err
 		}
 	}

@@ -238,6 +238,16 @@ func (s *settler) completeLater(m *msg) error {
 	return s.startComplete(m, false)
 }
 
+// completeExtensionEntry is completeLater for m, an entry of an extended run handed over before
+// the extension landed (aheadSave.covers): it is in the stored record now, so a refusal of its
+// completion counts in refusedEntries as an entry's does.
+func (s *settler) completeExtensionEntry(m *msg) error {
+	if err := s.pipe.failure(); err != nil {
+		return err
+	}
+	return s.startComplete(m, true)
+}
+
 // startComplete starts the completion of m in the background once a slot of the pipeline is
 // free; entry says m is an entry of a recorded run (its refusal counts in refusedEntries).
 func (s *settler) startComplete(m *msg, entry bool) error {
