@@ -118,6 +118,8 @@ func TestRefusedCompletionsOfARunKeepTheReplayWindow(t *testing.T) {
 	}
 }
 
+// testRefusedCompletionsKeepTheReplayWindow is one case of
+// TestRefusedCompletionsOfARunKeepTheReplayWindow.
 func testRefusedCompletionsKeepTheReplayWindow(t *testing.T, pipelined, bound, slowSaves bool) {
 	cfg := sequencer.EngineConfig{MaxPendingSettlements: 4, PipelineRuns: pipelined, PipelineLease: -1, ReceiveBatch: 8}
 	window := int64(cfg.ReplayWindow())
