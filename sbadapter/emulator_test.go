@@ -229,6 +229,32 @@ func TestPeekShowsActiveAndDeferredOfTheSession(t *testing.T) {
 	require.NoError(t, sess.Close(ctx))
 }
 
+// TestHoldingPeeksPageByPage: Holding finds the numbers asked about past its first peek's page,
+// with other messages of the session (and other sessions') between them.
+func TestHoldingPeeksPageByPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	ctx := testCtx(t)
+	var seqs []int64
+	for i := range int64(70) {
+		seqs = append(seqs, i+1)
+	}
+	send(ctx, t, b.sender, "a", seqs...)
+	send(ctx, t, b.sender, "b", 1)
+
+	sess, err := b.source.Accept(ctx, "a")
+	require.NoError(t, err)
+	msgs := receiveN(ctx, t, sess, 70)
+	require.NoError(t, sess.Complete(ctx, msgs[69]))
+	require.NoError(t, sess.Defer(ctx, msgs[1]))
+	hs := sess.(sequencer.HoldingSession)
+	held, err := hs.Holding(ctx, []int64{msgs[69].BrokerSequence, msgs[0].BrokerSequence, msgs[1].BrokerSequence, msgs[68].BrokerSequence})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{msgs[0].BrokerSequence, msgs[68].BrokerSequence}, held,
+		"the first and the 69th (second page) active; the 70th completed, the second deferred")
+	require.NoError(t, sess.Close(ctx))
+}
+
 func TestAbandonAndDeadLetter(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)

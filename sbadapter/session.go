@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,8 @@ type sessionReceiver interface {
 }
 
 var _ sessionReceiver = (*azservicebus.SessionReceiver)(nil)
+
+var _ sequencer.HoldingSession = (*Session)(nil)
 
 // Session is a Service Bus session locked by this process. It implements sequencer.Session and
 // the GetState/SetState pair the Service Bus state store uses.
@@ -547,7 +550,7 @@ func (s *Session) NoteStateVersion(v int64, ok bool) {
 // Peek returns up to max of the session's messages at the broker whose broker sequence number is
 // at least from, without locking or settling them: active, deferred and scheduled ones
 // (ReceivedMessage.State tells them apart). Operator tools use it to show a session; the engine
-// never peeks.
+// peeks through Holding.
 func (s *Session) Peek(ctx context.Context, from int64, max int) ([]*azservicebus.ReceivedMessage, error) {
 	var msgs []*azservicebus.ReceivedMessage
 	err := s.call(ctx, func(ctx context.Context) (err error) {
@@ -558,6 +561,42 @@ func (s *Session) Peek(ctx context.Context, from int64, max int) ([]*azservicebu
 		return nil, s.mapErr("peek", err)
 	}
 	return msgs, nil
+}
+
+// holdingPage is how many messages one peek of Holding asks for: the numbers asked about are a
+// run's entries, so one page covers them but for messages of the session deferred between them.
+const holdingPage = 64
+
+// Holding implements sequencer.HoldingSession: it peeks the session from the lowest of
+// brokerSequences on, page by page, until past the highest, and returns those it finds active
+// (a message this receiver holds locked is active too).
+func (s *Session) Holding(ctx context.Context, brokerSequences []int64) ([]int64, error) {
+	if len(brokerSequences) == 0 {
+		return nil, nil
+	}
+	want := slices.Sorted(slices.Values(brokerSequences))
+	from, last := want[0], want[len(want)-1]
+	var held []int64
+	for from <= last {
+		msgs, err := s.Peek(ctx, from, holdingPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if m.SequenceNumber == nil {
+				return nil, fmt.Errorf("sbadapter: session %s: peek: a message without a sequence number", s.id)
+			}
+			bs := *m.SequenceNumber
+			if _, ok := slices.BinarySearch(want, bs); ok && m.State == azservicebus.MessageStateActive {
+				held = append(held, bs)
+			}
+			from = max(from, bs+1)
+		}
+		if len(msgs) < holdingPage {
+			break
+		}
+	}
+	return held, nil
 }
 
 // Close releases the session lock. Closing twice is not an error, nor is closing a session

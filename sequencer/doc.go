@@ -175,8 +175,13 @@
 // highest entry gone. The broker delivers a session's active messages in broker sequence order,
 // so the next run decides each entry from what it is delivered: a delivered entry is still at the
 // broker; an entry not delivered whose broker sequence number is below that of a delivered
-// message is gone; an entry not delivered before the session idles is gone. Delivered entries
-// below the highest gone one are duplicates. Until every entry is decided (the run's phase is
+// message is gone; an entry not delivered before the session idles is gone. A client need not
+// see the broker's order, though: the Service Bus SDK releases a message that lands on the link
+// between two receives, while a later one may already wait in the link's buffer, and the broker
+// delivers the released one again after it (a chaos run with a short receive wait skipped
+// entries so). So before the second rule takes an entry as gone, the run asks the broker whether
+// it still holds it (HoldingSession, a peek, once per entry and only then): one it holds is left
+// to the first or the third rule. Delivered entries below the highest gone one are duplicates. Until every entry is decided (the run's phase is
 // resolving) Next is a lower bound: no gap is reported or skipped, nothing is handed over,
 // delivered entries and other copies of recorded sequences are held (never deferred), and one
 // held message is kept active so that the broker offers the session again should this run end
@@ -272,8 +277,8 @@
 // Runs never contain a deferred message, the last message, or the message before a deferred one
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is
 // ever deferred while recorded); with an AtomicStore each message has its own transaction and
-// runs are not used. The inference needs the broker's session FIFO and that only this engine
-// settles the session's messages: an entry that vanished otherwise (its time to live expired,
+// runs are not used. The inference needs the broker's session FIFO (or a HoldingSession) and
+// that only this engine settles the session's messages: an entry that vanished otherwise (its time to live expired,
 // the broker dead-lettered it after too many deliveries, an operator purged it) is taken as
 // handled, where one save per message would wait for it as a gap. Two rules keep the common case
 // of that, a handler that crashes its process on the same message again and again until the

@@ -74,6 +74,22 @@ type Session interface {
 	Close(ctx context.Context) error
 }
 
+// HoldingSession is a Session that can tell which of its messages the broker still holds without
+// receiving them (Service Bus: a peek). The engine asks only while it resolves an inherited run
+// record, for entries the broker did not deliver although it delivered a later message: the
+// broker keeps a session's messages in order, but a client may get one after a later one (the
+// Service Bus SDK releases a message that lands between two receives while a later one may wait
+// in the link's buffer, and the broker delivers the released one again after it). Without it the
+// engine takes the delivery order for the broker's (see "Recorded runs" in the package
+// documentation).
+type HoldingSession interface {
+	Session
+	// Holding returns those of brokerSequences that are active messages of the session at the
+	// broker, locked or not, in any order. Messages gone (settled, expired, dead-lettered) or
+	// deferred are left out.
+	Holding(ctx context.Context, brokerSequences []int64) ([]int64, error)
+}
+
 // SessionSource hands out locked sessions.
 type SessionSource interface {
 	// AcceptNext locks the next available session. It returns ErrNoSession when none became

@@ -595,3 +595,98 @@ func TestOneSaveEachPipelined(t *testing.T) {
 		require.False(t, got.Ahead)
 	})
 }
+
+// lateSession delivers one message a receive late the first time it comes, after a later one:
+// the SDK releases a message that lands on the link between two receives while a later one may
+// already wait in the link's buffer, so the broker's next delivery of the first comes after the
+// second, out of broker order.
+type lateSession struct {
+	*sequencertest.Session
+	late    int64 // the broker sequence number delivered late
+	pending *sequencer.Message
+}
+
+func (s *lateSession) Receive(ctx context.Context, max int) ([]*sequencer.Message, error) {
+	if m := s.pending; m != nil {
+		s.pending = nil
+		return []*sequencer.Message{m}, nil
+	}
+	msgs, err := s.Session.Receive(ctx, max)
+	if len(msgs) < 2 {
+		return msgs, err
+	}
+	for i, m := range msgs {
+		if m.BrokerSequence == s.late {
+			s.late, s.pending = 0, m
+			return append(msgs[:i:i], msgs[i+1:]...), err
+		}
+	}
+	return msgs, err
+}
+
+// An inherited record is resolved right when the broker redelivers an entry after a later one
+// (the SDK's releaser above): an entry not delivered is gone only if the broker no longer holds
+// it, so the late entry is handed over, in order, and not taken as handled.
+func TestEngineInheritedRecordWithAnEntryDeliveredLate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		crashAt int64 // the crashAt-th complete lands, then the process crashes
+		late    int64 // the sequence delivered late after the crash
+		want    []int64
+	}{
+		{name: "the first entry left", crashAt: 3, late: 4, want: seqs(1, 6)},
+		{name: "an entry after the first left", crashAt: 2, late: 4, want: seqs(1, 6)},
+		{name: "none gone", crashAt: 0, late: 1, want: seqs(1, 6)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := sequencer.EngineConfig{}
+			b := setup(t, cfg)
+			bs := map[int64]int64{}
+			for seq := int64(1); seq <= 6; seq++ {
+				bs[seq] = b.broker.PublishSeq("s1", seq, false)
+			}
+			var completes atomic.Int64
+			b.proc.Hook = func(c sequencertest.Call) error {
+				if c.Op == "complete" && c.Phase == sequencertest.After && completes.Add(1) == tt.crashAt {
+					return sequencertest.ErrCrash
+				}
+				if c.Op == "complete" && c.Phase == sequencertest.Before && tt.crashAt == 0 {
+					return sequencertest.ErrCrash
+				}
+				return nil
+			}
+			out, _ := b.engine.RunSession(t.Context(), mustAccept(t, b), nil)
+			require.Equal(t, sequencer.OutcomeLockLost, out)
+			st, _ := b.store.Get("s1")
+			require.NotEmpty(t, st.InFlight, "the run was recorded")
+
+			b.restart(t, cfg)
+			sess := &lateSession{Session: mustAccept(t, b).(*sequencertest.Session), late: bs[tt.late]}
+			_, err := b.engine.RunSession(t.Context(), sess, nil)
+			require.NoError(t, err)
+			require.Nil(t, sess.pending, "the late message was delivered")
+			b.runAll(t)
+			got := b.got("s1")
+			require.Equal(t, tt.want, dedupe(got), "every sequence handed over, in order: %v", got)
+			require.Zero(t, b.broker.Len())
+			st, _ = b.store.Get("s1")
+			require.Empty(t, st.InFlight, "the record is settled")
+			require.Equal(t, int64(7), st.Next)
+		})
+	}
+}
+
+// dedupe drops the replays of a handed-over sequence (consecutive repeats): what is left is in
+// order with nothing skipped exactly when the handler saw the session in order.
+func dedupe(got []int64) []int64 {
+	var out []int64
+	for _, s := range got {
+		if len(out) == 0 || out[len(out)-1] != s {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -82,9 +82,11 @@ type run struct {
 	// upcoming is the rest of the receive batch in hand, looked at when a run is recorded.
 	upcoming []msg
 	// While resolving: present holds the entries delivered again, lastDelivered the highest
-	// broker sequence number delivered by Receive.
+	// broker sequence number delivered by Receive, and peeked the entries the broker was asked
+	// about (HoldingSession), true for those it still held.
 	present       map[int64]bool
 	lastDelivered int64
+	peeked        map[int64]bool
 	// pendingGap is a resolved gap wait to report once saved.
 	pendingGap time.Duration
 	// gapAtLoad is State.GapSince as loaded: a gap open at the release but not at the load

@@ -121,7 +121,9 @@ func (r *run) settleStale() error {
 // messages in broker sequence order, so each entry is decided by itself:
 //
 //   - a delivered entry is still at the broker;
-//   - an entry not delivered whose broker sequence number is lower than one delivered is gone;
+//   - an entry not delivered whose broker sequence number is lower than one delivered is gone,
+//     unless the broker says it still holds it (HoldingSession: a client may get a message after
+//     a later one), and then it is decided by one of the other two rules;
 //   - an entry not delivered before the session idles is gone.
 //
 // Next moves past the highest entry known to be gone as soon as it is known; the record is
@@ -144,12 +146,17 @@ func (r *run) resolve(m *msg) error {
 			r.present[m.seq] = true
 		}
 	}
+	if m != nil {
+		if err := r.peekPassed(); err != nil {
+			return err
+		}
+	}
 	var gone int64
 	undecided := false
 	for seq, bs := range st.InFlight {
 		switch {
 		case seq < st.Next || r.present[seq]:
-		case m != nil && bs > r.lastDelivered:
+		case m != nil && (bs > r.lastDelivered || r.peeked[seq]):
 			undecided = true
 		default:
 			gone = max(gone, seq)
@@ -163,7 +170,7 @@ func (r *run) resolve(m *msg) error {
 		return r.settleHeldBelowNext() // not decided yet
 	}
 	st.InFlight = nil
-	r.phase, r.present = receiving, nil
+	r.phase, r.present, r.peeked = receiving, nil, nil
 	// Save the exact Next now: if this run crashes before its next save, the record would be
 	// inherited again, and by then its entries may have left the broker other than by handling
 	// (dead-lettered after too many deliveries), which the inference would take as handled.
@@ -171,6 +178,39 @@ func (r *run) resolve(m *msg) error {
 		return err
 	}
 	return r.settleHeldBelowNext()
+}
+
+// peekPassed asks the broker, when the session can tell (HoldingSession), whether it still holds
+// the entries not delivered although a later message was: each entry is asked about once, and
+// one the broker holds is then left to be delivered (or the session to idle).
+func (r *run) peekPassed() error {
+	hs, ok := r.sess.(HoldingSession)
+	if !ok {
+		return nil
+	}
+	var ask []int64
+	for seq, bs := range r.st.InFlight {
+		if _, asked := r.peeked[seq]; !asked && seq >= r.st.Next && !r.present[seq] && bs < r.lastDelivered {
+			ask = append(ask, bs)
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	r.e.stats.calls[CallPeek].Add(1)
+	held, err := hs.Holding(r.ctx, ask)
+	if err != nil {
+		return r.s.callErr(CallPeek, err)
+	}
+	if r.peeked == nil {
+		r.peeked = map[int64]bool{}
+	}
+	for seq, bs := range r.st.InFlight {
+		if slices.Contains(ask, bs) {
+			r.peeked[seq] = slices.Contains(held, bs)
+		}
+	}
+	return nil
 }
 
 // settleHeldBelowNext settles the held messages below Next (copies of entries that turned out to

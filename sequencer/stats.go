@@ -19,11 +19,12 @@ const (
 	CallRenewLock
 	CallClose
 	CallAccept
+	CallPeek
 	numCallKinds
 )
 
 var callKindNames = [numCallKinds]string{"receive", "receive_deferred", "complete", "defer",
-	"dead_letter", "abandon", "renew_lock", "close", "accept"}
+	"dead_letter", "abandon", "renew_lock", "close", "accept", "peek"}
 
 // String returns the snake_case name used as key of Stats.BrokerCalls.
 func (k CallKind) String() string {

@@ -217,7 +217,7 @@ type brokerCallsCollector struct {
 }
 
 var brokerCallsDesc = prometheus.NewDesc("seqbus_broker_calls_total",
-	"Calls to Service Bus by operation: receive, receive_deferred, complete, defer, dead_letter, abandon, renew_lock, close, accept (session state reads count under seqbus_state_loads_total, writes under seqbus_state_saves_total).",
+	"Calls to Service Bus by operation: receive, receive_deferred, complete, defer, dead_letter, abandon, renew_lock, close, accept, peek (session state reads count under seqbus_state_loads_total, writes under seqbus_state_saves_total).",
 	[]string{"op"}, nil)
 
 func (c *brokerCallsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- brokerCallsDesc }

@@ -349,7 +349,7 @@ type Session struct {
 	s *brokerSession
 }
 
-var _ sequencer.Session = (*Session)(nil)
+var _ sequencer.HoldingSession = (*Session)(nil)
 
 // ID returns the session id.
 func (h *Session) ID() string { return h.s.id }
@@ -420,6 +420,21 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 		case <-wait:
 		}
 	}
+}
+
+// Holding returns those of brokerSequences that are active messages of the session, locked or
+// not. Like the real broker's peek it needs no lock.
+func (h *Session) Holding(_ context.Context, brokerSequences []int64) ([]int64, error) {
+	var out []int64
+	err := h.c.op("holding", h.s.id, nil, func() error {
+		for _, bs := range brokerSequences {
+			if m := h.s.msgs[bs]; m != nil && !m.deferred {
+				out = append(out, bs)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // ReceiveDeferred returns the deferred messages with the given broker sequence numbers, leaving

@@ -262,6 +262,32 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		requireNoSession(t, f) // only the deferred message is left
 	})
 
+	t.Run("HoldingIsTheActiveMessages", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		publishN(t, f, 4)
+		sess := acceptNext(t, f)
+		hs, ok := sess.(sequencer.HoldingSession)
+		if !ok {
+			_ = sess.Close(t.Context())
+			t.Skip("the session is not a sequencer.HoldingSession")
+		}
+		msgs := receiveN(t, sess, 4)
+		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
+		require.NoError(t, sess.Defer(t.Context(), msgs[1]))
+		require.NoError(t, sess.Abandon(t.Context(), msgs[3]))
+		var ask []int64
+		for _, m := range msgs {
+			ask = append(ask, m.BrokerSequence)
+		}
+		ask = append(ask, msgs[3].BrokerSequence+1000) // never published
+		held, err := hs.Holding(t.Context(), ask)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []int64{msgs[2].BrokerSequence, msgs[3].BrokerSequence}, held,
+			"locked (3) and unlocked (4) active messages; not the completed (1) or deferred (2) one")
+		require.NoError(t, sess.Close(t.Context()))
+	})
+
 	t.Run("SettleWithoutLockIsLockLost", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)

@@ -25,8 +25,8 @@ func (p Phase) String() string {
 }
 
 // Call describes one operation of a fake for a Process hook. Ops: accept_next, accept, receive,
-// receive_deferred, complete, defer, dead_letter, abandon, renew_lock, close, get_state,
-// set_state (broker); load, save, delete (store).
+// receive_deferred, holding, complete, defer, dead_letter, abandon, renew_lock, close,
+// get_state, set_state (broker); load, save, delete (store).
 type Call struct {
 	Op        string
 	SessionID string
