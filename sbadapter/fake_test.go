@@ -38,6 +38,8 @@ type fakeReceiver struct {
 	// failNext, when not empty, is returned by the next calls, one error each.
 	calls    int
 	failNext []error
+	// receiveWaits records the TimeAfterFirstMessage of each receive (0: no options).
+	receiveWaits []time.Duration
 }
 
 // failure counts a call and returns the error it must fail with, if any. f.mu must be held.
@@ -78,8 +80,13 @@ func (f *fakeReceiver) LockedUntil() time.Time {
 	return f.lockedUntil
 }
 
-func (f *fakeReceiver) ReceiveMessages(ctx context.Context, max int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+func (f *fakeReceiver) ReceiveMessages(ctx context.Context, max int, opts *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
 	f.mu.Lock()
+	var wait time.Duration
+	if opts != nil {
+		wait = opts.TimeAfterFirstMessage
+	}
+	f.receiveWaits = append(f.receiveWaits, wait)
 	if err := f.failure(); err != nil {
 		defer f.mu.Unlock()
 		return nil, err

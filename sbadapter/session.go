@@ -50,6 +50,8 @@ type Session struct {
 	settleTimeout time.Duration
 	// limit paces the calls of the source's sessions (Config.Limiter; nil: no pacing).
 	limit *Limiter
+	// receive is passed to each receive (Config.ReceiveWait; nil: the SDK's defaults).
+	receive *azservicebus.ReceiveMessagesOptions
 	// settleRefusals counts the settlements the SDK logged as refused as busy (the process's
 	// count, sdklog.go; tests give a session one of its own).
 	settleRefusals *atomic.Uint64
@@ -117,7 +119,7 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 	if err := s.usable("receive"); err != nil {
 		return nil, err
 	}
-	msgs, err := s.r.ReceiveMessages(ctx, max, nil)
+	msgs, err := s.r.ReceiveMessages(ctx, max, s.receive)
 	s.limit.Charge(float64(len(msgs))) // each delivery costs the namespace a credit
 	if err != nil {
 		if ctx.Err() != nil && len(msgs) == 0 {

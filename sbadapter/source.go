@@ -74,9 +74,20 @@ type Config struct {
 	// connection accepts queue behind each other; on several they overlap. The same rules as for
 	// NewSource's client apply (the SDK's retries off).
 	AcceptClients []*azservicebus.Client
+	// ReceiveWait is how long a receive waits for more messages once the first one arrived before
+	// it returns what it has: the SDK's ReceiveMessagesOptions.TimeAfterFirstMessage, whose own
+	// default is 20ms (default DefaultReceiveWait). Messages the broker has are streamed at once
+	// after the receive asks for them, so a short wait still fills a batch; a long one only holds
+	// the messages in hand while the engine, which asks for its next batch while it handles one,
+	// could be handling them: every session's last receive waited the full 20ms for messages that
+	// never came. Must not be negative.
+	ReceiveWait time.Duration
 	// Logger receives debug events (default: discard).
 	Logger *slog.Logger
 }
+
+// DefaultReceiveWait is the default Config.ReceiveWait.
+const DefaultReceiveWait = 2 * time.Millisecond
 
 // DefaultBusyRetry and DefaultBusyAttempts retry a busy session call up to 6 times in all,
 // waiting 250ms, 500ms, … up to 8s.
@@ -104,6 +115,9 @@ type Source struct {
 	a      accepter
 	cfg    Config
 	logger *slog.Logger
+	// receive is what its sessions' receives pass to the SDK (Config.ReceiveWait), which only
+	// reads it.
+	receive *azservicebus.ReceiveMessagesOptions
 }
 
 var _ sequencer.SessionSource = (*Source)(nil)
@@ -117,6 +131,9 @@ func NewSource(client *azservicebus.Client, cfg Config) (*Source, error) {
 	}
 	if err := cfg.Entity.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.ReceiveWait < 0 {
+		return nil, fmt.Errorf("sbadapter: Config.ReceiveWait must not be negative, got %s", cfg.ReceiveWait)
 	}
 	if cfg.Logger != nil {
 		sdkLog.logger.CompareAndSwap(nil, cfg.Logger) // the SDK's retry lines, at debug level
@@ -174,11 +191,14 @@ func newSource(a accepter, cfg Config) *Source {
 	if cfg.Limiter == nil {
 		cfg.Limiter = NewLimiter(nil)
 	}
+	if cfg.ReceiveWait <= 0 {
+		cfg.ReceiveWait = DefaultReceiveWait
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Source{a: a, cfg: cfg, logger: logger}
+	return &Source{a: a, cfg: cfg, logger: logger, receive: &azservicebus.ReceiveMessagesOptions{TimeAfterFirstMessage: cfg.ReceiveWait}}
 }
 
 // Limiter returns the limiter of the source's sessions (Config.Limiter).
@@ -220,6 +240,7 @@ func (s *Source) newSession(r sessionReceiver) *Session {
 	sess.settleTimeout = s.cfg.SettleTimeout
 	sess.busy, sess.busyAttempts = s.cfg.BusyRetry, s.cfg.BusyAttempts
 	sess.limit = s.cfg.Limiter
+	sess.receive = s.receive
 	return sess
 }
 

@@ -145,6 +145,33 @@ func TestSourceAcceptsOnEachConnectionInTurn(t *testing.T) {
 	}
 }
 
+// TestSourceReceiveWait: a session's receives pass Config.ReceiveWait to the SDK as its
+// TimeAfterFirstMessage (DefaultReceiveWait when unset, not the SDK's 20ms); a negative one is
+// refused.
+func TestSourceReceiveWait(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		set, want time.Duration
+	}{
+		{0, DefaultReceiveWait},
+		{7 * time.Millisecond, 7 * time.Millisecond},
+	} {
+		r := newFakeReceiver("s")
+		r.active = []*azservicebus.ReceivedMessage{sbMsg("s", 1, "a")}
+		src := newSource(&fakeAccepter{next: []*fakeReceiver{r}}, Config{Entity: Entity{Queue: "q"}, ReceiveWait: tt.set})
+		sess, err := src.AcceptNext(t.Context())
+		require.NoError(t, err)
+		msgs, err := sess.Receive(t.Context(), 8)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1)
+		require.Equal(t, []time.Duration{tt.want}, r.receiveWaits, "ReceiveWait %s", tt.set)
+	}
+	client, err := NewClientFromConnectionString("Endpoint=sb://localhost/;SharedAccessKeyName=k;SharedAccessKey=a2V5", nil)
+	require.NoError(t, err)
+	_, err = NewSource(client, Config{Entity: Entity{Queue: "q"}, ReceiveWait: -time.Millisecond})
+	require.ErrorContains(t, err, "Config.ReceiveWait must not be negative")
+}
+
 func TestNewSourceRefusesANilAcceptClient(t *testing.T) {
 	t.Parallel()
 	client, err := NewClientFromConnectionString("Endpoint=sb://localhost/;SharedAccessKeyName=k;SharedAccessKey=a2V5", nil)

@@ -172,6 +172,10 @@ type Config struct {
 	// many messages one receive asks for.
 	DrainBatch int `envconfig:"DRAIN_BATCH"`
 	Prefetch   int `envconfig:"PREFETCH"`
+	// ReceiveWait is how long a receive waits for more messages once the first one arrived
+	// (sbadapter.Config.ReceiveWait; the SDK's own default is 20ms). Positive, below
+	// SessionIdleTimeout.
+	ReceiveWait time.Duration `envconfig:"RECEIVE_WAIT"`
 	// TombstoneTTL is how long an ended session's state is kept so that late copies are
 	// dropped (0: deleted at once).
 	TombstoneTTL time.Duration `envconfig:"TOMBSTONE_TTL"`
@@ -233,6 +237,7 @@ func DefaultConfig() Config {
 		ReorderWindowBytes:    ByteSize(engine.WindowBytes),
 		DrainBatch:            engine.DeferredBatch,
 		Prefetch:              engine.ReceiveBatch,
+		ReceiveWait:           sbadapter.DefaultReceiveWait,
 		PipelineRuns:          true,
 		TombstoneTTL:          engine.TombstoneTTL,
 		GapPolicy:             engine.GapPolicy,
@@ -455,6 +460,11 @@ func (c *Config) Validate() error {
 	p.positive("ReorderWindowBytes", int64(c.ReorderWindowBytes), int64(c.ReorderWindowBytes))
 	p.positive("DrainBatch", int64(c.DrainBatch), c.DrainBatch)
 	p.positive("Prefetch", int64(c.Prefetch), c.Prefetch)
+	p.positive("ReceiveWait", int64(c.ReceiveWait), c.ReceiveWait)
+	if c.ReceiveWait >= c.SessionIdleTimeout && c.SessionIdleTimeout > 0 {
+		p.add("ReceiveWait", "must be below %s (%s): it is the wait for more messages after the first, got %s",
+			p.v("SessionIdleTimeout"), c.SessionIdleTimeout, c.ReceiveWait)
+	}
 	if c.TombstoneTTL < 0 {
 		p.add("TombstoneTTL", "must not be negative (0 deletes an ended session's state at once), got %s", c.TombstoneTTL)
 	}

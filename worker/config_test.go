@@ -63,6 +63,10 @@ func TestValidate(t *testing.T) {
 			c.Ordering, c.SessionConnections = OrderingNone, 2
 		}, "SEQBUS_SESSION_CONNECTIONS: locks sessions, which SEQBUS_ORDERING=none does not use"},
 		{"zero idle timeout", func(c *Config) { c.SessionIdleTimeout = 0 }, "SEQBUS_SESSION_IDLE_TIMEOUT: must be positive"},
+		{"zero receive wait", func(c *Config) { c.ReceiveWait = 0 }, "SEQBUS_RECEIVE_WAIT: must be positive, got 0s"},
+		{"receive wait at the idle timeout", func(c *Config) { c.ReceiveWait = c.SessionIdleTimeout },
+			"SEQBUS_RECEIVE_WAIT: must be below SEQBUS_SESSION_IDLE_TIMEOUT (5s)"},
+		{"receive wait", func(c *Config) { c.ReceiveWait = 20 * time.Millisecond }, ""},
 		{"zero attempts", func(c *Config) { c.MaxHandlerAttempts = 0 }, "SEQBUS_MAX_HANDLER_ATTEMPTS"},
 		{"zero sweep", func(c *Config) { c.SweepInterval = 0 }, "SEQBUS_SWEEP_INTERVAL"},
 		{"zero scale interval", func(c *Config) { c.ScaleInterval = 0 }, "SEQBUS_SCALE_INTERVAL: must be positive"},
@@ -211,6 +215,7 @@ func TestLoadFromEnvironment(t *testing.T) {
 	t.Setenv("SEQBUS_MAX_CONCURRENT_SESSIONS", "32")
 	t.Setenv("SEQBUS_SESSION_CONNECTIONS", "4")
 	t.Setenv("SEQBUS_SESSION_IDLE_TIMEOUT", "1500ms")
+	t.Setenv("SEQBUS_RECEIVE_WAIT", "5ms")
 	t.Setenv("SEQBUS_POISON_POLICY", "skip")
 	c, err := load()
 	require.NoError(t, err)
@@ -219,6 +224,7 @@ func TestLoadFromEnvironment(t *testing.T) {
 	require.Equal(t, 32, c.MaxConcurrentSessions)
 	require.Equal(t, 4, c.SessionConnections)
 	require.Equal(t, 1500*time.Millisecond, c.SessionIdleTimeout)
+	require.Equal(t, 5*time.Millisecond, c.ReceiveWait)
 	require.Equal(t, sequencer.PoisonSkip, c.PoisonPolicy)
 	require.Equal(t, StateStoreServiceBus, c.StateStore, "default")
 	require.Equal(t, 30*time.Second, c.SoftStopTimeout, "default")

@@ -91,7 +91,7 @@ func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 		}
 		c.accepts = append(c.accepts, client)
 	}
-	if c.Source, err = sbadapter.NewSource(c.Sessions, sbadapter.Config{Entity: cfg.Entity, AcceptClients: c.accepts, Logger: log}); err != nil {
+	if c.Source, err = sbadapter.NewSource(c.Sessions, sbadapter.Config{Entity: cfg.Entity, AcceptClients: c.accepts, ReceiveWait: cfg.ReceiveWait, Logger: log}); err != nil {
 		return nil, configError("Entity", err)
 	}
 	if c.ManagementSource, err = sbadapter.NewSource(c.Management, sbadapter.Config{Entity: cfg.Entity, Logger: log}); err != nil {
