@@ -208,6 +208,11 @@ func (r *run) peekPassed() error {
 	for seq, bs := range r.st.InFlight {
 		if slices.Contains(ask, bs) {
 			r.peeked[seq] = slices.Contains(held, bs)
+			if r.peeked[seq] {
+				// Broker order would have taken it as handled: worth a line when a replay is studied.
+				r.log().InfoContext(r.ctx, "sequencer: an entry of the inherited run record is delivered after a later message; waiting for it",
+					slog.Int64("sequence", seq), slog.Int64("broker_sequence", bs), slog.Int64("later_broker_sequence", r.lastDelivered))
+			}
 		}
 	}
 	return nil
