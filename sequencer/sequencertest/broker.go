@@ -27,6 +27,11 @@ type BrokerOptions struct {
 	// service does. When false, an empty Receive returns at once (as if the idle timeout had
 	// passed) and AcceptNext returns ErrNoSession at once, which keeps single-goroutine tests fast.
 	Blocking bool
+	// SwapEvery, when positive, makes every SwapEvery-th receive of two or more messages return
+	// its first two in reverse order, as a Service Bus SDK client may see them: the SDK releases
+	// a message that lands on the link between two receives while a later one may already wait
+	// in the link's buffer, and the broker delivers the released one again after it.
+	SwapEvery int
 }
 
 // DeadLetter is a message in the fake broker's dead-letter queue.
@@ -49,6 +54,7 @@ type Broker struct {
 	dlq      []DeadLetter
 	changed  chan struct{}
 	calls    map[string]int
+	receives int // receives of two or more messages, for SwapEvery
 }
 
 type brokerSession struct {
@@ -405,6 +411,14 @@ func (h *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 					out = append(out, h.deliver(m))
 					if h.c.proc.Hook != nil {
 						got = append(got, bs)
+					}
+				}
+			}
+			if n := h.c.b.opts.SwapEvery; n > 0 && len(out) > 1 {
+				if h.c.b.receives++; h.c.b.receives%n == 0 {
+					out[0], out[1] = out[1], out[0]
+					if len(got) > 1 {
+						got[0], got[1] = got[1], got[0]
 					}
 				}
 			}
