@@ -92,7 +92,8 @@
 // prefetch), unless what it has in hand may end the session (the batch holds the last message,
 // or the last sequence is known and as many messages as sequences left are in hand): the round
 // trip of a receive then overlaps the handling instead of following it (and a recorded run may
-// extend over the batch received so, see Extended runs). The idle timeout still
+// extend over the batch received so, see Extended runs); the first batch is asked for with the
+// load (but by a woken run, which may release at once). The idle timeout still
 // counts from the moment the run is ready for the batch, and a run that ends before it takes the
 // batch drops it: its messages were never decided, and return to the broker with the session,
 // unsettled.

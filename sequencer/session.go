@@ -132,6 +132,13 @@ func (r *run) run() (Outcome, error) {
 // loop loads the state and takes batches of messages until the session ends, parks, blocks,
 // stops or idles.
 func (r *run) loop() (Outcome, error) {
+	// With pipelined runs the first receive goes out with the load, so that their round trips
+	// overlap: a receive only puts messages in hand, and nothing is decided before the state is
+	// in. A woken run (a sweeper's wake, a planned retry) may release at once: it receives when
+	// it needs to.
+	if r.e.cfg.PipelineRuns && !r.woken {
+		r.startPrefetch()
+	}
 	if err := r.load(); err != nil {
 		return 0, err
 	}

@@ -179,8 +179,9 @@ func (r *run) receive() ([]msg, error) {
 	return r.e.read(raw, false), nil
 }
 
-// prefetch is a receive started while the batch before it is handled (EngineConfig.PipelineRuns):
-// the broker's round trip for the next batch overlaps the handling of this one. Nothing about the
+// prefetch is a receive started while the batch before it is handled, or the state loaded
+// (EngineConfig.PipelineRuns): the broker's round trip for the next batch overlaps the handling
+// of this one, or the load. Nothing about the
 // receive changes but when it is sent: the idle timeout counts from the moment the run asks for
 // the batch (takePrefetch), a stop ends it, and a run that ends first drops it (dropPrefetch):
 // what it received returns to the broker with the session, unsettled, as if never received.
