@@ -146,8 +146,7 @@ func TestSourceAcceptsOnEachConnectionInTurn(t *testing.T) {
 }
 
 // TestSourceReceiveWait: a session's receives pass Config.ReceiveWait to the SDK as its
-// TimeAfterFirstMessage (DefaultReceiveWait when unset, not the SDK's 20ms); a negative one is
-// refused.
+// TimeAfterFirstMessage (DefaultReceiveWait when unset); a negative one is refused.
 func TestSourceReceiveWait(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {

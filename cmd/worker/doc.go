@@ -52,7 +52,7 @@
 //	SEQBUS_DRAIN_BATCH              deferred messages fetched per receive-deferred (default 32)
 //	SEQBUS_PREFETCH                 messages asked for per receive (default 32)
 //	SEQBUS_RECEIVE_WAIT             how long a receive waits for more messages after the first
-//	                                (default 5ms; the SDK's own is 20ms)
+//	                                (default 20ms, the SDK's own)
 //	SEQBUS_TOMBSTONE_TTL            keep an ended session's state this long (default 24h; 0: delete)
 //	SEQBUS_STATE_MAX_BYTES          the entity's max message size, bounding session state (default 256KiB)
 //	SEQBUS_LOCK_RENEW_INTERVAL      session lock renewal (default 0: half the remaining lock time)
