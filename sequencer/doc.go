@@ -93,7 +93,7 @@
 // or the last sequence is known and as many messages as sequences left are in hand): the round
 // trip of a receive then overlaps the handling instead of following it (and a recorded run may
 // extend over the batch received so, see Extended runs); the first batch is asked for with the
-// load (but by a woken run, which may release at once). The idle timeout still
+// load (except by a woken run, which may release at once). The idle timeout still
 // counts from the moment the run is ready for the batch, and a run that ends before it takes the
 // batch drops it: its messages were never decided, and return to the broker with the session,
 // unsettled.
@@ -182,7 +182,8 @@
 // delivers the released one again after it (a chaos run with a short receive wait skipped
 // entries so). So before the second rule takes an entry as gone, the run asks the broker whether
 // it still holds it (HoldingSession, a peek, once per entry and only then): one it holds is left
-// to the first or the third rule. Delivered entries below the highest gone one are duplicates. Until every entry is decided (the run's phase is
+// to the first or the third rule. Delivered entries below the highest gone one are duplicates.
+// Until every entry is decided (the run's phase is
 // resolving) Next is a lower bound: no gap is reported or skipped, nothing is handed over,
 // delivered entries and other copies of recorded sequences are held (never deferred), and one
 // held message is kept active so that the broker offers the session again should this run end
@@ -279,7 +280,8 @@
 // (a drain's anchor, see Waking), and any deferral first saves the exact Next (so no entry is
 // ever deferred while recorded); with an AtomicStore each message has its own transaction and
 // runs are not used. The inference needs the broker's session FIFO (or a HoldingSession) and
-// that only this engine settles the session's messages: an entry that vanished otherwise (its time to live expired,
+// that only this engine settles the session's messages: an entry that vanished otherwise (its
+// time to live expired,
 // the broker dead-lettered it after too many deliveries, an operator purged it) is taken as
 // handled, where one save per message would wait for it as a gap. Two rules keep the common case
 // of that, a handler that crashes its process on the same message again and again until the
