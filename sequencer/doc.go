@@ -284,10 +284,10 @@
 // time to live expired, the broker dead-lettered it after too many deliveries, an operator
 // purged it) is taken as handled, where one save per message would wait for it as a gap. Two
 // rules keep the common case of that, a handler that crashes its process on the same message
-// again and again until the broker dead-letters the messages in hand, out of reach: a redelivered message (DeliveryCount
-// above 1) never joins a run, and a run that resolves an inherited record saves the exact Next
-// at once, so a record outlives the first redelivery of its entries only when that run fails
-// before it is resolved. Sessions where the rest matters set SaveEachMessage.
+// again and again until the broker dead-letters the messages in hand, out of reach: a redelivered
+// message (DeliveryCount above 1) never joins a run, and a run that resolves an inherited record
+// saves the exact Next at once, so a record outlives the first redelivery of its entries only when
+// that run fails before it is resolved. Sessions where the rest matters set SaveEachMessage.
 //
 // # Deferral
 //
