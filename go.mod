@@ -9,6 +9,7 @@ require (
 	github.com/Azure/go-amqp v1.7.0
 	github.com/coder/websocket v1.8.15
 	github.com/google/btree v1.1.3
+	github.com/google/pprof v0.0.0-20260903180319-d6c3cb2f37ec
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/kedacore/keda/v2 v2.21.0

@@ -12,7 +12,7 @@
 //	      [-throttle-credits 1000] [-latency 5ms] [-pipeline-runs] [-database-url URL] [-retry-base 2ms]
 //	      [-cell-timeout 3m] [-seed 1]
 //	      [-connection-string CS (-queue Q | -topic T -subscription S)]
-//	      [-out bench-out] [-format svg] [-progress=true] [-log-level error]
+//	      [-out bench-out] [-format svg] [-progress=true] [-log-level error] [-cpuprofile FILE]
 //
 // It writes DIR/results.csv (a header row, one row per cell) and one chart per dimension (SVG, or
 // PNG with -format png):
@@ -24,7 +24,8 @@
 // A progress bar runs on stderr. -quick runs a small matrix in under a minute; the dimension
 // flags select subsets; -pipeline-runs=false runs the replicas with SEQBUS_PIPELINE_RUNS=false
 // (each completion awaited; the worker's default pipelines them); -database-url keeps the
-// replicas' state in Postgres (the migrations applied at start). Handler exceptions are
+// replicas' state in Postgres (the migrations applied at start); -cpuprofile writes a CPU profile
+// whose samples carry the cell and the side (worker, plain, publisher) as pprof labels. Handler exceptions are
 // transient: the engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts
 // (-retry-base changes the first wait; the worker's default of 1 s would make the exception
 // cells measure the backoff).

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +35,7 @@ type config struct {
 	format   string
 	progress bool
 	level    slog.Level
+	cpuProf  string
 }
 
 // run parses args, runs the matrix, writes the outputs and prints a summary. It returns the exit
@@ -46,6 +48,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
+	}
+	if cfg.cpuProf != "" {
+		f, err := os.Create(cfg.cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: -cpuprofile: %v\n", err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				fmt.Fprintf(stderr, "bench: -cpuprofile: %v\n", err)
+			}
+		}()
 	}
 	o := cfg.opts
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.level}))
@@ -153,6 +171,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.out, "out", "bench-out", "directory for results.csv and the charts")
 	fs.StringVar(&cfg.format, "format", "svg", "format of the charts: svg or png")
 	fs.BoolVar(&cfg.progress, "progress", true, "show a progress bar on stderr")
+	fs.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run to this file, its samples labelled by cell and side (worker, plain, publisher; the emulator's by cell alone): go tool pprof -tags")
 	fs.TextVar(&cfg.level, "log-level", slog.LevelError, "log level of the components: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

@@ -5,10 +5,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -53,6 +55,40 @@ func TestRunWithThePostgresStore(t *testing.T) {
 		"-out", t.TempDir(), "-progress=false"}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr: %s", stderr.String())
 	require.Contains(t, stdout.String(), "1 cells in ")
+}
+
+// TestRunWritesACPUProfile: -cpuprofile writes a profile whose samples carry the cell and the
+// side (worker, plain, publisher) as labels; a path that cannot be written fails the run before
+// any cell.
+func TestRunWritesACPUProfile(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "cpu.pprof")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"-replicas", "2", "-exception-rate", "0", "-pressure", "none", "-arrival", "in-order",
+		"-sessions", "40", "-messages", "50", "-out", t.TempDir(), "-progress=false", "-cpuprofile", file}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr: %s", stderr.String())
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	p, err := profile.Parse(f)
+	require.NoError(t, err)
+	// The other tests of the package run meanwhile, in the same process: look for this cell's.
+	sides := map[string]bool{}
+	for _, s := range p.Sample {
+		if slices.Contains(s.Label["cell"], "2 replicas, pressure none, 0% exceptions, in-order") {
+			for _, side := range s.Label["side"] {
+				sides[side] = true
+			}
+		}
+	}
+	require.True(t, sides["worker"] && sides["plain"], "samples of both sides, got %v", sides)
+
+	stderr.Reset()
+	code = run(ctx, []string{"-quick", "-out", t.TempDir(), "-cpuprofile", filepath.Join(t.TempDir(), "missing", "cpu.pprof")}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr.String(), "bench: -cpuprofile:")
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -228,7 +229,10 @@ func Run(ctx context.Context, o Options, progress func(done int, next Cell)) ([]
 		if err := ctx.Err(); err != nil {
 			return results, err
 		}
-		r := runCell(ctx, o, i, c)
+		var r Result
+		// The labels tell a CPU profile's cells apart (cmd/bench -cpuprofile); the goroutines a
+		// cell starts, the emulator's among them, inherit them.
+		pprof.Do(ctx, pprof.Labels("cell", c.String()), func(ctx context.Context) { r = runCell(ctx, o, i, c) })
 		o.Logger.InfoContext(ctx, "bench: cell done", slog.String("cell", c.String()), slog.Float64("msg_per_s", r.Rate), slog.Any("error", r.Err))
 		results = append(results, r)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -191,7 +192,9 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 		conn = srv.ConnectionString()
 		entity, plainEntity = sbadapter.Entity{Queue: emulatorQueue}, sbadapter.Entity{Queue: emulatorPlainQueue}
 	}
-	res.Err = runWorkers(ctx, o, index, cell, conn, entity, phaseBacklog, srv, &res)
+	onSide(ctx, "worker", func(ctx context.Context) {
+		res.Err = runWorkers(ctx, o, index, cell, conn, entity, phaseBacklog, srv, &res)
+	})
 	if srv != nil {
 		ps := srv.PressureStats()
 		res.Throttled, res.DeliveriesDelayed, res.Credits = ps.Throttled, ps.DeliveriesDelayed, ps.Credits
@@ -200,12 +203,19 @@ func runCell(ctx context.Context, o Options, index int, cell Cell) Result {
 		}
 	}
 	if res.Err == nil && srv != nil && cell.Pressure == PressureThrottle && o.OfferedShare > 0 {
-		res.Err = runOffered(ctx, o, index, cell, srv, entity, &res)
+		onSide(ctx, "worker", func(ctx context.Context) { res.Err = runOffered(ctx, o, index, cell, srv, entity, &res) })
 	}
 	if res.Err == nil {
-		res.Err = runPlain(ctx, o, index, cell, conn, plainEntity, &res)
+		onSide(ctx, "plain", func(ctx context.Context) { res.Err = runPlain(ctx, o, index, cell, conn, plainEntity, &res) })
 	}
 	return res
+}
+
+// onSide runs fn with the pprof label side=name added to ctx's, inherited by the goroutines fn
+// starts: a CPU profile tells the worker's share of a cell from the plain consumer's and the
+// publisher's (cmd/bench -cpuprofile).
+func onSide(ctx context.Context, name string, fn func(context.Context)) {
+	pprof.Do(ctx, pprof.Labels("side", name), fn)
 }
 
 // runOffered runs the offered-rate phase of a throttle cell on srv: fresh replicas and sessions,
@@ -290,13 +300,13 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 	defer stopSampling()
 	go sampleTimeline(sctx, o.Logger, ph.tag, srv, replicas, counts)
 	pubErr := make(chan error, 1)
-	go func() {
+	go onSide(ctx, "publisher", func(ctx context.Context) {
 		if ph.offered > 0 {
 			pubErr <- publishOffered(ctx, o, conn, entity, ids, cell, uint64(index), ph.offered, len(replicas)*o.SessionsPerReplica)
 			return
 		}
 		pubErr <- publish(ctx, o, conn, entity, ids, cell, uint64(index), &h.finished, len(replicas)*o.SessionsPerReplica*2)
-	}()
+	})
 	select {
 	case <-h.checker.Done():
 	case err = <-pubErr:
@@ -354,9 +364,9 @@ func runPlain(ctx context.Context, o Options, index int, cell Cell, conn string,
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pubErr := make(chan error, 1)
-	go func() {
+	go onSide(pctx, "publisher", func(pctx context.Context) {
 		pubErr <- publish(pctx, o, conn, entity, ids, cell, uint64(index), &finished, cell.Replicas*o.SessionsPerReplica*2)
-	}()
+	})
 	st, err := p.Run(ctx)
 	res.PlainElapsed = time.Since(start)
 	res.PlainRate = float64(st.Completed) / res.PlainElapsed.Seconds()
