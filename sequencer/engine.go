@@ -133,6 +133,12 @@ type RunOptions struct {
 	// the run's first answered call (with a store of its own, a run's first entries then wait for
 	// their completions until one is answered).
 	AcceptSent time.Time
+	// Released, when set, is called once, on the run's goroutine, when the run has made its last
+	// handler call and what remains is settling, the last save and the close (whatever the
+	// outcome, unless the run failed before: RunSession then returns without calling it). The
+	// Runner frees the session's slot then: the next session is accepted while this one's tail
+	// finishes.
+	Released func()
 }
 
 // ResumeOptions say how a parked session resumes.
@@ -151,14 +157,15 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	r := &run{
-		e:      e,
-		ctx:    rctx,
-		stop:   cmp.Or[context.Context](opts.Stop, context.Background()),
-		resume: opts.Resume,
-		woken:  opts.Woken,
-		sess:   sess,
-		id:     sess.ID(),
-		w:      newWindow(),
+		e:         e,
+		ctx:       rctx,
+		stop:      cmp.Or[context.Context](opts.Stop, context.Background()),
+		resume:    opts.Resume,
+		woken:     opts.Woken,
+		onRelease: opts.Released,
+		sess:      sess,
+		id:        sess.ID(),
+		w:         newWindow(),
 	}
 	r.s.init(rctx, cancel, e, sess)
 	if !opts.AcceptSent.IsZero() {

@@ -21,7 +21,10 @@ type RunnerConfig struct {
 	Handler Handler
 	// Engine is the sequencing policy.
 	Engine EngineConfig
-	// MaxConcurrentSessions bounds the sessions processed at once (default 8).
+	// MaxConcurrentSessions bounds the sessions processed at once (default 8). A session frees
+	// its slot once its last handler call returned (RunOptions.Released): its tail (settling,
+	// the last save, the close) finishes while the next session is accepted, so up to twice as
+	// many sessions may be locked for those few round trips.
 	MaxConcurrentSessions int
 	// AcceptTimeout bounds one AcceptNext wait (default 10s). A Wake interrupts a worker that
 	// waits in AcceptNext, so that the woken session is served at once while a worker is free.
@@ -287,16 +290,35 @@ func (r *Runner) worker(n int) {
 			r.pause()
 			continue
 		}
-		r.active.Add(1)
-		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx, Woken: woken, AcceptSent: sent}) // the engine logs errors
-		r.active.Add(-1)
-		log.DebugContext(r.softCtx, "sequencer: session released", slog.String("session_id", sess.ID()),
-			slog.String("outcome", out.String()))
-		if out == OutcomeFailed {
+		if r.runSession(log, sess, woken, sent) {
 			// A store or broker failure: do not spin through sessions while it lasts.
 			r.pause()
 		}
 	}
+}
+
+// runSession runs sess on a goroutine of the runner's and returns when the run frees its slot:
+// once it has made its last handler call (RunOptions.Released), its tail (settling, the last
+// save, the close: a few broker or store round trips) going on while the worker accepts the
+// next session, or when it returns. failed says the run failed before freeing its slot.
+func (r *Runner) runSession(log *slog.Logger, sess Session, woken bool, sent time.Time) (failed bool) {
+	r.active.Add(1)
+	released := make(chan struct{})
+	ended := make(chan Outcome, 1)
+	r.wg.Go(func() {
+		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx, Woken: woken, AcceptSent: sent,
+			Released: func() { close(released) }}) // the engine logs errors
+		log.DebugContext(r.softCtx, "sequencer: session released", slog.String("session_id", sess.ID()),
+			slog.String("outcome", out.String()))
+		ended <- out
+	})
+	select {
+	case <-released:
+	case out := <-ended:
+		failed = out == OutcomeFailed
+	}
+	r.active.Add(-1)
+	return failed
 }
 
 // pause waits ErrorBackoff after a failure, or until a stop.

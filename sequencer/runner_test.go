@@ -377,3 +377,57 @@ func TestRunnerLeaseCountsFromTheAccept(t *testing.T) {
 	require.True(t, overlapped.Load(), "handler(2) ran while complete(1) was in flight")
 	require.Zero(t, broker.Len(), "every message completed")
 }
+
+// TestRunnerFreesTheSlotBeforeTheTail: a session's slot is free once its last handler call
+// returned (RunOptions.Released): with one slot, the next session is accepted and handled while
+// the first one's close still hangs, and Stop waits for that close.
+func TestRunnerFreesTheSlotBeforeTheTail(t *testing.T) {
+	t.Parallel()
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
+	unblock := make(chan struct{})
+	closing := make(chan struct{})
+	proc := &sequencertest.Process{Hook: func(c sequencertest.Call) error {
+		if c.Op == "close" && c.SessionID == "a" && c.Phase == sequencertest.Before {
+			close(closing)
+			<-unblock
+		}
+		return nil
+	}}
+	var mu sync.Mutex
+	var handled []string
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source: broker.NewClient(proc),
+		Store:  sequencertest.NewStore().Client(nil),
+		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled = append(handled, m.SessionID)
+			return nil
+		}),
+		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond},
+		MaxConcurrentSessions: 1,
+		AcceptTimeout:         50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	broker.PublishSeq("a", 1, true)
+	require.NoError(t, r.Start(t.Context()))
+	<-closing
+	broker.PublishSeq("b", 1, true)
+	waitFor(t, "session b handled while a's close hangs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == 2
+	})
+	require.Equal(t, 0, r.Stats().ActiveSessions, "a session in its tail is not active")
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(t.Context()) }()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a session's close was still in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(unblock)
+	require.NoError(t, <-stopped)
+	require.Equal(t, 0, broker.Len())
+	require.Equal(t, []string{"a", "b"}, handled)
+}

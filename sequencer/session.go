@@ -64,8 +64,10 @@ type run struct {
 	resume *ResumeOptions
 	// woken: accepted by id for a wake (RunOptions.Woken).
 	woken bool
-	sess  Session
-	id    string
+	// onRelease is RunOptions.Released.
+	onRelease func()
+	sess      Session
+	id        string
 	// s makes the run's settlements and holds the lost-lock flag, the background completions,
 	// the anchors and the settled messages whose index entries the next save removes.
 	s settler
@@ -125,6 +127,9 @@ func (r *run) run() (Outcome, error) {
 	out, err := r.loop()
 	if err != nil {
 		return r.failed(err)
+	}
+	if r.onRelease != nil {
+		r.onRelease()
 	}
 	return r.release(out)
 }
