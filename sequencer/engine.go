@@ -133,7 +133,7 @@ type RunOptions struct {
 	// the run's first answered call (with a store of its own, a run's first entries then wait for
 	// their completions until one is answered).
 	AcceptSent time.Time
-	// Released, when set, is called once, on the run's goroutine, when the run has made its last
+	// Released, when set, is called once, on the goroutine that called RunSession, when the run has made its last
 	// handler call and what remains is settling, the last save and the close (whatever the
 	// outcome, unless the run failed before: RunSession then returns without calling it). The
 	// Runner frees the session's slot then: the next session is accepted while this one's tail

@@ -59,6 +59,10 @@ type Runner struct {
 	wg         sync.WaitGroup
 	done       chan struct{}
 	active     atomic.Int64
+	// slots holds a token for each session processed now (MaxConcurrentSessions). Twice as many
+	// workers take turns at them: a worker whose session freed its slot (RunOptions.Released)
+	// finishes the session's tail while another accepts the next one.
+	slots chan struct{}
 	// errorBackoff is the wait after a failure: ErrorBackoff, fixed.
 	errorBackoff backoff.Policy
 }
@@ -148,7 +152,8 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.started = true
 	r.hardCtx, r.hardCancel = context.WithCancel(ctx)
 	r.softCtx, r.softCancel = context.WithCancel(r.hardCtx)
-	for i := range r.cfg.MaxConcurrentSessions {
+	r.slots = make(chan struct{}, r.cfg.MaxConcurrentSessions)
+	for i := range 2 * r.cfg.MaxConcurrentSessions {
 		r.wg.Go(func() { r.worker(i) })
 	}
 	go func() {
@@ -278,47 +283,41 @@ func (r *Runner) nextWake() (string, bool) {
 func (r *Runner) worker(n int) {
 	log := r.log.With(slog.Int("worker", n))
 	for r.softCtx.Err() == nil {
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.softCtx.Done():
+			return
+		}
 		sent := r.cfg.Clock.Now()
 		sess, woken, pause, err := r.accept()
 		if err != nil {
-			if !pause || r.softCtx.Err() != nil {
-				continue
+			if pause && r.softCtx.Err() == nil {
+				if !errors.Is(err, ErrNoSession) && !errors.Is(err, ErrSessionLocked) {
+					log.WarnContext(r.softCtx, "sequencer: accepting a session", slog.Any("error", err))
+				}
+				r.pause()
 			}
-			if !errors.Is(err, ErrNoSession) && !errors.Is(err, ErrSessionLocked) {
-				log.WarnContext(r.softCtx, "sequencer: accepting a session", slog.Any("error", err))
-			}
-			r.pause()
+			<-r.slots
 			continue
 		}
-		if r.runSession(log, sess, woken, sent) {
+		r.active.Add(1)
+		freed := false
+		free := func() { // on this goroutine: RunSession calls Released on its caller's
+			if !freed {
+				freed = true
+				r.active.Add(-1)
+				<-r.slots
+			}
+		}
+		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx, Woken: woken, AcceptSent: sent, Released: free}) // the engine logs errors
+		log.DebugContext(r.softCtx, "sequencer: session released", slog.String("session_id", sess.ID()),
+			slog.String("outcome", out.String()))
+		if out == OutcomeFailed && !freed {
 			// A store or broker failure: do not spin through sessions while it lasts.
 			r.pause()
 		}
+		free()
 	}
-}
-
-// runSession runs sess on a goroutine of the runner's and returns when the run frees its slot:
-// once it has made its last handler call (RunOptions.Released), its tail (settling, the last
-// save, the close: a few broker or store round trips) going on while the worker accepts the
-// next session, or when it returns. failed says the run failed before freeing its slot.
-func (r *Runner) runSession(log *slog.Logger, sess Session, woken bool, sent time.Time) (failed bool) {
-	r.active.Add(1)
-	released := make(chan struct{})
-	ended := make(chan Outcome, 1)
-	r.wg.Go(func() {
-		out, _ := r.engine.RunSession(r.hardCtx, sess, &RunOptions{Stop: r.softCtx, Woken: woken, AcceptSent: sent,
-			Released: func() { close(released) }}) // the engine logs errors
-		log.DebugContext(r.softCtx, "sequencer: session released", slog.String("session_id", sess.ID()),
-			slog.String("outcome", out.String()))
-		ended <- out
-	})
-	select {
-	case <-released:
-	case out := <-ended:
-		failed = out == OutcomeFailed
-	}
-	r.active.Add(-1)
-	return failed
 }
 
 // pause waits ErrorBackoff after a failure, or until a stop.

@@ -2,6 +2,7 @@ package sequencer_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -380,21 +381,27 @@ func TestRunnerLeaseCountsFromTheAccept(t *testing.T) {
 
 // TestRunnerFreesTheSlotBeforeTheTail: a session's slot is free once its last handler call
 // returned (RunOptions.Released): with one slot, the next session is accepted and handled while
-// the first one's close still hangs, and Stop waits for that close.
+// the first one's close still hangs; the tails are bounded (as many as the slots: a third
+// session waits while two closes hang), and Stop waits for them.
 func TestRunnerFreesTheSlotBeforeTheTail(t *testing.T) {
 	t.Parallel()
 	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
 	unblock := make(chan struct{})
-	closing := make(chan struct{})
+	closing := make(chan string, 3)
 	proc := &sequencertest.Process{Hook: func(c sequencertest.Call) error {
-		if c.Op == "close" && c.SessionID == "a" && c.Phase == sequencertest.Before {
-			close(closing)
+		if c.Op == "close" && c.Phase == sequencertest.Before && c.SessionID != "c" {
+			closing <- c.SessionID
 			<-unblock
 		}
 		return nil
 	}}
 	var mu sync.Mutex
 	var handled []string
+	got := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(handled)
+	}
 	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
 		Source: broker.NewClient(proc),
 		Store:  sequencertest.NewStore().Client(nil),
@@ -411,14 +418,14 @@ func TestRunnerFreesTheSlotBeforeTheTail(t *testing.T) {
 	require.NoError(t, err)
 	broker.PublishSeq("a", 1, true)
 	require.NoError(t, r.Start(t.Context()))
-	<-closing
+	require.Equal(t, "a", <-closing)
 	broker.PublishSeq("b", 1, true)
-	waitFor(t, "session b handled while a's close hangs", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(handled) == 2
-	})
+	require.Equal(t, "b", <-closing, "b is accepted and handled while a's close hangs")
+	require.Equal(t, []string{"a", "b"}, got())
 	require.Equal(t, 0, r.Stats().ActiveSessions, "a session in its tail is not active")
+	broker.PublishSeq("c", 1, true)
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, []string{"a", "b"}, got(), "no third session while two tails hang")
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.Stop(t.Context()) }()
 	select {
@@ -428,6 +435,7 @@ func TestRunnerFreesTheSlotBeforeTheTail(t *testing.T) {
 	}
 	close(unblock)
 	require.NoError(t, <-stopped)
-	require.Equal(t, 0, broker.Len())
-	require.Equal(t, []string{"a", "b"}, handled)
+	require.Equal(t, []string{"a", "b"}, got())
+	active, _ := broker.Pending("c")
+	require.Equal(t, 1, active, "c waits for the next start")
 }
