@@ -135,9 +135,9 @@ type RunOptions struct {
 	AcceptSent time.Time
 	// Released, when set, is called once, on the goroutine that called RunSession, when the run has made its last
 	// handler call and what remains is settling, the last save and the close (whatever the
-	// outcome, unless the run failed before: RunSession then returns without calling it). The
-	// Runner frees the session's slot then: the next session is accepted while this one's tail
-	// finishes.
+	// outcome, unless the run failed before, or the broker refused one of its settlements as
+	// busy: RunSession then returns without calling it). The Runner frees the session's slot
+	// then: the next session is accepted while this one's tail finishes.
 	Released func()
 }
 

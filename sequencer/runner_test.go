@@ -439,3 +439,56 @@ func TestRunnerFreesTheSlotBeforeTheTail(t *testing.T) {
 	active, _ := broker.Pending("c")
 	require.Equal(t, 1, active, "c waits for the next start")
 }
+
+// TestRunnerKeepsTheSlotOfARunRefusedAsBusy: a run whose settlement the broker refused as busy
+// (a throttled namespace) keeps its slot through its tail, so the namespace is not offered more
+// work while it refuses this run's.
+func TestRunnerKeepsTheSlotOfARunRefusedAsBusy(t *testing.T) {
+	t.Parallel()
+	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
+	unblock := make(chan struct{})
+	closing := make(chan struct{})
+	var refused, closed atomic.Bool
+	proc := &sequencertest.Process{Hook: func(c sequencertest.Call) error {
+		switch {
+		case c.Op == "complete" && c.SessionID == "a" && c.Phase == sequencertest.Before && refused.CompareAndSwap(false, true):
+			return sequencer.ErrSettlementRefused
+		case c.Op == "close" && c.SessionID == "a" && c.Phase == sequencertest.Before && closed.CompareAndSwap(false, true):
+			close(closing)
+			<-unblock
+		}
+		return nil
+	}}
+	var mu sync.Mutex
+	var handled []string
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source: broker.NewClient(proc),
+		Store:  sequencertest.NewStore().Client(nil),
+		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled = append(handled, m.SessionID)
+			return nil
+		}),
+		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond},
+		MaxConcurrentSessions: 1,
+		AcceptTimeout:         50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	broker.PublishSeq("a", 1, true)
+	require.NoError(t, r.Start(t.Context()))
+	<-closing
+	broker.PublishSeq("b", 1, true)
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	require.Equal(t, []string{"a"}, handled, "b waits while the refused run's close hangs")
+	mu.Unlock()
+	close(unblock)
+	waitFor(t, "b handled and a's refused message completed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == 2 && broker.Len() == 0
+	})
+	require.NoError(t, r.Stop(t.Context()))
+	require.Equal(t, []string{"a", "b"}, handled, "a's redelivered message is a duplicate")
+}

@@ -128,7 +128,9 @@ func (r *run) run() (Outcome, error) {
 	if err != nil {
 		return r.failed(err)
 	}
-	if r.onRelease != nil {
+	// A run whose settlements a throttled namespace refused keeps its slot through its tail: the
+	// namespace is not offered more work while it refuses this run's.
+	if r.onRelease != nil && !r.s.busy.Load() {
 		r.onRelease()
 	}
 	return r.release(out)

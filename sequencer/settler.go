@@ -38,6 +38,8 @@ type settler struct {
 	// busy since the last save (run.boundRefused): each stays at the broker, as after a crash, and
 	// the next holder hands it over again unless a save records it handled.
 	refusedEntries atomic.Int64
+	// busy: the broker refused one of this run's settlements as busy (a throttled namespace).
+	busy atomic.Bool
 	// pipe runs the completions of handled messages in the background (nil: no pipelining).
 	pipe *pipeline
 	// settled maps the application sequence of settled messages that may still have an index
@@ -117,6 +119,7 @@ func (s *settler) settleAsked(kind CallKind, m *msg, fn func(context.Context, *M
 		if errors.Is(err, ErrSettlementRefused) && !errors.Is(err, ErrLockLost) {
 			// Not an answer that proves the lock (a presumed refusal had none): answered stays.
 			s.e.stats.settlementsRefused.Add(1)
+			s.busy.Store(true)
 			return false, nil
 		}
 		return false, s.callErr(kind, err)
