@@ -190,8 +190,9 @@ type Config struct {
 	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED"`
 
 	// MaxConcurrentSessions bounds the sessions (with OrderingNone: the messages) handled at once.
-	// A session's slot is free once its last handler call returned: its last save and close
-	// finish while the next session is accepted (sequencer.RunnerConfig.MaxConcurrentSessions).
+	// A session's slot is free once its last handler call returned (unless a settlement was
+	// refused as busy): its last save and close finish while the next session is accepted
+	// (sequencer.RunnerConfig.MaxConcurrentSessions).
 	MaxConcurrentSessions int `envconfig:"MAX_CONCURRENT_SESSIONS"`
 	// SessionConnections is how many connections the runner locks sessions on, in turn
 	// (sbadapter.Config.AcceptClients). The SDK negotiates an accept's claims one at a time per
