@@ -379,6 +379,33 @@ func TestRunnerLeaseCountsFromTheAccept(t *testing.T) {
 	require.Zero(t, broker.Len(), "every message completed")
 }
 
+// oneSlotRunner is a Runner with one slot on broker, its session calls seen by proc, and a
+// handler that records the session of each message; handled returns them in order.
+func oneSlotRunner(t *testing.T, broker *sequencertest.Broker, proc *sequencertest.Process) (_ *sequencer.Runner, handled func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var ids []string
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
+		Source: broker.NewClient(proc),
+		Store:  sequencertest.NewStore().Client(nil),
+		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			ids = append(ids, m.SessionID)
+			return nil
+		}),
+		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond},
+		MaxConcurrentSessions: 1,
+		AcceptTimeout:         50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	return r, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ids)
+	}
+}
+
 // TestRunnerFreesTheSlotBeforeTheTail: a session's slot is free once its last handler call
 // returned (RunOptions.Released): with one slot, the next session is accepted and handled while
 // the first one's close still hangs; the tails are bounded (as many as the slots: a third
@@ -388,34 +415,13 @@ func TestRunnerFreesTheSlotBeforeTheTail(t *testing.T) {
 	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
 	unblock := make(chan struct{})
 	closing := make(chan string, 3)
-	proc := &sequencertest.Process{Hook: func(c sequencertest.Call) error {
+	r, got := oneSlotRunner(t, broker, &sequencertest.Process{Hook: func(c sequencertest.Call) error {
 		if c.Op == "close" && c.Phase == sequencertest.Before && c.SessionID != "c" {
 			closing <- c.SessionID
 			<-unblock
 		}
 		return nil
-	}}
-	var mu sync.Mutex
-	var handled []string
-	got := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(handled)
-	}
-	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
-		Source: broker.NewClient(proc),
-		Store:  sequencertest.NewStore().Client(nil),
-		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
-			mu.Lock()
-			defer mu.Unlock()
-			handled = append(handled, m.SessionID)
-			return nil
-		}),
-		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond},
-		MaxConcurrentSessions: 1,
-		AcceptTimeout:         50 * time.Millisecond,
-	})
-	require.NoError(t, err)
+	}})
 	broker.PublishSeq("a", 1, true)
 	require.NoError(t, r.Start(t.Context()))
 	require.Equal(t, "a", <-closing)
@@ -449,7 +455,7 @@ func TestRunnerKeepsTheSlotOfARunRefusedAsBusy(t *testing.T) {
 	unblock := make(chan struct{})
 	closing := make(chan struct{})
 	var refused, closed atomic.Bool
-	proc := &sequencertest.Process{Hook: func(c sequencertest.Call) error {
+	r, got := oneSlotRunner(t, broker, &sequencertest.Process{Hook: func(c sequencertest.Call) error {
 		switch {
 		case c.Op == "complete" && c.SessionID == "a" && c.Phase == sequencertest.Before && refused.CompareAndSwap(false, true):
 			return sequencer.ErrSettlementRefused
@@ -458,37 +464,17 @@ func TestRunnerKeepsTheSlotOfARunRefusedAsBusy(t *testing.T) {
 			<-unblock
 		}
 		return nil
-	}}
-	var mu sync.Mutex
-	var handled []string
-	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
-		Source: broker.NewClient(proc),
-		Store:  sequencertest.NewStore().Client(nil),
-		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
-			mu.Lock()
-			defer mu.Unlock()
-			handled = append(handled, m.SessionID)
-			return nil
-		}),
-		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond},
-		MaxConcurrentSessions: 1,
-		AcceptTimeout:         50 * time.Millisecond,
-	})
-	require.NoError(t, err)
+	}})
 	broker.PublishSeq("a", 1, true)
 	require.NoError(t, r.Start(t.Context()))
 	<-closing
 	broker.PublishSeq("b", 1, true)
 	time.Sleep(100 * time.Millisecond)
-	mu.Lock()
-	require.Equal(t, []string{"a"}, handled, "b waits while the refused run's close hangs")
-	mu.Unlock()
+	require.Equal(t, []string{"a"}, got(), "b waits while the refused run's close hangs")
 	close(unblock)
 	waitFor(t, "b handled and a's refused message completed", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(handled) == 2 && broker.Len() == 0
+		return len(got()) == 2 && broker.Len() == 0
 	})
 	require.NoError(t, r.Stop(t.Context()))
-	require.Equal(t, []string{"a", "b"}, handled, "a's redelivered message is a duplicate")
+	require.Equal(t, []string{"a", "b"}, got(), "a's redelivered message is a duplicate")
 }
