@@ -613,6 +613,15 @@ func compactReplays(t *testing.T, seed uint64, id string, got []int64, depth int
 // (TestPipelinedRunLease tests the lease).
 const noLease = -1
 
+// pipelinedCase is seed's random case with 2, 4 or 16 completions in flight (by seed), saveEach
+// and pipelineRuns as given, and no lease (noLease).
+func pipelinedCase(seed uint64, saveEach, pipelineRuns bool) *propCase {
+	c := newPropCase(seed)
+	c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = []int{2, 4, 16}[seed%3], saveEach, pipelineRuns
+	c.cfg.PipelineLease = noLease
+	return c
+}
+
 // TestPropertyPipelinedRuns is TestPropertyRandomSessions with EngineConfig.PipelineRuns: entries
 // of recorded runs are completed in the background, so a fault may hand over again up to
 // MaxPendingSettlements of the entries handled last, in order, and completions land out of order
@@ -626,10 +635,7 @@ func TestPropertyPipelinedRuns(t *testing.T) {
 		n = 150
 	}
 	propCases(t, n, func(seed uint64, tot *propTotals) {
-		c := newPropCase(seed)
-		c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = []int{2, 4, 16}[seed%3], seed%4 == 3, true
-		c.cfg.PipelineLease = noLease
-		runCase(t, seed, c, tot)
+		runCase(t, seed, pipelinedCase(seed, seed%4 == 3, true), tot)
 	})
 }
 
@@ -644,9 +650,7 @@ func TestPropertyOutOfBrokerOrder(t *testing.T) {
 		n = 100
 	}
 	propCases(t, n, func(seed uint64, tot *propTotals) {
-		c := newPropCase(seed)
-		c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = []int{2, 4, 16}[seed%3], false, seed%4 != 3
-		c.cfg.PipelineLease = noLease
+		c := pipelinedCase(seed, false, seed%4 != 3)
 		c.swapEvery = 2 + int(seed%2)
 		runCase(t, seed, c, tot)
 	})
