@@ -133,11 +133,13 @@ type RunOptions struct {
 	// the run's first answered call (with a store of its own, a run's first entries then wait for
 	// their completions until one is answered).
 	AcceptSent time.Time
-	// Released, when set, is called once, on the goroutine that called RunSession, when the run has made its last
-	// handler call and what remains is settling, the last save and the close (whatever the
-	// outcome, unless the run failed before, or the broker refused one of its settlements as
-	// busy: RunSession then returns without calling it). The Runner frees the session's slot
-	// then: the next session is accepted while this one's tail finishes.
+	// Released, when set, is called once, on the goroutine that called RunSession, when the run
+	// has made its last handler call and what remains is settling, the last save and the close:
+	// right after the handler call for the session's last message (before its save), or once the
+	// run has nothing more to take, whatever the outcome. It is not called when the run failed
+	// before, or when the broker had refused one of its settlements as busy by then: RunSession
+	// returns without calling it. The Runner frees the session's slot then: the next session is
+	// accepted while this one's tail finishes.
 	Released func()
 }
 

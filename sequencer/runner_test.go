@@ -387,7 +387,7 @@ func oneSlotRunner(t *testing.T, broker *sequencertest.Broker, proc *sequencerte
 	var ids []string
 	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
 		Source: broker.NewClient(proc),
-		Store:  sequencertest.NewStore().Client(nil),
+		Store:  sequencertest.NewStore().Client(proc),
 		Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -408,47 +408,79 @@ func oneSlotRunner(t *testing.T, broker *sequencertest.Broker, proc *sequencerte
 
 // TestRunnerFreesTheSlotBeforeTheTail: a session's slot is free once its last handler call
 // returned (RunOptions.Released): with one slot, the next session is accepted and handled while
-// the first one's close still hangs; the tails are bounded (as many as the slots: a third
-// session waits while two closes hang), and Stop waits for them.
+// a step of the first one's tail (the last save, the completion, the close) still hangs; the
+// tails are bounded (as many as the slots: a third session waits while two tails hang), and Stop
+// waits for them.
 func TestRunnerFreesTheSlotBeforeTheTail(t *testing.T) {
 	t.Parallel()
-	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
-	unblock := make(chan struct{})
-	closing := make(chan string, 3)
-	r, got := oneSlotRunner(t, broker, &sequencertest.Process{Hook: func(c sequencertest.Call) error {
-		if c.Op == "close" && c.Phase == sequencertest.Before && c.SessionID != "c" {
-			closing <- c.SessionID
-			<-unblock
-		}
-		return nil
-	}})
-	broker.PublishSeq("a", 1, true)
-	require.NoError(t, r.Start(t.Context()))
-	require.Equal(t, "a", <-closing)
-	broker.PublishSeq("b", 1, true)
-	require.Equal(t, "b", <-closing, "b is accepted and handled while a's close hangs")
-	require.Equal(t, []string{"a", "b"}, got())
-	require.Equal(t, 0, r.Stats().ActiveSessions, "a session in its tail is not active")
-	broker.PublishSeq("c", 1, true)
-	time.Sleep(100 * time.Millisecond)
-	require.Equal(t, []string{"a", "b"}, got(), "no third session while two tails hang")
-	stopped := make(chan error, 1)
-	go func() { stopped <- r.Stop(t.Context()) }()
-	select {
-	case <-stopped:
-		t.Fatal("Stop returned while a session's close was still in flight")
-	case <-time.After(50 * time.Millisecond):
+	for _, tc := range []struct {
+		name string
+		op   string
+		nth  int // the call of op on a session that hangs
+	}{
+		// The store is not session-bound: the first save is the claim before the handler call.
+		{name: "last save", op: "save", nth: 2},
+		{name: "completion", op: "complete", nth: 1},
+		{name: "close", op: "close", nth: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
+			unblock := make(chan struct{})
+			hanging := make(chan string, 3)
+			var mu sync.Mutex
+			calls := map[string]int{}
+			r, got := oneSlotRunner(t, broker, &sequencertest.Process{Hook: func(c sequencertest.Call) error {
+				if c.Op != tc.op || c.Phase != sequencertest.Before || c.SessionID == "c" {
+					return nil
+				}
+				mu.Lock()
+				calls[c.SessionID]++
+				n := calls[c.SessionID]
+				mu.Unlock()
+				if n == tc.nth {
+					hanging <- c.SessionID
+					<-unblock
+				}
+				return nil
+			}})
+			broker.PublishSeq("a", 1, true)
+			require.NoError(t, r.Start(t.Context()))
+			next := func() string {
+				select {
+				case id := <-hanging:
+					return id
+				case <-time.After(5 * time.Second):
+					return "nothing"
+				}
+			}
+			require.Equal(t, "a", next())
+			broker.PublishSeq("b", 1, true)
+			require.Equal(t, "b", next(), "b is accepted and handled while a's tail hangs")
+			require.Equal(t, []string{"a", "b"}, got())
+			require.Equal(t, 0, r.Stats().ActiveSessions, "a session in its tail is not active")
+			broker.PublishSeq("c", 1, true)
+			time.Sleep(100 * time.Millisecond)
+			require.Equal(t, []string{"a", "b"}, got(), "no third session while two tails hang")
+			stopped := make(chan error, 1)
+			go func() { stopped <- r.Stop(t.Context()) }()
+			select {
+			case <-stopped:
+				t.Fatal("Stop returned while a session's tail was still in flight")
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(unblock)
+			require.NoError(t, <-stopped)
+			require.Equal(t, []string{"a", "b"}, got())
+			active, _ := broker.Pending("c")
+			require.Equal(t, 1, active, "c waits for the next start")
+		})
 	}
-	close(unblock)
-	require.NoError(t, <-stopped)
-	require.Equal(t, []string{"a", "b"}, got())
-	active, _ := broker.Pending("c")
-	require.Equal(t, 1, active, "c waits for the next start")
 }
 
 // TestRunnerKeepsTheSlotOfARunRefusedAsBusy: a run whose settlement the broker refused as busy
-// (a throttled namespace) keeps its slot through its tail, so the namespace is not offered more
-// work while it refuses this run's.
+// (a throttled namespace) before its last handler call keeps its slot through its tail, so the
+// namespace is not offered more work while it refuses this run's.
 func TestRunnerKeepsTheSlotOfARunRefusedAsBusy(t *testing.T) {
 	t.Parallel()
 	broker := sequencertest.NewBroker(&sequencertest.BrokerOptions{Clock: clock.Real(), Blocking: true})
@@ -465,16 +497,17 @@ func TestRunnerKeepsTheSlotOfARunRefusedAsBusy(t *testing.T) {
 		}
 		return nil
 	}})
-	broker.PublishSeq("a", 1, true)
+	broker.PublishSeq("a", 1, false)
+	broker.PublishSeq("a", 2, true)
 	require.NoError(t, r.Start(t.Context()))
 	<-closing
 	broker.PublishSeq("b", 1, true)
 	time.Sleep(100 * time.Millisecond)
-	require.Equal(t, []string{"a"}, got(), "b waits while the refused run's close hangs")
+	require.Equal(t, []string{"a", "a"}, got(), "b waits while the refused run's close hangs")
 	close(unblock)
 	waitFor(t, "b handled and a's refused message completed", func() bool {
-		return len(got()) == 2 && broker.Len() == 0
+		return len(got()) == 3 && broker.Len() == 0
 	})
 	require.NoError(t, r.Stop(t.Context()))
-	require.Equal(t, []string{"a", "b"}, got(), "a's redelivered message is a duplicate")
+	require.Equal(t, []string{"a", "a", "b"}, got(), "a's redelivered message is a duplicate")
 }

@@ -128,12 +128,20 @@ func (r *run) run() (Outcome, error) {
 	if err != nil {
 		return r.failed(err)
 	}
-	// A run whose settlements a throttled namespace refused keeps its slot through its tail: the
-	// namespace is not offered more work while it refuses this run's.
-	if r.onRelease != nil && !r.s.busy.Load() {
-		r.onRelease()
-	}
+	r.freeSlot()
 	return r.release(out)
+}
+
+// freeSlot calls RunOptions.Released, once: this run makes no more handler calls. A run whose
+// settlements a throttled namespace refused keeps its slot through its tail: the namespace is not
+// offered more work while it refuses this run's.
+func (r *run) freeSlot() {
+	if r.onRelease == nil || r.s.busy.Load() {
+		return
+	}
+	release := r.onRelease
+	r.onRelease = nil
+	release()
 }
 
 // loop loads the state and takes batches of messages until the session ends, parks, blocks,

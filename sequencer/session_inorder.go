@@ -288,13 +288,24 @@ func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 		if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {
 			r.pendingGap = wait
 		}
-		return r.saveWith(m, next)
+		if err := r.saveWith(m, next); err != nil {
+			return err
+		}
+		if r.endSaved {
+			r.freeSlot() // the last message: its handler's transaction has committed
+		}
+		return nil
 	}
 	if err := r.callHandler(r.ctx, m); err != nil {
 		return err
 	}
 	if wait := r.st.handled(m.seq, m.bs, r.now()); wait > 0 {
 		r.pendingGap = wait
+	}
+	if !r.st.EndedAt.IsZero() {
+		// The last message: what is left (its save, the completions, the close) is the tail,
+		// and a store failure in it does not call the handler again.
+		r.freeSlot()
 	}
 	if how == completeInRun || ahead {
 		r.dirty = true
