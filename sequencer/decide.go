@@ -183,8 +183,8 @@ type view struct {
 
 // decide returns what to do with m, from the state, the window and m alone. The checks run in
 // this order: unsequenced (passed through); what leftover settles whatever the window holds (the
-// contract, handled already, past the end); a second last mark or too far ahead (invalid);
-// another copy in hand or deferred (duplicate); the parked message (finish parking); then m is
+// contract, handled already, past the end); a second last mark or too far ahead (invalid); the
+// parked message (finish parking); another copy in hand or deferred (duplicate); then m is
 // handled if it is the next expected sequence and nothing holds it back (a parked mark does,
 // unless m is the missing sequence a gap timeout parked on), and held otherwise.
 func (v view) decide(m *msg) action {
@@ -203,15 +203,18 @@ func (v view) decide(m *msg) action {
 		return settle(settleDecision{kind: settleInvalid, desc: fmt.Sprintf("application property %q = %d is %d ahead of the next expected sequence %d (max gap %d)",
 			prop, m.seq, m.seq-st.Next, st.Next, v.cfg.MaxGap)})
 	}
+	// The message the parked mark names is dead-lettered whatever other copy is in hand: a copy
+	// delivered ahead of it (out of broker order) must not make it a duplicate, which would
+	// complete the failing message instead of dead-lettering it.
+	if p := st.Parked; p != nil && m.seq == p.Sequence && m.bs == p.BrokerSequence {
+		return settle(settleDecision{kind: settleFinishPark})
+	}
 	duplicate := settle(settleDecision{kind: settleDuplicate})
 	if h, ok := v.w.held[m.seq]; ok && h.bs != m.bs {
 		return duplicate
 	}
 	if f, ok := v.w.fetched[m.seq]; ok && f.bs != m.bs {
 		return duplicate
-	}
-	if p := st.Parked; p != nil && m.seq == p.Sequence && m.bs == p.BrokerSequence {
-		return settle(settleDecision{kind: settleFinishPark})
 	}
 	// Another copy is deferred: only if the broker no longer has it does this copy count.
 	if bs, ok := st.Deferred[m.seq]; ok && bs != m.bs && (m.seq != st.Next || !v.w.missing[m.seq]) {

@@ -111,6 +111,12 @@ func TestDecide(t *testing.T) {
 			in{seq: 5, bs: 2}, settle(settleDecision{kind: settleDuplicate})},
 
 		{"the parked message back after a crash", world{next: 4, parked: parked}, in{seq: 4, bs: 40}, settle(settleDecision{kind: settleFinishPark})},
+		{"the parked message back after a crash, behind another copy", world{next: 4, parked: parked, held: []in{{seq: 4, bs: 41}}},
+			in{seq: 4, bs: 40}, settle(settleDecision{kind: settleFinishPark})},
+		{"the parked message back after a crash, another copy deferred", world{next: 4, parked: parked, deferred: map[int64]int64{4: 41}},
+			in{seq: 4, bs: 40}, settle(settleDecision{kind: settleFinishPark})},
+		{"the parked message back after a crash, another copy fetched", world{next: 4, parked: parked, fetched: []in{{seq: 4, bs: 41}}},
+			in{seq: 4, bs: 40}, settle(settleDecision{kind: settleFinishPark})},
 		{"a replay of the parked message", world{next: 4, parked: parked}, in{seq: 4, bs: 41}, action{kind: actHold}},
 		{"later while parked", world{next: 4, parked: parked}, in{seq: 5, bs: 50}, action{kind: actHold}},
 		{"the missing sequence a gap timeout parked on", world{next: 4, parked: gapParked}, in{seq: 4, bs: 41},
