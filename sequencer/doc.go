@@ -334,13 +334,13 @@
 // PoisonPark: save(Parked) → dead-letter. A crash between finds the parked mark on the next run:
 // the redelivered (or still deferred) message with the parked broker sequence number is
 // dead-lettered then, even when another copy of its sequence came in ahead of it (out of broker
-// order): it is not that copy's duplicate. PoisonSkip: save(Next+1 and
-// State.SkippedPoison[seq]) → dead-letter; a redelivered message matching the SkippedPoison
-// entry is dead-lettered, not completed as a duplicate, and the entry goes in a save after the
-// dead-lettering. Like a handled message, a skipped active message is the anchor while a drain
-// depends on it. PoisonBlock: save(Blocked) → abandon, and the run releases the session; the broker redelivers the message until it
-// succeeds (handling it clears State.Blocked) or its max delivery count dead-letters it (the mark
-// stays, for an operator: State.Unblock, State.SkipTo). The mark is a report, not a gate.
+// order): it is not that copy's duplicate. PoisonSkip: save(Next+1 and State.SkippedPoison[seq]) →
+// dead-letter; a redelivered message matching the SkippedPoison entry is dead-lettered, not
+// completed as a duplicate, and the entry goes in a save after the dead-lettering. Like a handled
+// message, a skipped active message is the anchor while a drain depends on it. PoisonBlock:
+// save(Blocked) → abandon, and the run releases the session; the broker redelivers the message
+// until it succeeds (handling it clears State.Blocked) or its max delivery count dead-letters it
+// (the mark stays, for an operator: State.Unblock, State.SkipTo). The mark is a report, not a gate.
 //
 // # Released retries
 //
