@@ -108,7 +108,8 @@ type EngineConfig struct {
 	// Poison is the policy once retries are exhausted (default PoisonPark).
 	Poison PoisonPolicy
 	// IdleTimeout is how long a receive waits before the session counts as idle and is released
-	// (default 30s).
+	// (default 30s). A run of an ended session does not wait for it once its late copies are
+	// completed (see "End" in the package documentation).
 	IdleTimeout time.Duration
 	// GapTimeout, when positive, is how long a missing sequence is waited for, while later
 	// messages wait, before GapPolicy acts (default 0: wait forever and report the wait).

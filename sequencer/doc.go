@@ -375,7 +375,10 @@
 // kept for TombstoneTTL so that a late copy of any sequence of the ended session is a duplicate;
 // the first run after expiry deletes it. With NoTombstone the state is deleted at once and a
 // late copy starts a new sequence. Only a holder that lost its lock could write over a
-// tombstone; the tenure rule below rules that out.
+// tombstone; the tenure rule below rules that out. A run that loads a tombstone completes the
+// late copies it receives and, when the broker had no more and none of those completions was
+// refused as busy, releases the session at once instead of holding it (and a runner slot) for
+// the idle timeout; a later copy makes the broker offer the session again.
 //
 // # Lock tenure
 //

@@ -198,6 +198,11 @@ func (r *run) loop() (Outcome, error) {
 			if err := r.take(batch); err != nil {
 				return 0, err
 			}
+			if done, err := r.settledLateCopies(len(batch)); err != nil {
+				return 0, err
+			} else if done {
+				return r.idle(), nil
+			}
 			r.releaseIfCooling(true)
 		} else {
 			// Nothing more at the broker: the session idles, unless that resolves an inherited
@@ -228,6 +233,24 @@ func (r *run) loop() (Outcome, error) {
 			}
 		}
 	}
+}
+
+// settledLateCopies reports whether a run of an ended session (its tombstone loaded) is done
+// with the batch of n messages it took: the broker had no more (n is short of a full receive) and
+// every late copy's completion landed. Such a run releases the session at once rather than wait
+// the idle timeout for more while it holds a runner slot (a throttled namespace's refused
+// completions come back as such copies, once the session that made them is closed); a later copy
+// makes the broker offer the session again. When a completion was refused as busy the run goes on
+// as before: the idle timeout is then the backoff before the copy comes back, where releasing at
+// once had the next run accepted at once and refused again.
+func (r *run) settledLateCopies(n int) (bool, error) {
+	if r.phase != receiving || r.st.EndedAt.IsZero() || n >= r.e.cfg.ReceiveBatch {
+		return false, nil
+	}
+	if err := r.s.await(); err != nil {
+		return false, err
+	}
+	return !r.s.busy.Load(), nil
 }
 
 // take decides the messages of one receive batch in order, draining after each, then bounds the
