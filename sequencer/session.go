@@ -237,12 +237,9 @@ func (r *run) loop() (Outcome, error) {
 
 // settledLateCopies reports whether a run of an ended session (its tombstone loaded) is done
 // with the batch of n messages it took: the broker had no more (n is short of a full receive) and
-// every late copy's completion landed. Such a run releases the session at once rather than wait
-// the idle timeout for more while it holds a runner slot (a throttled namespace's refused
-// completions come back as such copies, once the session that made them is closed); a later copy
-// makes the broker offer the session again. When a completion was refused as busy the run goes on
-// as before: the idle timeout is then the backoff before the copy comes back, where releasing at
-// once had the next run accepted at once and refused again.
+// every late copy's completion landed (see End in the package documentation). After a refused
+// completion the run waits the idle timeout as before: that wait is the backoff before the copy
+// comes back, where releasing at once had the next run accepted at once and refused again.
 func (r *run) settledLateCopies(n int) (bool, error) {
 	if r.phase != receiving || r.st.EndedAt.IsZero() || n >= r.e.cfg.ReceiveBatch {
 		return false, nil
