@@ -144,8 +144,9 @@ type EngineConfig struct {
 	// order and on nothing but the engine removing them (see the package documentation). Runs
 	// are not used with an AtomicStore. With PipelineRuns the saves run in the background while
 	// the handler goes on, each message completed once a save covering it landed (see "One save
-	// each, pipelined" in the package documentation): fewer saves than messages when the handler
-	// is faster than a save.
+	// each, pipelined" in the package documentation): fewer saves than messages, as a save
+	// waits for three quarters of MaxPendingSettlements handled messages while more of the batch
+	// is in hand.
 	SaveEachMessage bool
 	// PipelineRuns completes the entries of a recorded run in the background too (up to
 	// MaxPendingSettlements at a time) instead of waiting for each answer before the next

@@ -576,6 +576,31 @@ func TestOneSaveEachPipelined(t *testing.T) {
 		})
 	}
 
+	for _, bound := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bound=%v/a batch in hand is saved in a few saves, not one a message", bound), func(t *testing.T) {
+			t.Parallel()
+			cfg := sequencer.EngineConfig{SaveEachMessage: true, PipelineRuns: true, MaxPendingSettlements: 16}
+			b := setupStore(t, cfg, bound)
+			var saves atomic.Int64
+			b.proc.Hook = onCall("save", func(int64) error { saves.Add(1); return nil })
+			// A handler slower than a save: each save lands before the next message is handled,
+			// so one started as soon as the one before landed would cover a single message.
+			b.setFail(func(*sequencer.Message) error { time.Sleep(time.Millisecond); return nil })
+			publish(b, "s1", seqs(1, 32), 0)
+			done := b.runNextAsync(t)
+			require.Eventually(t, func() bool { return len(b.got("s1")) == 32 && b.broker.Len() == 0 }, 5*time.Second, time.Millisecond)
+			b.clock.Advance(time.Second)
+			require.Equal(t, sequencer.OutcomeIdle, <-done)
+			require.Equal(t, seqs(1, 32), b.got("s1"))
+			st, _ := b.store.Get("s1")
+			require.Equal(t, int64(33), st.Next)
+			// The mark's save (a store of its own claims the session with it), then one save for
+			// every 12 handled messages while more are in hand (three quarters of the window), the
+			// rest of the batch at its end, and the release's save that clears the mark.
+			require.LessOrEqual(t, saves.Load(), int64(6), "saves for 32 messages")
+		})
+	}
+
 	t.Run("a holder that finds the mark waits the lease", func(t *testing.T) {
 		t.Parallel()
 		b := setupBound(t, cfg)

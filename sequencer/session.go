@@ -271,6 +271,12 @@ func (r *run) take(batch []msg) error {
 		}
 	}
 	r.upcoming = nil
+	if r.aheadMode() && len(r.unsaved) > 0 {
+		// The batch is done: the messages a background save waited for (gathersAhead) go now.
+		if err := r.pumpAhead(); err != nil {
+			return err
+		}
+	}
 	return r.trimWindow(r.windowLimit())
 }
 
