@@ -58,7 +58,7 @@ func (r *run) handledAhead(m *msg) error {
 // wait for a save. Every save is a store call (a broker call with Service Bus session state),
 // and a save started as soon as the one before landed covered a few messages each (14 saves a
 // session of 100 in the e2e cell); the rest of the window still covers the save's round trip.
-// The end of the batch starts the save (take).
+// At the end of the batch the run saves what it has (take).
 func (r *run) gathersAhead() bool {
 	return r.aheadStored && len(r.upcoming) > 0 && len(r.unsaved) < r.e.cfg.MaxPendingSettlements*aheadGather/4
 }
