@@ -128,9 +128,9 @@
 // (one at a time: each expects the version the one before returned), the handler goes on with
 // the next message, and what it handles meanwhile goes into the next save. While more of the
 // batch is in hand, the next save waits for three quarters of MaxPendingSettlements handled
-// messages (the rest of the window covers its round trip); at the end of the batch the run
-// waits for the save in flight and starts one with what there is, so that nothing handled waits
-// for the next batch. Fewer saves, each covering more messages, where one started as soon as
+// messages (the rest of the window covers its round trip); at the end of the batch, unless the
+// next one is in hand already, the run saves and completes everything handled before it waits
+// for the broker. Fewer saves, each covering more messages, where one started as soon as
 // the one before landed covered a few. At most
 // MaxPendingSettlements messages are handled and not yet in a save that landed; the next handler
 // call waits for the save in flight beyond that. A crash or a lost lock hands over again, in

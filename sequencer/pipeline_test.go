@@ -601,6 +601,36 @@ func TestOneSaveEachPipelined(t *testing.T) {
 		})
 	}
 
+	for _, bound := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bound=%v/the end of a batch saves what was handled after the save in flight", bound), func(t *testing.T) {
+			t.Parallel()
+			cfg := sequencer.EngineConfig{SaveEachMessage: true, PipelineRuns: true, MaxPendingSettlements: 16}
+			b := setupBlocking(t, cfg) // the next receive waits for the idle timeout
+			if !bound {
+				b.bound = false
+				b.engine = b.newEngine(t, cfg, b.storeClient())
+			}
+			slow := int64(2) // the save of messages 2-13, after the one that stores the mark
+			if !bound {
+				slow = 3 // a store of its own is claimed first
+			}
+			b.proc.Hook = onCall("save", func(n int64) error {
+				if n == slow {
+					time.Sleep(100 * time.Millisecond)
+				}
+				return nil
+			})
+			// 1 with the mark, 2-13 in the slow save, 14-16 handled while it is in flight: within
+			// the window, so only the end of the batch makes the run wait for it.
+			publish(b, "s1", seqs(1, 16), 0)
+			done := b.runNextAsync(t)
+			require.Eventually(t, func() bool { return b.broker.Len() == 0 }, 5*time.Second, time.Millisecond,
+				"every message completed before the idle timeout, not at the release")
+			require.Equal(t, seqs(1, 16), b.got("s1"))
+			require.Equal(t, sequencer.OutcomeIdle, idleOut(t, b, done))
+		})
+	}
+
 	t.Run("a holder that finds the mark waits the lease", func(t *testing.T) {
 		t.Parallel()
 		b := setupBound(t, cfg)

@@ -271,15 +271,8 @@ func (r *run) take(batch []msg) error {
 		}
 	}
 	r.upcoming = nil
-	if r.aheadMode() && len(r.unsaved) > 0 {
-		// The batch is done: the messages handled since the last save go into one now, after
-		// the one in flight, rather than wait for the next batch (up to the idle timeout).
-		if err := r.flushAhead(); err != nil {
-			return err
-		}
-		if err := r.pumpAhead(); err != nil {
-			return err
-		}
+	if err := r.aheadAtBatchEnd(); err != nil {
+		return err
 	}
 	return r.trimWindow(r.windowLimit())
 }

@@ -58,9 +58,30 @@ func (r *run) handledAhead(m *msg) error {
 // wait for a save. Every save is a store call (a broker call with Service Bus session state),
 // and a save started as soon as the one before landed covered a few messages each (14 saves a
 // session of 100 in the e2e cell); the rest of the window still covers the save's round trip.
-// At the end of the batch the run saves what it has (take).
+// The end of the batch saves the rest (aheadAtBatchEnd).
 func (r *run) gathersAhead() bool {
 	return r.aheadStored && len(r.upcoming) > 0 && len(r.unsaved) < r.e.cfg.MaxPendingSettlements*aheadGather/4
+}
+
+// aheadAtBatchEnd, with one save each, pipelined, keeps what was handled from waiting for the
+// next batch: when that batch is in hand already its messages keep the saves going, otherwise
+// the run saves and completes everything handled before it waits for the broker (up to the idle
+// timeout).
+func (r *run) aheadAtBatchEnd() error {
+	if !r.aheadMode() || len(r.unsaved) == 0 && r.ahead == nil {
+		return nil
+	}
+	if r.peekPrefetch() != nil {
+		return r.pumpAhead()
+	}
+	if err := r.flushAhead(); err != nil {
+		return err
+	}
+	if len(r.unsaved) == 0 {
+		return nil
+	}
+	r.startAhead()
+	return r.flushAhead()
 }
 
 // aheadGather is, in quarters of MaxPendingSettlements, how many handled messages a background
