@@ -236,6 +236,11 @@ type benchVariant struct {
 	name     string
 	reversed bool // the sessions are published in reverse order
 	run      func(b *testing.B, queue string) (time.Duration, sequencer.Stats)
+	// db is the pool of the variant's state store, whose server's CPU is measured with the
+	// phases' (cpuMeter); nil for a store that is not Postgres.
+	db *pgxpool.Pool
+	// optIn: the variant runs only when SEQBUS_BENCH_VARIANTS names it.
+	optIn bool
 }
 
 // pairTotals is what comparePairs measured for one variant over every iteration.
@@ -245,22 +250,42 @@ type pairTotals struct {
 	storeCalls        uint64
 	minRatio          float64
 	ratios            []float64
+	// The CPU the phases used (cpuMeter): this process's in each, the database server's in the
+	// worker's.
+	plainCPU, workerCPU, dbCPU time.Duration
 }
 
 // ratio is the plain consumer's time over the variant's, over every iteration.
 func (t *pairTotals) ratio() float64 { return t.plain.Seconds() / t.worker.Seconds() }
 
+// reportCPU reports, per message of msgs, the CPU in microseconds that the worker's phases
+// (prefix+"cpu_us/msg") and the plain consumer's (prefix+"plain_cpu_us/msg") used in this
+// process, emulator and client setup included, and the database server's in the worker's
+// phases (prefix+"db_cpu_us/msg"), each when it could be read.
+func (t *pairTotals) reportCPU(b *testing.B, msgs float64, prefix string) {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / msgs }
+	if t.workerCPU > 0 && t.plainCPU > 0 {
+		b.ReportMetric(us(t.workerCPU), prefix+"cpu_us/msg")
+		b.ReportMetric(us(t.plainCPU), prefix+"plain_cpu_us/msg")
+	}
+	if t.dbCPU > 0 {
+		b.ReportMetric(us(t.dbCPU), prefix+"db_cpu_us/msg")
+	}
+}
+
 // comparePairs runs, in each iteration of b, every variant against a plain consumer run of its
 // own: a fresh queue for each, consumed one after the other, the plain consumer first in even
 // iterations and second in odd ones, so that neither side gets the quieter moment of a drifting
 // machine. Each pair's ratio is logged; its lowest is what "in every run" is measured against.
-// SEQBUS_BENCH_VARIANTS (comma-separated names) runs only those variants.
+// SEQBUS_BENCH_VARIANTS (comma-separated names) runs only those variants; an opt-in variant
+// runs only when it is named there.
 func (e *benchEnv) comparePairs(b *testing.B, variants []benchVariant) map[string]*pairTotals {
 	b.Helper()
-	if only := os.Getenv("SEQBUS_BENCH_VARIANTS"); only != "" {
-		keep := strings.Split(only, ",")
-		variants = slices.DeleteFunc(slices.Clone(variants), func(v benchVariant) bool { return !slices.Contains(keep, v.name) })
-	}
+	keep := strings.Split(os.Getenv("SEQBUS_BENCH_VARIANTS"), ",")
+	variants = slices.DeleteFunc(slices.Clone(variants), func(v benchVariant) bool {
+		named := slices.Contains(keep, v.name)
+		return !named && (v.optIn || keep[0] != "")
+	})
 	out := make(map[string]*pairTotals, len(variants))
 	for _, v := range variants {
 		out[v.name] = &pairTotals{minRatio: math.Inf(1)}
@@ -271,16 +296,22 @@ func (e *benchEnv) comparePairs(b *testing.B, variants []benchVariant) map[strin
 			t := out[v.name]
 			var plain, worker time.Duration
 			var st sequencer.Stats
+			meter := cpuMeter{pool: v.db}
 			runPlain := func() {
 				q := e.freshQueue(b, false)
 				var calls uint64
-				labelled(v.name+"/plain", func() { plain, calls = e.plainConsume(b, q) })
+				cpu := meter.phase(func() {
+					labelled(v.name+"/plain", func() { plain, calls = e.plainConsume(b, q) })
+				})
 				t.plainCalls += calls
+				t.plainCPU += cpu.proc
 				e.drained(b, q)
 			}
 			runWorker := func() {
 				q := e.freshQueue(b, v.reversed)
-				labelled(v.name, func() { worker, st = v.run(b, q) })
+				cpu := meter.phase(func() { labelled(v.name, func() { worker, st = v.run(b, q) }) })
+				t.workerCPU += cpu.proc
+				t.dbCPU += cpu.db
 				e.drained(b, q)
 			}
 			if iteration%2 == 0 {
@@ -365,6 +396,7 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 		b.ReportMetric(msgs/t.plain.Seconds(), name+"_plain_msgs/s")
 		b.ReportMetric(t.ratio(), name+"_ratio")
 		b.ReportMetric(t.minRatio, name+"_min_ratio")
+		t.reportCPU(b, msgs, name+"_")
 		if name == "inorder" || name == "awaited" || name == "reversed" {
 			b.ReportMetric(float64(t.calls)/msgs, name+"_calls/msg")
 			b.ReportMetric(float64(t.storeCalls)/msgs, name+"_state_calls/msg")
@@ -377,33 +409,55 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 
 // BenchmarkWorkerPostgresStore is the worker's pipeline with the Postgres state store (in-order
 // sessions), paired with the plain consumer as in BenchmarkWorkerVsPlainConsumer: msgs/s, the
-// ratios to the plain consumer, state store calls (loads, saves, deletes) per second, and what a
-// save and a load took during the cell (save_p50_ms, save_p90_ms, load_p50_ms). The store alone
-// is measured by sessionstate/postgres BenchmarkTransition and BenchmarkTransitionParallel.
+// ratios to the plain consumer, the CPU a message took (reportCPU, the database server's
+// included), state store calls (loads, saves, deletes) per second, and what a save and a load
+// took during the cell (save_p50_ms, save_p90_ms, load_p50_ms). The store alone is measured by
+// sessionstate/postgres BenchmarkTransition and BenchmarkTransitionParallel.
+//
+// Two opt-in variants (SEQBUS_BENCH_VARIANTS=postgres,floor2,floor3) bound what the store's
+// writes cost the cell: the same worker and Postgres store behind floorStore, which sends a
+// session's load and its final save (floor2), and also its first save, awaited before the first
+// handler call (floor3), and keeps the others in memory. They are unsafe and measure only:
+// floor2 is the least a session's state costs, read once and its end written once.
 func BenchmarkWorkerPostgresStore(b *testing.B) {
 	e := newBenchEnv(b)
 	pool := pgtest.NewPool(b, &pgtest.Options{MaxConns: benchConcurrency + 2, Setup: func(ctx context.Context, p *pgxpool.Pool) error {
 		_, err := migrations.New(p, nil).Up(ctx, migrations.UpOptions{})
 		return err
 	}})
+	cfg := sequencer.EngineConfig{PipelineRuns: seqworker.DefaultConfig().PipelineRuns}
+	variant := func(name string, wrap func(sequencer.StateStore) sequencer.StateStore) benchVariant {
+		return benchVariant{name: name, db: pool, optIn: name != "postgres", run: func(b *testing.B, q string) (time.Duration, sequencer.Stats) {
+			store, err := postgres.New(pool, &postgres.Config{Entity: q})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return e.workerConsumeWith(b, q, wrap(store), cfg)
+		}}
+	}
 	timed := &timedStore{}
-	res := e.comparePairs(b, []benchVariant{{name: "postgres", run: func(b *testing.B, q string) (time.Duration, sequencer.Stats) {
-		store, err := postgres.New(pool, &postgres.Config{Entity: q})
-		if err != nil {
-			b.Fatal(err)
+	res := e.comparePairs(b, []benchVariant{
+		variant("postgres", func(s sequencer.StateStore) sequencer.StateStore { timed.StateStore = s; return timed }),
+		variant("floor2", func(s sequencer.StateStore) sequencer.StateStore { return &floorStore{StateStore: s} }),
+		variant("floor3", func(s sequencer.StateStore) sequencer.StateStore { return &floorStore{StateStore: s, first: true} }),
+	})
+	msgs := float64(b.N * benchSessions * benchMessages)
+	for _, name := range []string{"floor2", "floor3"} {
+		if t, ok := res[name]; ok {
+			b.ReportMetric(t.ratio(), name+"_ratio")
+			b.ReportMetric(t.minRatio, name+"_min_ratio")
+			t.reportCPU(b, msgs, name+"_")
 		}
-		timed.StateStore = store
-		return e.workerConsumeWith(b, q, timed, sequencer.EngineConfig{PipelineRuns: seqworker.DefaultConfig().PipelineRuns})
-	}}})
+	}
 	t, ok := res["postgres"]
 	if !ok {
 		return
 	}
-	msgs := float64(b.N * benchSessions * benchMessages)
 	b.ReportMetric(msgs/t.worker.Seconds(), "msgs/s")
 	b.ReportMetric(msgs/t.plain.Seconds(), "plain_msgs/s")
 	b.ReportMetric(t.ratio(), "ratio")
 	b.ReportMetric(t.minRatio, "min_ratio")
+	t.reportCPU(b, msgs, "")
 	b.ReportMetric(float64(t.storeCalls)/t.worker.Seconds(), "store_calls/s")
 	// What a store round trip takes during the cell: a run waits for one save (the record of its
 	// first run, or its claim) before its first handler call, which the plain consumer does not.
