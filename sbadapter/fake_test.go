@@ -40,6 +40,8 @@ type fakeReceiver struct {
 	failNext []error
 	// receiveWaits records the TimeAfterFirstMessage of each receive (0: no options).
 	receiveWaits []time.Duration
+	// completeCtxs records the ctx of each CompleteMessage.
+	completeCtxs []context.Context
 }
 
 // failure counts a call and returns the error it must fail with, if any. f.mu must be held.
@@ -141,6 +143,7 @@ func (f *fakeReceiver) settle(m *azservicebus.ReceivedMessage, how string) error
 func (f *fakeReceiver) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
 	f.mu.Lock()
 	hangs := f.completeHangs || f.hangs[*m.SequenceNumber]
+	f.completeCtxs = append(f.completeCtxs, ctx)
 	f.mu.Unlock()
 	if hangs {
 		<-ctx.Done()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -260,7 +261,7 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 // the watch's settleTimeout ended it.
 func (s *Session) settleOnce(ctx context.Context, what string, rm *azservicebus.ReceivedMessage, fn func(context.Context, *azservicebus.ReceivedMessage) error) (err error, timedOut, refused bool) {
 	sctx, slot := s.watchSettlement(ctx)
-	defer s.stopSettlement(slot)
+	defer func() { s.stopSettlement(slot, err == nil) }()
 	start := time.Now()
 	err = fn(sctx, rm)
 	if err == nil {
@@ -362,22 +363,24 @@ var errSettleRefused = errors.New("settlement presumed refused as busy")
 // the rest of its period, so this settlement most likely was refused too; one that was not is
 // answered within a round trip). A settlement runs for every message, so the session's
 // settlements share one timer and their watches live in one slice, where a timer and a watch of
-// its own for each cost three of the fifteen allocations of a completion (BenchmarkSessionComplete).
+// its own for each cost three of the fifteen allocations of a completion (BenchmarkSessionComplete),
+// and a slot keeps the ctx of a settlement that ended by itself for the next one with the same
+// parent (settleWatches.idle).
 func (s *Session) watchSettlement(ctx context.Context) (context.Context, int) {
-	sctx, cancel := context.WithCancelCause(ctx)
 	now := time.Now()
-	e := settleEntry{start: now, cancel: cancel}
+	e := settleEntry{start: now}
 	first := s.settleTimeout
 	if s.limit != nil {
 		e.mark, e.logged = s.limit.busyCount(), s.settleRefusals.Load()
 		first = min(first, refusedSettlementWait)
 	}
-	return sctx, s.watches.add(s, e, now.Add(first))
+	return s.watches.add(s, ctx, e, now.Add(first))
 }
 
-// stopSettlement ends the watch in slot and the settlement's ctx.
-func (s *Session) stopSettlement(slot int) {
-	s.watches.remove(slot)(nil)
+// stopSettlement ends the watch in slot; ok says the settlement succeeded, and only then may the
+// slot keep its ctx (after a failure the SDK may be recovering its links).
+func (s *Session) stopSettlement(slot int, ok bool) {
+	s.watches.remove(slot, ok)
 }
 
 // settleWatches watches a session's settlements in flight (watchSettlement) with one timer,
@@ -386,8 +389,20 @@ type settleWatches struct {
 	mu      sync.Mutex
 	entries []settleEntry // in flight where cancel is set
 	free    []int         // slots of entries without a settlement
-	t       *time.Timer
-	due     time.Time // when t fires; zero: not armed
+	// idle holds, by slot, the ctx of the slot's last settlement when that ended by itself: the
+	// next settlement in the slot with the same parent uses it again rather than deriving one
+	// (a derived ctx is an allocation and a registration with the parent under its lock, for
+	// every message). The SDK's settlement calls do not keep their ctx past their return.
+	idle  []idleCtx
+	t     *time.Timer
+	due   time.Time // when t fires; zero: not armed
+	close bool      // released: nothing is kept idle any more
+}
+
+// idleCtx is a settlement ctx not canceled, derived from parent, kept for the next settlement.
+type idleCtx struct {
+	parent, ctx context.Context
+	cancel      context.CancelCauseFunc
 }
 
 // settleEntry is the watch of one settlement attempt.
@@ -399,28 +414,51 @@ type settleEntry struct {
 	ended bool
 }
 
-// add watches e, which needs a look at first, and returns its slot.
-func (w *settleWatches) add(s *Session, e settleEntry, first time.Time) int {
+// add watches e, a settlement under parent, which needs a look at first, and returns its ctx
+// and slot.
+func (w *settleWatches) add(s *Session, parent context.Context, e settleEntry, first time.Time) (context.Context, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var slot int
 	if n := len(w.free); n > 0 {
 		slot = w.free[n-1]
 		w.free = w.free[:n-1]
-		w.entries[slot] = e
 	} else {
 		slot = len(w.entries)
-		w.entries = append(w.entries, e)
+		w.entries = append(w.entries, settleEntry{})
+		w.idle = append(w.idle, idleCtx{})
 	}
+	sctx := w.idle[slot].ctx
+	if sctx == nil || !sameCtx(w.idle[slot].parent, parent) || sctx.Err() != nil {
+		if old := w.idle[slot].cancel; old != nil {
+			old(nil) // release it from its parent
+		}
+		var cancel context.CancelCauseFunc
+		sctx, cancel = context.WithCancelCause(parent)
+		w.idle[slot] = idleCtx{parent: parent, ctx: sctx, cancel: cancel}
+	}
+	e.cancel = w.idle[slot].cancel
+	w.entries[slot] = e
 	w.armLocked(s, first)
-	return slot
+	return sctx, slot
 }
 
-// remove frees slot and returns the cancel of its settlement's ctx.
-func (w *settleWatches) remove(slot int) context.CancelCauseFunc {
+// sameCtx reports whether a and b are the same context value (comparing two values of a type
+// that is not comparable would panic).
+func sameCtx(a, b context.Context) bool {
+	ta := reflect.TypeOf(a)
+	return ta != nil && ta == reflect.TypeOf(b) && ta.Comparable() && a == b
+}
+
+// remove frees slot. With keep, the ctx of its settlement stays for the next one in the slot
+// unless the watch canceled it (or the watches were released).
+func (w *settleWatches) remove(slot int, keep bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	cancel := w.entries[slot].cancel
+	if !keep || w.entries[slot].ended || w.close {
+		w.idle[slot].cancel(nil)
+		w.idle[slot] = idleCtx{}
+	}
 	w.entries[slot] = settleEntry{}
 	w.free = append(w.free, slot)
 	if len(w.free) == len(w.entries) && !w.due.IsZero() {
@@ -429,7 +467,20 @@ func (w *settleWatches) remove(slot int) context.CancelCauseFunc {
 		w.t.Stop()
 		w.due = time.Time{}
 	}
-	return cancel
+}
+
+// release cancels the ctxs kept idle, which would otherwise stay registered with a parent that
+// outlives the session, and keeps none from now on.
+func (w *settleWatches) release() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.close = true
+	for i := range w.idle {
+		if w.entries[i].cancel == nil && w.idle[i].cancel != nil {
+			w.idle[i].cancel(nil)
+			w.idle[i] = idleCtx{}
+		}
+	}
 }
 
 // armLocked makes the timer fire at at, unless it fires before.
@@ -604,6 +655,7 @@ func (s *Session) Holding(ctx context.Context, brokerSequences []int64) ([]int64
 // Close releases the session lock. Closing twice is not an error, nor is closing a session
 // whose lock is already known lost (its link is gone; closing only frees the receiver).
 func (s *Session) Close(ctx context.Context) error {
+	s.watches.release()
 	err := s.r.Close(ctx)
 	if err == nil || s.usable("close") != nil {
 		return nil
