@@ -392,11 +392,12 @@ type settleWatches struct {
 	// idle holds, by slot, the ctx of the slot's last settlement when that ended by itself: the
 	// next settlement in the slot with the same parent uses it again rather than deriving one
 	// (a derived ctx is an allocation and a registration with the parent under its lock, for
-	// every message). The SDK's settlement calls do not keep their ctx past their return.
-	idle  []idleCtx
-	t     *time.Timer
-	due   time.Time // when t fires; zero: not armed
-	close bool      // released: nothing is kept idle any more
+	// every message). A settlement does not keep its ctx past its return (go-amqp v1.7 returns
+	// once the disposition's frame is written and answered).
+	idle     []idleCtx
+	t        *time.Timer
+	due      time.Time // when t fires; zero: not armed
+	released bool      // nothing is kept idle any more (release)
 }
 
 // idleCtx is a settlement ctx not canceled, derived from parent, kept for the next settlement.
@@ -455,7 +456,7 @@ func sameCtx(a, b context.Context) bool {
 func (w *settleWatches) remove(slot int, keep bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !keep || w.entries[slot].ended || w.close {
+	if !keep || w.entries[slot].ended || w.released {
 		w.idle[slot].cancel(nil)
 		w.idle[slot] = idleCtx{}
 	}
@@ -474,7 +475,7 @@ func (w *settleWatches) remove(slot int, keep bool) {
 func (w *settleWatches) release() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.close = true
+	w.released = true
 	for i := range w.idle {
 		if w.entries[i].cancel == nil && w.idle[i].cancel != nil {
 			w.idle[i].cancel(nil)
