@@ -446,9 +446,9 @@ func TestSessionSettlementWatchesAreEachSettlements(t *testing.T) {
 }
 
 // TestSettlementCtxReuse checks what a settlement's ctx is: the one a settlement in the same slot
-// left, when that one ended by itself and the parent is the same, and a fresh one otherwise (the
-// watch canceled the last one, or the parent is another); the ctxs kept are released when the
-// session is closed.
+// left, when that one ended by itself, succeeded and had the same parent, and a fresh one
+// otherwise (the watch canceled the last one, it failed, or the parent is another); the ctxs
+// kept are released when the session is closed.
 func TestSettlementCtxReuse(t *testing.T) {
 	t.Parallel()
 	f := newFakeReceiver("s1")
@@ -476,6 +476,10 @@ func TestSettlementCtxReuse(t *testing.T) {
 	require.ErrorIs(t, s.Complete(parent, msgs[2]), sequencer.ErrLockLost, "the hanging one times out")
 	require.Same(t, ctxOf(1), ctxOf(2))
 	require.ErrorIs(t, context.Cause(ctxOf(2)), errSettleTimeout, "the watch ended it")
+	s.watches.mu.Lock()
+	kept := s.watches.idle[0].ctx
+	s.watches.mu.Unlock()
+	require.Nil(t, kept, "a ctx the watch canceled is not kept")
 
 	// A fresh session (the lost one refuses every call) shows the rest.
 	f2 := newFakeReceiver("s2")
@@ -508,9 +512,4 @@ func TestSettlementCtxReuse(t *testing.T) {
 	require.NotSame(t, ctx2(3), ctx2(4))
 	require.NoError(t, s2.Close(t.Context()))
 	require.Error(t, ctx2(4).Err(), "closing the session releases the ctx it kept")
-
-	s.watches.mu.Lock()
-	kept := s.watches.idle[0].ctx
-	s.watches.mu.Unlock()
-	require.Nil(t, kept, "a ctx the watch canceled is not kept")
 }

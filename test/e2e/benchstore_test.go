@@ -65,16 +65,21 @@ func (s *floorStore) Load(ctx context.Context, p sequencer.LoadParams) (*sequenc
 	st, ver, err := s.StateStore.Load(ctx, p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.initLocked()
+	s.real[p.Session.ID()] = ver
+	return st, ver, err
+}
+
+func (s *floorStore) initLocked() {
 	if s.real == nil {
 		s.real, s.sent = map[string]int64{}, map[string]bool{}
 	}
-	s.real[p.Session.ID()] = ver
-	return st, ver, err
 }
 
 func (s *floorStore) Save(ctx context.Context, p sequencer.SaveParams) (int64, error) {
 	id := p.Session.ID()
 	s.mu.Lock()
+	s.initLocked()
 	real, sent := s.real[id], s.sent[id]
 	s.sent[id] = true
 	if p.State.EndedAt.IsZero() && (sent || !s.first) {
