@@ -30,7 +30,8 @@ func (r *rpcLinks) call(ctx context.Context, t *testing.T, req *amqp.Message) *a
 // peek-message without session-id fail on a partitioned session queue (and, under
 // SessionIDAlways, on every session queue) with status 500, amqp:internal-error and the
 // service's text; with session-id, or on other entities, they run as before (here: the
-// sequence number, the lock token are unknown; the peek finds the locked message).
+// sequence number, the lock token are unknown; the peek finds the locked message, or nothing
+// of a session the client does not hold).
 func TestSessionOperationsWithoutSessionID(t *testing.T) {
 	t.Parallel()
 	type op struct {
@@ -48,18 +49,27 @@ func TestSessionOperationsWithoutSessionID(t *testing.T) {
 		"com.microsoft:update-disposition":         410,
 		"com.microsoft:peek-message":               200,
 	}
+	// A session-id naming a session this client does not hold gets past the check too; the
+	// operation then finds nothing of it.
+	other := map[string]int32{
+		"com.microsoft:receive-by-sequence-number": 410,
+		"com.microsoft:update-disposition":         410,
+		"com.microsoft:peek-message":               204,
+	}
 	tests := []struct {
 		name      string
 		rule      broker.SessionIDRule
 		entity    string
-		sessionID bool
+		sessionID string
 		refused   bool
+		want      map[string]int32
 	}{
-		{"partitioned session queue", broker.SessionIDOnPartitioned, "ps", false, true},
-		{"partitioned session queue with session-id", broker.SessionIDOnPartitioned, "ps", true, false},
-		{"session queue", broker.SessionIDOnPartitioned, "sq", false, false},
-		{"session queue, always", broker.SessionIDAlways, "sq", false, true},
-		{"session queue with session-id, always", broker.SessionIDAlways, "sq", true, false},
+		{"partitioned session queue", broker.SessionIDOnPartitioned, "ps", "", true, nil},
+		{"partitioned session queue with session-id", broker.SessionIDOnPartitioned, "ps", "a", false, passed},
+		{"partitioned session queue with another session-id", broker.SessionIDOnPartitioned, "ps", "b", false, other},
+		{"session queue", broker.SessionIDOnPartitioned, "sq", "", false, passed},
+		{"session queue, always", broker.SessionIDAlways, "sq", "", true, nil},
+		{"session queue with session-id, always", broker.SessionIDAlways, "sq", "a", false, passed},
 	}
 	for _, tt := range tests {
 		for _, o := range ops {
@@ -89,8 +99,8 @@ func TestSessionOperationsWithoutSessionID(t *testing.T) {
 				for k, v := range o.body {
 					body[k] = v
 				}
-				if tt.sessionID {
-					body["session-id"] = "a"
+				if tt.sessionID != "" {
+					body["session-id"] = tt.sessionID
 				}
 				resp := mgmt.call(ctx, t, &amqp.Message{Value: body, ApplicationProperties: map[string]any{
 					"operation": o.name, "associated-link-name": "sr",
@@ -98,7 +108,7 @@ func TestSessionOperationsWithoutSessionID(t *testing.T) {
 				code := resp.ApplicationProperties["status-code"]
 				desc, _ := resp.ApplicationProperties["status-description"].(string)
 				if !tt.refused {
-					require.Equal(t, passed[o.name], code, desc)
+					require.Equal(t, tt.want[o.name], code, desc)
 					return
 				}
 				require.Equal(t, int32(500), code, desc)
