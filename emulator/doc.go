@@ -97,6 +97,50 @@
 // returns success without reaching the emulator, and the message, still
 // locked, comes back when its lock expires.
 //
+// # Partitioned session entities
+//
+// On a session entity with partitioning enabled (EnablePartitioning of a
+// queue, or of a subscription's topic, set through the admin clients or a
+// Config.json), the $management operations on a session's messages,
+// com.microsoft:receive-by-sequence-number, com.microsoft:update-disposition
+// and com.microsoft:peek-message, fail when the request carries no
+// session-id: status 500, error-condition amqp:internal-error, and a
+// status-description that starts with the service's text, "The service was
+// unable to process the request; please retry the operation.", and goes on to
+// say what the emulator refused. With session-id they run as on any entity
+// (receive-by-sequence-number then needs that session locked by the client:
+// 410 otherwise). Partitioning cannot change after an entity is created (400).
+//
+// Evidence: the .NET library once sent receive-by-sequence-number for a
+// session receiver without session-id, and the service answered with that text
+// (azure-service-bus-dotnet issue 544, as the library's generic
+// ServiceBusException); the fix added session-id, its commit saying that a
+// partitioned session queue requires it (PR 574); the old Go library had the
+// same fault (azure-service-bus-go issue 127). The text comes from the service
+// with status 500 on $management (azservicebus records "rpc: failed, status
+// code 500 and description: The service was unable to process the request;
+// please retry the operation." in a live test of another operation) and with
+// amqp:internal-error on links. For entities without partitioning no public
+// source says either way: Config.SessionIDRule (broker.SessionIDAlways;
+// cmd/emulator -session-id-required always; Config.json
+// "SessionIdRequired": "Always"; emulatortest.Options.SessionIDRule) refuses
+// the same requests on every session entity, the strict case.
+//
+// What callers see: azservicebus v1.11 sends none of the three with session-id
+// (internal/mgmt.go), so on such an entity a SessionReceiver's
+// ReceiveDeferredMessages and PeekMessages, and the settlement of a message
+// received deferred, fail. The SDK takes a 500 answer as retryable
+// (internal/errors.go, GetRecoveryKind), retries it RetryOptions.MaxRetries
+// times and returns its RPCError unchanged: no
+// azservicebus.Code (errors.As to *azservicebus.Error is false), no
+// *amqp.Error (go-amqp carries the response message, of which the SDK reads
+// status-code and status-description and ignores error-condition), the text
+// "rpc: failed, status code 500 and description: ...", and RPCCode() 500.
+// The Python SDK names the session in all three and works
+// (TestPythonSDKConformance runs its session deferral on a partitioned queue).
+// TestSessionDeferralRoundTripWithStockSDK and, in the engine,
+// TestSessionOperationsWithoutSessionID pin this.
+//
 // # SDK behaviour worth knowing (azservicebus v1.11.0)
 //
 //   - After its session lock is lost, a SessionReceiver retries a settlement

@@ -70,6 +70,12 @@ type Config struct {
 	// credit-based throttle like the Standard tier's and transient errors (see Pressure).
 	// Default: none.
 	Pressure Pressure
+	// SessionIDRule says which session entities refuse receive-by-sequence-number,
+	// update-disposition and peek-message requests without session-id: by default
+	// those with partitioning enabled, as the service does; broker.SessionIDAlways
+	// refuses them on every session entity (the strict case). A Config.json's
+	// "SessionIdRequired" can make it stricter.
+	SessionIDRule broker.SessionIDRule
 	// TLS, when set, serves the AMQP port over TLS only (AMQPS, HTTPS and
 	// AMQP over WebSockets behind TLS), as Service Bus serves port 5671; see
 	// TLSConfig. HTTPAddr stays plain HTTP. Default: no TLS.
@@ -108,6 +114,9 @@ func (c Config) validate() error {
 			return err
 		}
 	}
+	if _, err := broker.ParseSessionIDRule(c.SessionIDRule.String()); err != nil {
+		return fmt.Errorf("emulator: SessionIDRule: %w", err)
+	}
 	return c.Pressure.validate()
 }
 
@@ -141,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := broker.New(broker.Config{Clock: cfg.Clock, MaxMessageSize: cfg.MaxMessageSize, Logger: cfg.Logger})
+	b := broker.New(broker.Config{Clock: cfg.Clock, MaxMessageSize: cfg.MaxMessageSize, Logger: cfg.Logger, SessionIDRule: cfg.SessionIDRule})
 	if cfg.ConfigFile != "" {
 		if err := b.LoadConfigFile(cfg.ConfigFile); err != nil {
 			b.Close()

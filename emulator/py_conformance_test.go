@@ -57,9 +57,11 @@ func TestPythonSDKConformance(t *testing.T) {
 				Queues: map[string]broker.EntityProperties{
 					"py-basic": {}, "py-batch": {}, "py-settle": {}, "py-deadletter": {}, "py-defer": {},
 					"py-schedule": {}, "py-peek": {},
-					"py-sessions":      {RequiresSession: true},
-					"py-accept-next":   {RequiresSession: true},
-					"py-session-defer": {RequiresSession: true},
+					"py-sessions":    {RequiresSession: true},
+					"py-accept-next": {RequiresSession: true},
+					// Partitioned: the SDK names the session in receive-deferred, settlement
+					// through $management and peek, as the service requires there.
+					"py-session-defer": {RequiresSession: true, EnablePartitioning: true},
 				},
 				Topics: map[string]emulatortest.Topic{
 					"py-routing": {Subscriptions: map[string]emulatortest.Subscription{"all": {}}},

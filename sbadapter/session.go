@@ -138,42 +138,22 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 	return s.convert(msgs), nil
 }
 
-// ReceiveDeferred fetches deferred messages by broker sequence number. Numbers the broker no
-// longer holds are left out.
+// ReceiveDeferred fetches deferred messages by broker sequence number. A number is left out
+// only when the broker answers not found for it and a peek confirms that the session holds no
+// message at that number; any other failure is returned, naming the session and the broker's
+// answer, and counted (DeferredFetchFailures).
 func (s *Session) ReceiveDeferred(ctx context.Context, brokerSequences []int64) ([]*sequencer.Message, error) {
 	if len(brokerSequences) == 0 {
 		return []*sequencer.Message{}, nil
 	}
-	var msgs []*azservicebus.ReceivedMessage
-	err := s.call(ctx, func(ctx context.Context) (err error) {
-		msgs, err = s.r.ReceiveDeferredMessages(ctx, brokerSequences, nil)
-		return err
-	})
-	if err == nil {
+	msgs, err := s.fetchDeferred(ctx, brokerSequences)
+	switch {
+	case err == nil:
 		return s.convert(msgs), nil
+	case isNotFound(err):
+		return s.receiveDeferredOneByOne(ctx, brokerSequences)
 	}
-	if !errors.Is(mapError(opSession, "", err), sequencer.ErrNotFound) {
-		return nil, s.mapErr("receive deferred", err)
-	}
-	// Service Bus fails the whole request when one number is unknown: ask one by one and leave
-	// out the missing ones.
-	out := []*sequencer.Message{}
-	for _, seq := range brokerSequences {
-		var one []*azservicebus.ReceivedMessage
-		err := s.call(ctx, func(ctx context.Context) (err error) {
-			one, err = s.r.ReceiveDeferredMessages(ctx, []int64{seq}, nil)
-			return err
-		})
-		if err != nil {
-			if errors.Is(mapError(opSession, "", err), sequencer.ErrNotFound) {
-				s.logger.DebugContext(ctx, "sbadapter: deferred message gone", slog.String("session_id", s.id), slog.Int64("broker_sequence", seq))
-				continue
-			}
-			return nil, s.mapErr(fmt.Sprintf("receive deferred %d", seq), err)
-		}
-		out = append(out, s.convert(one)...)
-	}
-	return out, nil
+	return nil, deferredFetchFailed(ctx, s.mapErr("receive deferred", err))
 }
 
 // Complete removes m from the broker. Like every settlement it is bounded by

@@ -219,7 +219,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	_, body = get("/readyz")
 	require.Contains(t, body, `"status":"ready"`)
 	_, body = get("/metrics")
-	for _, name := range []string{"seqbus_messages_total{outcome=\"handled\"} 0", "seqbus_sessions_active 0", "seqbus_ready 1", "go_goroutines", "process_cpu_seconds_total"} {
+	for _, name := range []string{"seqbus_messages_total{outcome=\"handled\"} 0", "seqbus_sessions_active 0", "seqbus_ready 1", "seqbus_deferred_fetch_failures_total ", "go_goroutines", "process_cpu_seconds_total"} {
 		require.Contains(t, body, name)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -148,6 +149,10 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 			Name: "seqbus_settlements_refused_total",
 			Help: "Settlements Service Bus refused as busy (a throttled namespace); each such message is settled again later.",
 		}, settlementsRefused),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "seqbus_deferred_fetch_failures_total",
+			Help: "Fetches of deferred messages that failed (any answer but a not-found that a peek confirmed); each ended its run with the session's messages left at the broker.",
+		}, func() float64 { return float64(sbadapter.DeferredFetchFailures()) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("worker: registering metrics: %w", err)

@@ -7,6 +7,7 @@
 //	emulator [-config FILE] [-amqp-addr HOST:PORT] [-http-addr HOST:PORT] [-key-name NAME] [-key KEY]
 //	         [-max-message-size BYTES] [-log-level debug|info|warn|error]
 //	         [-latency DURATION] [-latency-jitter DURATION] [-credits-per-second N] [-transient-error-rate RATE]
+//	         [-session-id-required partitioned|always]
 //
 // The key name and key default to SEQBUS_EMULATOR_KEY_NAME and
 // SEQBUS_EMULATOR_KEY, then to RootManageSharedAccessKey / SAS_KEY_VALUE. Once
@@ -23,4 +24,12 @@
 // SEQBUS_EMULATOR_LATENCY_JITTER, SEQBUS_EMULATOR_CREDITS_PER_SECOND and
 // SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE; a value that does not parse stops the
 // emulator with exit code 2.
+//
+// -session-id-required says which session entities refuse the $management
+// operations on a session's messages (receive-by-sequence-number,
+// update-disposition, peek-message) whose request carries no session-id:
+// partitioned, the default, refuses them on entities with partitioning enabled,
+// as Service Bus does; always refuses them on every session entity. Its default
+// comes from SEQBUS_EMULATOR_SESSION_ID_REQUIRED; a Config.json's
+// "SessionIdRequired" can make it stricter.
 package main

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/broker"
 )
 
 func main() {
@@ -61,6 +62,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 	if err != nil {
 		return emulator.Config{}, 0, err
 	}
+	var sessionRule broker.SessionIDRule
+	if v := getenv(envSessionIDRequired); v != "" {
+		if err := sessionRule.UnmarshalText([]byte(v)); err != nil {
+			return emulator.Config{}, 0, fmt.Errorf("%s=%q: %w", envSessionIDRequired, v, err)
+		}
+	}
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "Config.json file declaring queues, topics and subscriptions")
 	fs.StringVar(&cfg.AMQPAddr, "amqp-addr", "127.0.0.1:5672", fmt.Sprintf("AMQP listen address (HOST:PORT); with -tls the default port is %d", emulator.DefaultTLSPort))
@@ -74,6 +81,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 	fs.StringVar(&cfg.KeyName, "key-name", envOr(getenv, "SEQBUS_EMULATOR_KEY_NAME", emulator.DefaultKeyName), "shared access key name (env SEQBUS_EMULATOR_KEY_NAME)")
 	fs.StringVar(&cfg.Key, "key", envOr(getenv, "SEQBUS_EMULATOR_KEY", emulator.DefaultKey), "shared access key (env SEQBUS_EMULATOR_KEY)")
 	fs.Int64Var(&cfg.MaxMessageSize, "max-message-size", emulator.DefaultMaxMessageSize, "largest message accepted, in bytes")
+	fs.TextVar(&cfg.SessionIDRule, "session-id-required", sessionRule,
+		"which session entities refuse receive-deferred, settlement of such messages and peek without session-id: partitioned (those with partitioning enabled, as the service does) or always (env "+envSessionIDRequired+")")
 	p := &cfg.Pressure
 	fs.DurationVar(&p.Latency, "latency", env.Latency, "delay of every answer, e.g. 5ms (env "+envLatency+")")
 	fs.DurationVar(&p.LatencyJitter, "latency-jitter", env.LatencyJitter, "random extra delay of every answer, up to this (env "+envLatencyJitter+")")
@@ -120,6 +129,8 @@ const (
 	envLatencyJitter = "SEQBUS_EMULATOR_LATENCY_JITTER"
 	envCredits       = "SEQBUS_EMULATOR_CREDITS_PER_SECOND"
 	envTransient     = "SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE"
+	// envSessionIDRequired sets the default of -session-id-required.
+	envSessionIDRequired = "SEQBUS_EMULATOR_SESSION_ID_REQUIRED"
 )
 
 // pressureFromEnv reads the pressure defaults from the environment, naming the variable that

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/emulator"
+	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/internal/testio"
 )
 
@@ -211,5 +212,40 @@ func TestRunServesTLS(t *testing.T) {
 		require.Equal(t, 0, code, "stderr: %s", stderr.String())
 	case <-time.After(5 * time.Second):
 		t.Fatal("run did not stop")
+	}
+}
+
+func TestParseFlagsSessionIDRequired(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    broker.SessionIDRule
+		wantErr string
+	}{
+		{name: "partitioned by default", want: broker.SessionIDOnPartitioned},
+		{name: "flag", args: []string{"-session-id-required", "always"}, want: broker.SessionIDAlways},
+		{name: "environment", env: map[string]string{"SEQBUS_EMULATOR_SESSION_ID_REQUIRED": "always"}, want: broker.SessionIDAlways},
+		{name: "a flag wins over the environment", args: []string{"-session-id-required", "partitioned"},
+			env: map[string]string{"SEQBUS_EMULATOR_SESSION_ID_REQUIRED": "always"}, want: broker.SessionIDOnPartitioned},
+		{name: "bad flag", args: []string{"-session-id-required", "sometimes"}, wantErr: `invalid value "sometimes" for flag -session-id-required`},
+		{name: "bad variable", env: map[string]string{"SEQBUS_EMULATOR_SESSION_ID_REQUIRED": "sometimes"}, wantErr: `SEQBUS_EMULATOR_SESSION_ID_REQUIRED="sometimes"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr testio.SyncBuffer
+			if tt.wantErr != "" {
+				code := run(context.Background(), tt.args, func(k string) string { return tt.env[k] }, &stdout, &stderr)
+				require.Equal(t, 2, code)
+				require.Contains(t, stderr.String(), tt.wantErr)
+				require.Empty(t, stdout.String())
+				return
+			}
+			cfg, _, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &stderr)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, cfg.SessionIDRule)
+		})
 	}
 }

@@ -37,7 +37,6 @@ type entityExtras struct {
 	maxSizeMB          int32
 	batched            bool
 	autoDeleteOnIdle   time.Duration // 0: never
-	partitioning       bool
 	supportOrdering    bool
 	userMetadata       *string
 	maxMessageSizeKB   int64
@@ -434,7 +433,9 @@ func (h *handler) toProperties(kind broker.EntityKind, path string, d *inDescrip
 			x.maxSizeMB = *d.MaxSizeInMegabytes
 		}
 		if d.EnablePartitioning != nil {
-			x.partitioning = *d.EnablePartitioning
+			p.EnablePartitioning = *d.EnablePartitioning
+		} else if existing != nil {
+			p.EnablePartitioning = existing.Properties.EnablePartitioning
 		}
 		if d.MaxMessageSizeInKilobytes != nil {
 			if *d.MaxMessageSizeInKilobytes <= 0 {
@@ -582,7 +583,7 @@ func (h *handler) queueEntry(r *http.Request, info broker.EntityInfo) outEntry {
 		SupportOrdering:                     true,
 		CountDetails:                        countDetails(info.Counts),
 		AutoDeleteOnIdle:                    formatDuration(x.autoDeleteOnIdle),
-		EnablePartitioning:                  x.partitioning,
+		EnablePartitioning:                  p.EnablePartitioning,
 		EntityAvailabilityStatus:            availability(p.Status),
 		ForwardDeadLetteredMessagesTo:       forwardOut(r, p.ForwardDeadLetteredMessagesTo, x.forwardDLQTo),
 		UserMetadata:                        x.userMetadata,
@@ -612,7 +613,7 @@ func (h *handler) topicEntry(r *http.Request, info broker.EntityInfo) outEntry {
 		CountDetails:                        countDetails(info.Counts),
 		SubscriptionCount:                   int32(info.SubscriptionCount),
 		AutoDeleteOnIdle:                    formatDuration(x.autoDeleteOnIdle),
-		EnablePartitioning:                  x.partitioning,
+		EnablePartitioning:                  p.EnablePartitioning,
 		EntityAvailabilityStatus:            availability(p.Status),
 		UserMetadata:                        x.userMetadata,
 		MaxMessageSizeInKilobytes:           x.maxMessageSizeKB,

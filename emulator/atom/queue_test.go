@@ -329,3 +329,38 @@ func TestQueueImmutablePropertiesAreRefusedOnUpdate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, created.QueueProperties, got.QueueProperties)
 }
+
+// TestPartitioningReachesTheBroker: EnablePartitioning set through the admin client is the
+// broker's (it changes which $management requests a session entity refuses), for a queue
+// and for a topic's subscriptions; like the service, an update cannot change it.
+func TestPartitioningReachesTheBroker(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	c := ctx(t)
+
+	_, err := tb.client.CreateQueue(c, "pq", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{
+		RequiresSession: ptr(true), EnablePartitioning: ptr(true)}})
+	require.NoError(t, err)
+	pq := tb.lookup(t, "pq")
+	require.True(t, pq.Partitioned())
+	require.True(t, pq.NeedsSessionID())
+
+	_, err = tb.client.CreateTopic(c, "pt", &admin.CreateTopicOptions{Properties: &admin.TopicProperties{EnablePartitioning: ptr(true)}})
+	require.NoError(t, err)
+	_, err = tb.client.CreateSubscription(c, "pt", "s", &admin.CreateSubscriptionOptions{Properties: &admin.SubscriptionProperties{RequiresSession: ptr(true)}})
+	require.NoError(t, err)
+	require.True(t, tb.lookup(t, "pt/Subscriptions/s").NeedsSessionID())
+
+	got, err := tb.client.GetQueue(c, "pq", nil)
+	require.NoError(t, err)
+	require.True(t, *got.EnablePartitioning)
+	upd := got.QueueProperties
+	upd.EnablePartitioning = ptr(false)
+	_, err = tb.client.UpdateQueue(c, "pq", upd, nil)
+	requireStatus(t, err, http.StatusBadRequest)
+	require.True(t, tb.lookup(t, "pq").Partitioned())
+
+	_, err = tb.client.CreateQueue(c, "sq", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{RequiresSession: ptr(true)}})
+	require.NoError(t, err)
+	require.False(t, tb.lookup(t, "sq").NeedsSessionID())
+}

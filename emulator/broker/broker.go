@@ -24,6 +24,9 @@ type Config struct {
 	Logger *slog.Logger
 	// SQL replaces the built-in SQL rule language (sqlrule). Nil: built-in.
 	SQL SQLCompiler
+	// SessionIDRule says which session entities refuse $management operations on a
+	// session's messages without session-id. Default SessionIDOnPartitioned.
+	SessionIDRule SessionIDRule
 }
 
 // Broker is an in-memory Service Bus namespace. All methods are safe for concurrent use.
@@ -34,6 +37,8 @@ type Broker struct {
 
 	mu     sync.Mutex
 	closed bool
+	// sessionIDRule starts as cfg.SessionIDRule; a Config.json may tighten it.
+	sessionIDRule SessionIDRule
 	// queues and topics share one name space, keyed by lower-case name.
 	queues map[string]*Entity
 	topics map[string]*Entity
@@ -49,12 +54,16 @@ func New(cfg Config) *Broker {
 	if cfg.MaxMessageSize < 0 {
 		panic("broker.Config.MaxMessageSize must not be negative")
 	}
+	if err := cfg.SessionIDRule.validate(); err != nil {
+		panic("broker.Config.SessionIDRule: " + err.Error())
+	}
 	return &Broker{
-		cfg:    cfg,
-		clk:    cfg.Clock,
-		log:    cfg.Logger,
-		queues: make(map[string]*Entity),
-		topics: make(map[string]*Entity),
+		cfg:           cfg,
+		sessionIDRule: cfg.SessionIDRule,
+		clk:           cfg.Clock,
+		log:           cfg.Logger,
+		queues:        make(map[string]*Entity),
+		topics:        make(map[string]*Entity),
 	}
 }
 
@@ -445,6 +454,9 @@ func (e *Entity) updateLocked(p EntityProperties) error {
 	}
 	if e.kind != KindSubscription && p.RequiresDuplicateDetection != e.props.RequiresDuplicateDetection {
 		return fmt.Errorf("update %s %q: RequiresDuplicateDetection cannot be changed: %w", e.kind, e.path, ErrNotAllowed)
+	}
+	if e.kind != KindSubscription && p.EnablePartitioning != e.props.EnablePartitioning {
+		return fmt.Errorf("update %s %q: EnablePartitioning cannot be changed: %w", e.kind, e.path, ErrNotAllowed)
 	}
 	if e.kind != KindTopic {
 		self := e.name

@@ -27,11 +27,17 @@ import (
 // Unlike Microsoft's emulator, any namespace name is accepted and there are no caps on
 // counts or durations. Properties a file leaves out take the Config.json schema's
 // defaults (LockDuration PT1M, MaxDeliveryCount 3, DefaultMessageTimeToLive PT1H,
-// DuplicateDetectionHistoryTimeWindow PT20S), as in Microsoft's emulator. A property
-// "Status" (Active, Disabled, SendDisabled, ReceiveDisabled) is accepted as an extension.
+// DuplicateDetectionHistoryTimeWindow PT20S), as in Microsoft's emulator. As extensions,
+// a property "Status" (Active, Disabled, SendDisabled, ReceiveDisabled), a queue's or
+// topic's "EnablePartitioning" and UserConfig's "SessionIdRequired" are accepted.
 type UserConfig struct {
 	Namespaces []NamespaceConfig
 	Logging    LoggingConfig
+	// SessionIDRule is the file's "SessionIdRequired" ("Partitioned", the default, or
+	// "Always"), an extension of this emulator: which session entities refuse
+	// $management operations on a session's messages without session-id. A file can
+	// make the broker stricter, never looser.
+	SessionIDRule SessionIDRule
 }
 
 // NamespaceConfig is one namespace of a Config.json.
@@ -101,6 +107,9 @@ func (b *Broker) LoadConfigFile(path string) error {
 func (b *Broker) ApplyUserConfig(uc *UserConfig) error {
 	if uc == nil {
 		return nil
+	}
+	if err := uc.SessionIDRule.validate(); err != nil {
+		return fmt.Errorf("UserConfig.SessionIdRequired: %w", err)
 	}
 	b.mu.Lock()
 	declared := map[string]bool{}
@@ -218,6 +227,9 @@ func (b *Broker) ApplyUserConfig(uc *UserConfig) error {
 			}
 		}
 	}
+	b.mu.Lock()
+	b.tightenSessionIDRuleLocked(uc.SessionIDRule)
+	b.mu.Unlock()
 	return nil
 }
 
@@ -412,8 +424,15 @@ func (p *configParser) parse(data []byte) *UserConfig {
 	if p.err == nil && !top.has("UserConfig") {
 		p.fail("UserConfig", "required")
 	}
-	uco := p.object("UserConfig", top.fields["UserConfig"], "Namespaces", "Logging")
+	uco := p.object("UserConfig", top.fields["UserConfig"], "Namespaces", "Logging", "SessionIdRequired")
 	uc := &UserConfig{}
+	if rule := p.str(uco, "SessionIdRequired", false); rule != "" {
+		r, err := ParseSessionIDRule(rule)
+		if err != nil {
+			p.fail("UserConfig.SessionIdRequired", "%q: want Partitioned or Always", rule)
+		}
+		uc.SessionIDRule = r
+	}
 	nss := p.array(uco, "Namespaces", true)
 	if p.err == nil && len(nss) == 0 {
 		p.fail("UserConfig.Namespaces", "at least one namespace is required")
@@ -507,9 +526,10 @@ func (p *configParser) checkForwards(uc *UserConfig, names map[string]string) {
 
 var (
 	queueProps = []string{"DeadLetteringOnMessageExpiration", "DefaultMessageTimeToLive",
-		"DuplicateDetectionHistoryTimeWindow", "ForwardDeadLetteredMessagesTo", "ForwardTo", "LockDuration",
-		"MaxDeliveryCount", "RequiresDuplicateDetection", "RequiresSession", "Status"}
-	topicProps        = []string{"DefaultMessageTimeToLive", "DuplicateDetectionHistoryTimeWindow", "RequiresDuplicateDetection", "Status"}
+		"DuplicateDetectionHistoryTimeWindow", "EnablePartitioning", "ForwardDeadLetteredMessagesTo", "ForwardTo",
+		"LockDuration", "MaxDeliveryCount", "RequiresDuplicateDetection", "RequiresSession", "Status"}
+	topicProps = []string{"DefaultMessageTimeToLive", "DuplicateDetectionHistoryTimeWindow", "EnablePartitioning",
+		"RequiresDuplicateDetection", "Status"}
 	subscriptionProps = []string{"DeadLetteringOnMessageExpiration", "DefaultMessageTimeToLive",
 		"ForwardDeadLetteredMessagesTo", "ForwardTo", "LockDuration", "MaxDeliveryCount", "RequiresSession", "Status"}
 )
@@ -532,6 +552,7 @@ func (p *configParser) properties(parent jsonObject, parentPath string, known []
 		ForwardTo:                           p.str(o, "ForwardTo", false),
 		ForwardDeadLetteredMessagesTo:       p.str(o, "ForwardDeadLetteredMessagesTo", false),
 		Status:                              EntityStatus(p.str(o, "Status", false)),
+		EnablePartitioning:                  p.boolean(o, "EnablePartitioning"),
 	}
 	if p.err != nil {
 		return props

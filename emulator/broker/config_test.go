@@ -167,6 +167,14 @@ func TestParseUserConfigErrors(t *testing.T) {
 			`UserConfig.Namespaces[0].Queues[0].Properties.ForwardTo: forwarding target "nowhere" is not a queue or topic of the config`},
 		{"bad logging type", `{"UserConfig":{"Namespaces":[{"Name":"n"}],"Logging":{"Type":"Syslog"}}}`,
 			`UserConfig.Logging.Type: unknown logging type "Syslog"`},
+		{"partitioning of wrong type", queues(`"EnablePartitioning":"true"`),
+			`UserConfig.Namespaces[0].Queues[0].Properties.EnablePartitioning: expected a boolean, got a string`},
+		{"partitioning on a subscription", ns(`"Topics":[{"Name":"t","Subscriptions":[{"Name":"s","Properties":{"EnablePartitioning":true}}]}]`),
+			`UserConfig.Namespaces[0].Topics[0].Subscriptions[0].Properties.EnablePartitioning: unknown field`},
+		{"unknown session-id rule", `{"UserConfig":{"SessionIdRequired":"Sometimes","Namespaces":[{"Name":"n"}]}}`,
+			`UserConfig.SessionIdRequired: "Sometimes": want Partitioned or Always`},
+		{"session-id rule of wrong type", `{"UserConfig":{"SessionIdRequired":true,"Namespaces":[{"Name":"n"}]}}`,
+			`UserConfig.SessionIdRequired: expected a string, got a boolean`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -175,5 +183,69 @@ func TestParseUserConfigErrors(t *testing.T) {
 			require.ErrorIs(t, err, broker.ErrInvalidConfig)
 			require.ErrorContains(t, err, tt.want)
 		})
+	}
+}
+
+func TestUserConfigPartitioningAndSessionIDRule(t *testing.T) {
+	t.Parallel()
+	uc, err := broker.ParseUserConfig([]byte(`{"UserConfig":{"SessionIdRequired":"always","Namespaces":[{"Name":"ns",
+		"Queues":[{"Name":"pq","Properties":{"RequiresSession":true,"EnablePartitioning":true}}],
+		"Topics":[{"Name":"pt","Properties":{"EnablePartitioning":true},"Subscriptions":[{"Name":"s","Properties":{"RequiresSession":true}}]}]}]}}`))
+	require.NoError(t, err)
+	require.Equal(t, broker.SessionIDAlways, uc.SessionIDRule)
+	b := broker.New(broker.Config{})
+	t.Cleanup(b.Close)
+	require.Equal(t, broker.SessionIDOnPartitioned, b.SessionIDRule())
+	require.NoError(t, b.ApplyUserConfig(uc))
+	require.Equal(t, broker.SessionIDAlways, b.SessionIDRule(), "a file makes the broker stricter")
+	for _, path := range []string{"pq", "pt", "pt/Subscriptions/s", "pq/$DeadLetterQueue"} {
+		e, err := b.Lookup(path)
+		require.NoError(t, err, path)
+		require.True(t, e.Partitioned(), path)
+	}
+	dlq, err := b.Lookup("pq/$DeadLetterQueue")
+	require.NoError(t, err)
+	require.False(t, dlq.NeedsSessionID(), "a dead-letter queue has no sessions")
+
+	// A later config asking for less does not loosen the rule.
+	require.NoError(t, b.ApplyUserConfig(&broker.UserConfig{SessionIDRule: broker.SessionIDOnPartitioned}))
+	require.Equal(t, broker.SessionIDAlways, b.SessionIDRule())
+	require.ErrorIs(t, b.ApplyUserConfig(&broker.UserConfig{SessionIDRule: 7}), broker.ErrInvalidConfig)
+}
+
+func TestEnablePartitioningCannotChange(t *testing.T) {
+	t.Parallel()
+	b := broker.New(broker.Config{})
+	t.Cleanup(b.Close)
+	require.NoError(t, b.CreateQueue("q", broker.EntityProperties{EnablePartitioning: true}))
+	require.NoError(t, b.CreateTopic("t", broker.EntityProperties{}))
+	require.ErrorIs(t, b.UpdateQueue("q", broker.EntityProperties{}), broker.ErrNotAllowed)
+	require.ErrorIs(t, b.UpdateTopic("t", broker.EntityProperties{EnablePartitioning: true}), broker.ErrNotAllowed)
+	require.NoError(t, b.UpdateQueue("q", broker.EntityProperties{EnablePartitioning: true, MaxDeliveryCount: 4}))
+}
+
+func TestParseSessionIDRule(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in   string
+		want broker.SessionIDRule
+		ok   bool
+	}{
+		{"partitioned", broker.SessionIDOnPartitioned, true},
+		{"Always", broker.SessionIDAlways, true},
+		{" ALWAYS ", broker.SessionIDAlways, true},
+		{"", 0, false},
+		{"never", 0, false},
+	} {
+		got, err := broker.ParseSessionIDRule(tt.in)
+		if !tt.ok {
+			require.ErrorIs(t, err, broker.ErrInvalidConfig, tt.in)
+			continue
+		}
+		require.NoError(t, err, tt.in)
+		require.Equal(t, tt.want, got)
+		back, err := broker.ParseSessionIDRule(got.String())
+		require.NoError(t, err)
+		require.Equal(t, got, back)
 	}
 }

@@ -60,6 +60,11 @@ type EntityProperties struct {
 	ForwardDeadLetteredMessagesTo string
 	// Status defaults to StatusActive.
 	Status EntityStatus
+	// EnablePartitioning (queues and topics; a subscription has its topic's) spreads the
+	// entity over partitions in Service Bus. The emulator keeps one store; what it changes
+	// is which $management requests a session entity refuses (SessionIDRule). It cannot
+	// change after the entity is created.
+	EnablePartitioning bool
 	// DropOnFilterEvaluationExceptions (subscriptions) discards a message whose rule
 	// filter or action fails to evaluate (a string multiplied by a number, say). By
 	// default such a message goes to the subscription's dead-letter queue with reason

@@ -56,6 +56,10 @@ type Options struct {
 	// WebSocket makes clients speak AMQP over WebSockets
 	// (ClientOptions.NewWebSocketConn with Server.DialWebSocket).
 	WebSocket bool
+	// SessionIDRule, when stricter than Config.SessionIDRule, replaces it:
+	// broker.SessionIDAlways makes every session entity refuse $management
+	// operations on its messages without session-id, as partitioned ones do.
+	SessionIDRule broker.SessionIDRule
 }
 
 // Topic is a topic to declare.
@@ -99,6 +103,7 @@ func Start(t testing.TB, opts *Options) *Server {
 	cfg := opts.Config
 	cfg.AMQPAddr = cmp.Or(cfg.AMQPAddr, "127.0.0.1:0")
 	cfg.HTTPAddr = cmp.Or(cfg.HTTPAddr, "-")
+	cfg.SessionIDRule = max(cfg.SessionIDRule, opts.SessionIDRule)
 	var stopped atomic.Bool
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t, &stopped)

@@ -30,6 +30,12 @@ func startServer(t testing.TB, cfg engine.Config) (string, *broker.Broker) {
 	t.Helper()
 	b := broker.New(broker.Config{})
 	require.NoError(t, b.CreateQueue("q1", broker.EntityProperties{}))
+	return serveBroker(t, cfg, b), b
+}
+
+// serveBroker serves b on a free port and returns the address.
+func serveBroker(t testing.TB, cfg engine.Config, b *broker.Broker) string {
+	t.Helper()
 	cfg.Broker = b
 	cfg.Keys = map[string]string{keyName: key}
 	srv := engine.New(cfg)
@@ -45,7 +51,7 @@ func startServer(t testing.TB, cfg engine.Config) (string, *broker.Broker) {
 		<-done
 		b.Close()
 	})
-	return l.Addr().String(), b
+	return l.Addr().String()
 }
 
 func dialGoAMQP(t *testing.T, addr string, opts *amqp.ConnOptions) *amqp.Conn {

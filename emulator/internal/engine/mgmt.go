@@ -25,9 +25,11 @@ const (
 	opGetMessageSessions = "com.microsoft:get-message-sessions"
 )
 
-// mgmtError is a failed management operation with its status code.
+// mgmtError is a failed management operation with its status code and, when set, the
+// error-condition the response carries.
 type mgmtError struct {
 	status int32
+	cond   amqp.ErrCond
 	err    error
 }
 
@@ -35,6 +37,34 @@ func (e *mgmtError) Error() string { return e.err.Error() }
 
 func badRequest(format string, args ...any) *mgmtError {
 	return &mgmtError{status: 400, err: fmt.Errorf(format, args...)}
+}
+
+// unableToProcess is the service's generic failure text (status 500, amqp:internal-error),
+// which it answered to receive-by-sequence-number without session-id on a partitioned
+// session queue.
+const unableToProcess = "The service was unable to process the request; please retry the operation."
+
+// sessionOps are the operations on a session's messages that a session entity may require
+// session-id for (broker.SessionIDRule).
+var sessionOps = map[string]bool{opReceiveBySequence: true, opUpdateDisposition: true, opPeek: true}
+
+// missingSessionID refuses op on e when its request names no session and e needs one: 500
+// with amqp:internal-error and the service's text, followed by what the emulator saw.
+func missingSessionID(op string, e *broker.Entity, body map[string]any) *mgmtError {
+	if !sessionOps[op] {
+		return nil
+	}
+	if sid, ok := body["session-id"].(string); ok && sid != "" {
+		return nil
+	}
+	if !e.NeedsSessionID() {
+		return nil
+	}
+	why := "partitioned session entity"
+	if !e.Partitioned() {
+		why = "session entity (session-id required on every session entity)"
+	}
+	return &mgmtError{status: 500, cond: amqp.ErrCond(condInternal), err: fmt.Errorf("%s (emulator: %s on %s %q without session-id)", unableToProcess, op, why, e.Path())}
 }
 
 // statusFor maps a broker error to a management status code the SDK
@@ -85,7 +115,9 @@ func (c *conn) handleManagementLocked(l *link, req *amqp.Message) *amqp.Message 
 		}
 		c.log.Debug("engine: management operation failed", slog.String("operation", op), slog.Int("status", int(me.status)), slog.Any("error", err))
 		resp := statusResponse(me.status, me.err.Error())
-		if e := brokerError(me.err); e.Condition != condInternal {
+		if me.cond != "" {
+			resp.ApplicationProperties["error-condition"] = string(me.cond)
+		} else if e := brokerError(me.err); e.Condition != condInternal {
 			resp.ApplicationProperties["error-condition"] = string(e.Condition)
 		}
 		return resp
@@ -98,6 +130,9 @@ func (c *conn) handleManagementLocked(l *link, req *amqp.Message) *amqp.Message 
 }
 
 func (c *conn) runManagement(op string, e *broker.Entity, assoc *link, body map[string]any) (any, int32, error) {
+	if me := missingSessionID(op, e, body); me != nil {
+		return nil, 0, me
+	}
 	switch op {
 	case opAddRule, opRemoveRule, opEnumerateRules:
 		return c.runRuleOperation(op, e, body)
@@ -123,6 +158,12 @@ func (c *conn) runManagement(op string, e *broker.Entity, assoc *link, body map[
 		}
 		if assoc != nil {
 			opts.Session = assoc.sessionLock
+		}
+		if sid, ok := body["session-id"].(string); ok && sid != "" && e.RequiresSession() {
+			// The request names the session: it must be one this client holds.
+			if opts.Session = c.sessionLockLocked(e, sid, assoc); opts.Session == nil {
+				return nil, 0, fmt.Errorf("session %q is not locked by this client: %w", sid, broker.ErrSessionLockLost)
+			}
 		}
 		ds, err := e.ReceiveDeferred(seqs, opts)
 		if err != nil {

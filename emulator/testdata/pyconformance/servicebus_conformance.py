@@ -238,6 +238,10 @@ def defer_on_session():
         send()
         with client.get_queue_receiver("py-session-defer", session_id="d-1") as receiver:
             defer_and_receive_deferred(receiver, lambda: None)
+            # py-session-defer is partitioned: the peek, like the receive-deferred and the
+            # settlement above, names the session, which the service requires there.
+            peeked = receiver.peek_messages(max_message_count=5)
+            expect(peeked == [], "nothing left in the session: %r" % [body(m) for m in peeked])
 
 
 @scenario
