@@ -144,7 +144,7 @@ func isRetrying(s operator.SessionInfo) bool { return s.RetryAt != nil }
 //
 // The two commands run back to back, as a user runs them, with the workers' default idle
 // timeout: a parked session that receives its copy is held by a worker for that long, and the
-// resume waits for it (issue 20: it used to skip such a session and leave it parked for good).
+// resume waits for it rather than pass it over and leave it parked.
 // The workers run throughout ("running"), are stopped for both commands and started after them
 // ("stopped"), or are stopped for the replay and started again right before the resume
 // ("restarted").
