@@ -555,8 +555,8 @@ func TestRetryNow(t *testing.T) {
 			down.fail(time.Now().Add(time.Hour), "r")
 			w := startWorker(t, "worker", env)
 			sendSession(t, f, "r", 1, 3)
-			// A session the worker holds is listed as busy, its state unknown (README, `sessions
-			// list`): the first attempt and the release that plans the next one come first.
+			// A session the worker holds is listed as busy, its state unknown (docs/state-stores.md,
+			// `sessions list`): the first attempt and the release that plans the next one come first.
 			var list operator.ListResult
 			waitFor(t, waitLong, func() bool {
 				list = cliJSON[operator.ListResult](t, env, "sessions", "list", "--retrying")
