@@ -83,6 +83,14 @@ var (
 		{"issue number", issueRE, issueAllowed},
 		{"first person", firstPersonDocRE, firstPersonAllowed},
 	}
+	// stringRules apply to the string literals of non-test Go files: flag help, error messages
+	// and other text a user reads. A literal may hold anything (hex, a pronoun in sample data),
+	// so only the unambiguous wordings are checked there.
+	stringRules = []rule{
+		{"work period", stopRE, nil},
+		{"helper", helperRE, nil},
+		{"issue number", issueRE, issueAllowed},
+	}
 	codeRules = []rule{
 		{"commit hash", hashRE, hashAllowed},
 		{"work period", stopRE, nil},
@@ -104,6 +112,24 @@ func findings(rules []rule, line string) []string {
 		}
 	}
 	return out
+}
+
+// goStrings returns the string literals of a Go source, by line.
+func goStrings(name, src string) map[int]string {
+	fset := token.NewFileSet()
+	file := fset.AddFile(name, -1, len(src))
+	var s scanner.Scanner
+	s.Init(file, []byte(src), nil, 0)
+	out := map[int]string{}
+	for {
+		pos, tok, lit := s.Scan()
+		if tok == token.EOF {
+			return out
+		}
+		if tok == token.STRING {
+			out[fset.Position(pos).Line] += lit
+		}
+	}
 }
 
 // goComments returns the comments of a Go source, each line with its line number.
@@ -142,8 +168,9 @@ func excluded(rel string) bool {
 	return false
 }
 
-// TestNoDevelopmentHistory checks every Markdown page (outside code blocks), every Go comment and
-// the comments of the deployment files and scripts for development-history wording.
+// TestNoDevelopmentHistory checks every Markdown page (outside code blocks), every Go comment, the
+// string literals of the code (flag help, messages) and the comments of the deployment files and
+// scripts for development-history wording.
 func TestNoDevelopmentHistory(t *testing.T) {
 	t.Parallel()
 	dir := root(t)
@@ -165,8 +192,14 @@ func TestNoDevelopmentHistory(t *testing.T) {
 		if excluded(rel) {
 			continue
 		}
-		for line, c := range goComments(t, rel, readFile(t, dir, rel)) {
+		src := readFile(t, dir, rel)
+		for line, c := range goComments(t, rel, src) {
 			report(rel, line, findings(codeRules, c))
+		}
+		if !strings.HasSuffix(rel, "_test.go") {
+			for line, lit := range goStrings(rel, src) {
+				report(rel, line, findings(stringRules, lit))
+			}
 		}
 	}
 	for _, rel := range walk(t, dir, ".yaml", ".yml", ".sh", "Dockerfile") {
@@ -221,6 +254,8 @@ func TestHistoryRules(t *testing.T) {
 		{"I found in code", codeRules, "I found that", 1},
 		{"the emulator's side", codeRules, "channels we ended; our end of the session", 0},
 		{"I/O in code", codeRules, "does no I/O", 0},
+		{"flag help with an issue", stringRules, "the shape of issue 10's report", 1},
+		{"hex and a pronoun in a literal", stringRules, "09be201 we", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
