@@ -231,7 +231,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 }
 
 // TestResumeAllParkedWaitsForHeldSessions: a bulk resume treats a session a worker holds as a
-// single resume does (issue 20): it waits for it, resumes it when it is parked and passes over
+// single resume does: it waits for it, resumes it when it is parked and passes over
 // one that is not; the waits share one deadline and run side by side, and a session still held
 // at the deadline is a failure, with the others resumed all the same.
 func TestResumeAllParkedWaitsForHeldSessions(t *testing.T) {

@@ -1,7 +1,7 @@
 package outbox_test
 
-// Measurements for the outbox (one run on the development machine: see the README's
-// Outbox section). Run them with a fixed count, for example
+// Measurements for the outbox: enqueue rate, relay throughput and commit-to-broker latency.
+// Run them with a fixed count, for example
 //
 //	go test -run '^$' -bench . -benchtime=4000x ./outbox/
 

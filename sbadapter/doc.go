@@ -27,7 +27,7 @@
 // the session, run it to its end and release it; the first worker's call then succeeds on the
 // re-taken lock with a view that is no longer true. A state write in that position replaced an
 // ended session's tombstone with a state from before, and a late copy of sequence 1 was handled
-// again after the last message (issue 10; TestStaleHolderCannotOverwriteTombstoneAfterRelock).
+// again after the last message (TestStaleHolderCannotOverwriteTombstoneAfterRelock).
 //
 // So a session's tenure ends at its first sign of trouble, and nothing retries across it:
 //

@@ -34,7 +34,7 @@ func (s *interceptedSession) SetState(ctx context.Context, state []byte) error {
 // connection), run it to its end and leave the tombstone, and the SDK, retrying the write on a
 // new connection, silently locks the session again for the first worker. Written then, the
 // stale state (here: nothing handled yet) replaces the tombstone, and a late copy of sequence 1
-// is handed to the handler after the session ended: the out-of-order call of issue 10.
+// is handed to the handler after the session ended: a call out of order.
 func TestStaleHolderCannotOverwriteTombstoneAfterRelock(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 30*time.Second)

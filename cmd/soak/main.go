@@ -131,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.TextVar(&f.level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&f.idle, "idle", false, "measure only the idle cost on ended sessions (-ended), no soak: seed them as the worker leaves them, start the worker, measure -idle-intervals sweep intervals")
 	fs.StringVar(&ended, "ended", "1000,10000,100000", "with -idle: numbers of ended sessions, comma-separated (0, none ever handled, is always measured first)")
-	fs.StringVar(&f.beforeBin, "before-worker", "", "with -idle: a second worker binary, measured side by side as \"before\" (a build from before the sweeper lease; see README)")
+	fs.StringVar(&f.beforeBin, "before-worker", "", "with -idle: a second worker binary, measured side by side as \"before\" (a build from before the sweeper lease)")
 	var workerEnv string
 	fs.StringVar(&workerEnv, "worker-env", "", "settings the -worker gets on top of the soak's, comma-separated KEY=VALUE (e.g. SEQBUS_SCALE_INTERVAL=24h)")
 	if err := fs.Parse(args); err != nil {

@@ -270,7 +270,7 @@ func TestManifestsSettings(t *testing.T) {
 					require.Contains(t, b.configMaps[r.ConfigMapKeyRef.Name].Data, r.ConfigMapKeyRef.Key, where)
 				}
 				if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil {
-					require.Equal(t, "seqbus-database", r.SecretKeyRef.Name, "%s: the one Secret the README says to create", where)
+					require.Equal(t, "seqbus-database", r.SecretKeyRef.Name, "%s: the one Secret docs/kubernetes.md says to create", where)
 				}
 			}
 			for _, from := range ctr.EnvFrom {

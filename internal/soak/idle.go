@@ -18,9 +18,9 @@ import (
 type Worker struct {
 	Name, Bin string
 	// Lease says the worker sweeps under the sweeper lease and keeps its Watch's snapshot in the
-	// lease session (issue 22 on): the lease session is then seeded with the snapshot of a
-	// sweeper that has read every ended session (a worker before that would read the lease
-	// session as one more session, with a state it cannot decode).
+	// lease session: the lease session is then seeded with the snapshot of a sweeper that has
+	// read every ended session (a worker without the lease would read the lease session as one
+	// more session, with a state it cannot decode).
 	Lease bool
 	// Env are settings (KEY=VALUE) the worker gets on top of the measurement's.
 	Env []string
@@ -116,8 +116,8 @@ type IdleReport struct {
 	MaxAttaches, MaxManagement, MaxCredits float64
 	// WorkerCalls are the worker's own counts per interval (seqbus_broker_calls_total,
 	// seqbus_state_saves_total, seqbus_state_loads_total, seqbus_sweep_broker_calls_total and
-	// seqbus_scale_broker_calls_total; a worker from before issue 22 does not count its
-	// sweeper's).
+	// seqbus_scale_broker_calls_total; a worker from before the sweeper lease does not
+	// count its sweeper's).
 	WorkerCalls float64
 	// SweepCalls and ScaleCalls are the sweeper's and the scaling signal's shares of WorkerCalls.
 	SweepCalls, ScaleCalls float64
@@ -296,7 +296,7 @@ func (h *linkCounter) WithGroup(name string) slog.Handler {
 	return &linkCounter{next: h.next.WithGroup(name), attaches: h.attaches, management: h.management}
 }
 
-// Budget is the idle budget of issue 22: per sweep interval, at most the cost with no session
+// Budget is the idle budget: per sweep interval, at most the cost with no session
 // ever handled + 20 (+ 1 % of the sessions changed in the interval: none while idle).
 const Budget = 20
 

@@ -60,7 +60,7 @@ var (
 		killEvery: 2 * time.Second, cutEvery: 3 * time.Second, faultsFor: 10 * time.Second,
 		finishWithin: 3 * time.Minute, sweepInterval: 5 * time.Second,
 	}
-	// chaosLongPreset is the shape of issue 10's report, behind -chaos.long.
+	// chaosLongPreset is a long run of many sessions with duplicates and garbage, behind -chaos.long.
 	chaosLongPreset = chaosPreset{
 		name: "long", sessions: 1500, messages: 40, duplicates: 4, garbage: 15,
 		replicas: 3, maxSessions: 8, latency: 20 * time.Millisecond, failRate: 0.02, maxFails: 2,
@@ -82,7 +82,7 @@ var (
 // garbage published.
 //
 //	go test ./test/e2e -run TestChaos -v                                   # the short preset
-//	go test ./test/e2e -run TestChaos/servicebus -chaos.long -count 10 -v  # issue 10's shape
+//	go test ./test/e2e -run TestChaos/servicebus -chaos.long -count 10 -v  # the long preset
 //	go test ./test/e2e -run TestChaos/servicebus-save-each -chaos.long -chaos.latency 1ms -v  # far ahead
 func TestChaos(t *testing.T) {
 	t.Parallel()

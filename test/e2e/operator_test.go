@@ -122,7 +122,7 @@ func cliJSON[T any](t *testing.T, env []string, args ...string) T {
 
 // requireNoneListed runs `worker sessions list FLAG` and requires that it lists no session
 // whose state is selected. A session the listing shows busy (with Service Bus session state, a
-// worker or the sweeper held its lock at that instant) has an unknown state there; the README's
+// worker or the sweeper held its lock at that instant) has an unknown state there;
 // `worker sessions show ID --wait` reads it, and it must not be selected either.
 func requireNoneListed(t *testing.T, env []string, flag string, selected func(operator.SessionInfo) bool) {
 	t.Helper()
@@ -137,14 +137,14 @@ func requireNoneListed(t *testing.T, env []string, flag string, selected func(op
 func isParked(s operator.SessionInfo) bool   { return s.Parked != nil }
 func isRetrying(s operator.SessionInfo) bool { return s.RetryAt != nil }
 
-// TestCanonicalRecovery is the README's recovery, with each state store: a handler bug parks
+// TestCanonicalRecovery is the canonical recovery of docs/operations.md, with each state store: a handler bug parks
 // sessions; the fix is deployed; `worker dlq replay --all`; `worker sessions resume
 // --all-parked`; every session completes in order, nothing lost, nothing handled twice. The
 // queue has duplicate detection on, which would drop a copy that kept its original MessageId.
 //
 // The two commands run back to back, as a user runs them, with the workers' default idle
 // timeout: a parked session that receives its copy is held by a worker for that long, and the
-// resume waits for it (issue 20: it used to skip such a session and leave it parked for good).
+// resume waits for it rather than pass it over and leave it parked.
 // The workers run throughout ("running"), are stopped for both commands and started after them
 // ("stopped"), or are stopped for the replay and started again right before the resume
 // ("restarted").

@@ -207,7 +207,7 @@ func callTotal(before, after map[string]float64) float64 {
 	return n
 }
 
-// retryShape is the scenario of issue 23: 100 sessions of 10 messages, 2 replicas with 2 slots
+// retryShape is the released-retry scenario: 100 sessions of 10 messages, 2 replicas with 2 slots
 // each, a downstream of 20ms per call that is out for 3 of the sessions for 60s.
 const (
 	retrySessions   = 100
@@ -328,13 +328,13 @@ func startRetryRuns(t *testing.T, ids, healthy []string, runs map[*retryRun][]st
 	}, func() string { return "the healthy sessions did not finish" })
 }
 
-// TestReleasedRetryKeepsHealthySessionsFlowing is issue 23's scenario, with each state store: 100
+// TestReleasedRetryKeepsHealthySessionsFlowing is the released-retry scenario, with each state store: 100
 // sessions, 2 replicas with 2 slots each, and a downstream out for 3 sessions for 60s. With
 // SEQBUS_RETRY_RELEASE_AFTER the 97 healthy sessions finish at the speed they have without any
 // failure (±20%, measured side by side in the same test); the 3 wait released, are listed with
 // --retrying, survive a SIGKILL of every replica in the cooldown (restarted, they resume their
 // plan on schedule), and finish in order after the outage with every message handled once and
-// nothing parked. It logs the measurements of issue 23: healthy throughput with released and
+// nothing parked. It logs its measurements: healthy throughput with released and
 // in-place retries, broker calls per cooling session per minute, and wake lateness against the
 // plan.
 func TestReleasedRetryKeepsHealthySessionsFlowing(t *testing.T) {
@@ -555,8 +555,8 @@ func TestRetryNow(t *testing.T) {
 			down.fail(time.Now().Add(time.Hour), "r")
 			w := startWorker(t, "worker", env)
 			sendSession(t, f, "r", 1, 3)
-			// A session the worker holds is listed as busy, its state unknown (README, `sessions
-			// list`): the first attempt and the release that plans the next one come first.
+			// A session the worker holds is listed as busy, its state unknown (docs/state-stores.md,
+			// `sessions list`): the first attempt and the release that plans the next one come first.
 			var list operator.ListResult
 			waitFor(t, waitLong, func() bool {
 				list = cliJSON[operator.ListResult](t, env, "sessions", "list", "--retrying")

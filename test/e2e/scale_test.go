@@ -259,10 +259,10 @@ type sample struct {
 // wanted and SIGTERMs the newest when fewer are wanted. A burst of 200 sessions is drained with
 // every message handled once and in order, and the loop ends at 0 replicas. Replicas told to stop
 // mid-run finish or release their sessions within the grace period and exit 0. The Postgres
-// store: its evaluations are a listing and a query, so the signal follows every interval (the
-// README says what the Service Bus store's cost here).
+// store: its evaluations are a listing and a query, so the signal follows every interval (docs/kubernetes.md
+// says what the Service Bus store's evaluations cost).
 //
-// SEQBUS_SCALE_SERIES=path writes the replica count over time as CSV (the README's chart).
+// SEQBUS_SCALE_SERIES=path writes the replica count over time as CSV.
 func TestScaleAutoscalerLoop(t *testing.T) {
 	f := newFixture(t)
 	rec := newRecorder(20 * time.Millisecond)

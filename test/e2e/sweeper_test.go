@@ -72,7 +72,7 @@ func TestSweeperLeaseMovesOnKill(t *testing.T) {
 
 // TestTombstoneExpires: an ended session's tombstone is cleared once SEQBUS_TOMBSTONE_TTL has
 // passed, by the sweeper, with either store; a late copy of its first sequence afterwards is
-// handled again, as the start of a new sequence (the README's delivery guarantee).
+// handled again, as the start of a new sequence (the delivery guarantee of docs/concepts.md).
 func TestTombstoneExpires(t *testing.T) {
 	t.Parallel()
 	for _, store := range stores {
