@@ -33,8 +33,9 @@ var (
 	// This project's tracker numbers, with or without '#'.
 	issueRE = regexp.MustCompile(`(?i)\bissues?\s+#?\d+`)
 	// A word naming another project right before "issue N" makes it a reference to that
-	// project's tracker: two capitals (KEDA, GitHub), an owner/name, or a known lower-case name.
-	otherProjectRE = regexp.MustCompile(`(?:^|[\s(])(?:[A-Z][A-Za-z0-9-]*[A-Z][A-Za-z0-9-]*|[\w.-]+/[\w.-]+|azservicebus|go-amqp|pgx|envconfig|uamqp|pyamqp|testcontainers-go)\s+$`)
+	// project's tracker: two capitals (KEDA, GitHub), an owner/name, a hyphenated repository name
+	// (azure-service-bus-dotnet), or a known lower-case name.
+	otherProjectRE = regexp.MustCompile(`(?:^|[\s(])(?:[A-Z][A-Za-z0-9-]*[A-Z][A-Za-z0-9-]*|[\w.-]+/[\w.-]+|[a-z0-9]+(?:-[a-z0-9]+)+|azservicebus|go-amqp|pgx|envconfig|uamqp|pyamqp|testcontainers-go)\s+$`)
 
 	// First person in prose.
 	firstPersonDocRE = regexp.MustCompile(`\b(?:I(?:'m|'ve|'d)?|[Mm]e|[Mm]y|[Ww]e(?:'ve|'re|'d)?|[Oo]ur|[Uu]s)\b`)
@@ -243,6 +244,7 @@ func TestHistoryRules(t *testing.T) {
 		{"another project's issue", docRules, "for ever (KEDA issue 1479)", 0},
 		{"owner/name issue", docRules, "see kedacore/keda issue 1479", 0},
 		{"SDK issue", docRules, "an azservicebus issue 2210 says", 0},
+		{"hyphenated repository issue", docRules, "(azure-service-bus-dotnet issue 544)", 0},
 		{"I in prose", docRules, "I measured it twice", 1},
 		{"we in prose", docRules, "we keep the state", 1},
 		{"our in prose", docRules, "on our machine", 1},
