@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/internal/configdoc"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/worker"
+)
+
+//go:generate go test -run ^TestConfigurationReference$ -update .
+
+var update = flag.Bool("update", false, "rewrite docs/configuration.md from the code")
+
+// configurationPage is where the reference lives, from this package's directory.
+var configurationPage = filepath.Join("..", "..", "docs", "configuration.md")
+
+const configurationHeader = `# Configuration reference
+
+<!-- Generated from worker.Config, worker.RelayConfig and cmd/worker by go generate ./cmd/worker. Do not edit. -->
+
+Every seqbus process is configured by environment variables. Each one is a field of a Go struct,
+which the Go library sets directly: the Go field column names it.
+
+- A variable left unset takes the default shown; an empty default means none.
+- A variable that is set means what it says: 0 is zero, which is the "off" of the settings
+  that say so and is refused where it means nothing.
+- Durations are Go durations (` + "`500ms`, `30s`, `1m30s`, `24h`" + `); sizes are bytes, with an
+  optional unit (` + "`262144`, `256KiB`, `8MiB`, `64KB`" + `); booleans are ` + "`true` or `false`" + `.
+- An invalid value stops the process at start, with a message naming the variable. The
+  validation column is what that check says of a value that is negative, zero, empty or not
+  one of the names a setting knows; some settings are also checked against others, as their
+  meaning says.`
+
+// configurationSections are the tables of the reference, from the code they describe.
+func configurationSections() []configdoc.Section {
+	sizes := map[reflect.Type]func(reflect.Value) string{
+		reflect.TypeFor[worker.ByteSize](): func(v reflect.Value) string { return configdoc.FormatBytes(v.Int()) },
+	}
+	const cs = "Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v"
+
+	wv := worker.DefaultConfig()
+	wv.ConnectionString, wv.Queue = cs, "orders"
+	wv.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	rv := worker.DefaultRelayConfig()
+	rv.ConnectionString, rv.DatabaseURL = cs, "postgres://seqbus@localhost/seqbus"
+	return []configdoc.Section{
+		{
+			Title: "Worker",
+			Intro: "`worker run` reads these, and so do `worker scaler` (which serves the scaling signal and " +
+				"consumes nothing) and the operator commands (`worker sessions`, `worker dlq`), which use the " +
+				"entity, the state store, the connection and the message contract.",
+			Prefix: worker.EnvPrefix, Defaults: worker.DefaultConfig(), Valid: wv, Format: sizes, GoOnly: true,
+			Validate: func(v any) error { c := v.(worker.Config); return c.Validate() },
+		},
+		{
+			Title: "Worker binary",
+			Intro: "The `worker` command adds these to the worker's settings; a program that embeds " +
+				"package worker sets `Config.Handler` instead. `worker relay` and `worker scaler` read " +
+				"`SEQBUS_LOG_LEVEL` too. Tracing follows the standard `OTEL_*` variables and is off unless " +
+				"`OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_TRACES_EXPORTER`) is set.",
+			Prefix: worker.EnvPrefix, Defaults: defaultSettings(),
+			Validate: func(v any) error { return v.(settings).validate() },
+		},
+		{
+			Title: "Relay",
+			Intro: "`worker relay` sends what applications enqueued in the Postgres outbox to Service Bus, " +
+				"in each session's order. It reads these; the fields set from Go only are the worker's.",
+			Prefix: worker.EnvPrefix, Defaults: worker.DefaultRelayConfig(), Valid: rv, Format: sizes,
+			Validate: func(v any) error { c := v.(worker.RelayConfig); return c.Validate() },
+		},
+		{
+			Title:  "Operator commands",
+			Intro:  "`worker dlq replay` reads this test hook on top of the worker's settings.",
+			Prefix: worker.EnvPrefix, Defaults: operatorSettings{},
+		},
+	}
+}
+
+func renderConfiguration(t *testing.T) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	require.NoError(t, configdoc.Render(&b, configurationHeader, configurationSections()...))
+	return b.Bytes()
+}
+
+// The committed reference is what the code renders: a setting added, removed or changed (its
+// default, its validation, its desc tag) without `go generate ./cmd/worker` fails here.
+func TestConfigurationReference(t *testing.T) {
+	t.Parallel()
+	got := renderConfiguration(t)
+	if *update {
+		require.NoError(t, os.WriteFile(configurationPage, got, 0o644))
+		return
+	}
+	want, err := os.ReadFile(configurationPage)
+	require.NoError(t, err, "run go generate ./cmd/worker")
+	require.Equal(t, string(want), string(got), "docs/configuration.md differs from the code: run go generate ./cmd/worker")
+}
+
+// Every variable the binary reads is in the reference, under the variable it reads.
+func TestConfigurationReferenceVariables(t *testing.T) {
+	t.Parallel()
+	page := string(renderConfiguration(t))
+	for _, v := range []any{worker.Config{}, worker.RelayConfig{}, settings{}, operatorSettings{}} {
+		for _, f := range reflect.VisibleFields(reflect.TypeOf(v)) {
+			tag := f.Tag.Get("envconfig")
+			if tag == "" || f.Tag.Get("ignored") == "true" {
+				continue
+			}
+			require.Contains(t, page, "| `"+worker.EnvPrefix+"_"+tag+"` |", "%T.%s", v, f.Name)
+		}
+	}
+}
