@@ -74,7 +74,7 @@ type Service struct {
 	HTTPAddr string `envconfig:"HTTP_ADDR" desc:"Where /metrics, /healthz, /readyz (and, for the worker and the scaler, /scale) are served: host:port, :port, :0 for a free port, or off."`
 	// ReadyInterval is how often readiness is checked: the broker and, where there is one, the
 	// database. /readyz turns 503 within two intervals of losing either.
-	ReadyInterval time.Duration `envconfig:"READY_CHECK_INTERVAL" desc:"How often readiness (the broker and any database) is checked; /readyz turns 503 within two intervals of losing either."`
+	ReadyInterval time.Duration `envconfig:"READY_CHECK_INTERVAL" desc:"How often readiness is checked (the broker, the database); /readyz turns 503 within two intervals of losing one."`
 	// SoftStopTimeout is how long Stop lets the work in hand finish before it cancels it (a
 	// hard stop, as StopAndCancel), in which case Stop reports ErrSoftStopTimeout.
 	SoftStopTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" desc:"How long a stop lets the work in hand finish before it cancels it."`
@@ -108,7 +108,7 @@ type Config struct {
 	Ordering Ordering `envconfig:"ORDERING" desc:"session: restore each session's order; none: handle the messages of an entity without sessions as they come, keeping no state."`
 
 	// StateStore is where session states live. Database is used with StateStorePostgres only.
-	StateStore StateStore `envconfig:"STATE_STORE" desc:"Where session states live: servicebus (the session state, no database) or postgres (DatabaseURL)."`
+	StateStore StateStore `envconfig:"STATE_STORE" desc:"Where session states live: servicebus (the Service Bus session state, no database) or postgres (the database URL)."`
 	Database
 	// StateMaxBytes bounds the Service Bus session state: the entity's maximum message size
 	// (256 KiB on the Standard tier; Premium allows up to 100 MiB).
@@ -139,7 +139,7 @@ type Config struct {
 	SessionIdleTimeout time.Duration `envconfig:"SESSION_IDLE_TIMEOUT" desc:"How long a receive waits before a session counts as idle and is released."`
 	// PoisonPolicy is what happens to a message the handler still fails after
 	// MaxHandlerAttempts calls: park, skip or block (see sequencer.PoisonPolicy).
-	PoisonPolicy       sequencer.PoisonPolicy `envconfig:"POISON_POLICY" desc:"What happens to a message the handler still fails after the last attempt: park (dead-letter it, park the session), skip (dead-letter it, go on) or block (give it back, hold the session)."`
+	PoisonPolicy       sequencer.PoisonPolicy `envconfig:"POISON_POLICY" desc:"What happens to a message the handler still fails after the last attempt: park (dead-letter it and park the session until an operator resumes or skips it), skip (dead-letter it and go on) or block (give it back to the broker, which delivers it again until its max delivery count)."`
 	MaxHandlerAttempts int                    `envconfig:"MAX_HANDLER_ATTEMPTS" desc:"Handler calls of one message before the poison policy applies."`
 	// RetryBase and RetryMax space the handler calls: attempt n waits min(RetryBase·2^(n-1),
 	// RetryMax) (RetryBase 0: no wait).
@@ -163,7 +163,7 @@ type Config struct {
 	// on (the library's zero value is off): awaiting each completion caps a session at one
 	// message per broker round trip, about 160 a second at 5 ms, and a one-message window cannot
 	// be had for less. A transactional handler (Journal, Transactional) has no runs to pipeline.
-	PipelineRuns bool `envconfig:"PIPELINE_RUNS" desc:"Complete a run's messages in the background while the handler goes on; after a crash up to 17 handled messages may be handed over again, in order (false: 1)."`
+	PipelineRuns bool `envconfig:"PIPELINE_RUNS" desc:"Complete a run's messages in the background while the handler goes on; after a crash up to 17 handled messages may be handed over again, in order (false: at most 1)."`
 	// ReorderWindow bounds the early messages held in memory per session (0: no window, every
 	// early message is deferred at the broker); ReorderWindowBytes bounds their bodies.
 	ReorderWindow      int      `envconfig:"REORDER_WINDOW" desc:"Early messages held in memory per session (0: none, every early message is deferred at the broker)."`
@@ -185,9 +185,9 @@ type Config struct {
 	// GapTimeout is how long a missing sequence is waited for, while later ones wait, before
 	// GapPolicy acts (0: forever; the wait is reported by the gauges and warnings).
 	GapTimeout time.Duration       `envconfig:"GAP_TIMEOUT" desc:"How long a missing sequence is waited for, while later ones wait, before the gap policy acts (0: forever)."`
-	GapPolicy  sequencer.GapPolicy `envconfig:"GAP_POLICY" desc:"After the gap timeout: wait (keep waiting), skip (go on past the gap) or park (park the session); skip and park need a gap timeout."`
+	GapPolicy  sequencer.GapPolicy `envconfig:"GAP_POLICY" desc:"After the gap timeout: wait (keep waiting), skip (go on from the lowest waiting sequence) or park (park the session until an operator resumes or skips it); skip and park need a gap timeout."`
 	// Unsequenced is what happens to a message without the sequence property.
-	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED" desc:"A message without the sequence property: deadletter, or passthrough (handled at once, outside the session's order)."`
+	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED" desc:"A message without the sequence property: deadletter (reason InvalidSequence), or passthrough (handled at once, outside the session's order)."`
 
 	// MaxConcurrentSessions bounds the sessions (with OrderingNone: the messages) handled at once.
 	// A session's slot is free once its last handler call returned (unless a settlement was
@@ -203,7 +203,7 @@ type Config struct {
 	// SweepInterval is how often the sweeper looks for sessions that need a run the broker will
 	// not start (stranded on deferred messages, past their gap timeout), refreshes the session
 	// gauges and, with Postgres, purges expired tombstones.
-	SweepInterval time.Duration `envconfig:"SWEEP_INTERVAL" desc:"How often the replica holding the sweeper lease wakes stranded sessions, refreshes the session gauges and purges expired tombstones."`
+	SweepInterval time.Duration `envconfig:"SWEEP_INTERVAL" desc:"How often the replica holding the sweeper lease wakes stranded sessions, refreshes the session gauges and, with Postgres, purges expired tombstones."`
 	// ScaleInterval is how often the scaling signal (GET /scale, seqbus_replicas_wanted) is
 	// evaluated: by `worker scaler`, and by the worker that holds the sweeper lease.
 	ScaleInterval time.Duration `envconfig:"SCALE_INTERVAL" desc:"How often the scaling signal (GET /scale, seqbus_replicas_wanted) is evaluated."`
