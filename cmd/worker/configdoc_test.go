@@ -27,8 +27,9 @@ const configurationHeader = `# Configuration reference
 
 <!-- Generated from worker.Config, worker.RelayConfig and cmd/worker by go generate ./cmd/worker. Do not edit. -->
 
-Every seqbus process is configured by environment variables. Each one is a field of a Go struct,
-which the Go library sets directly: the Go field column names it.
+The worker, the scaler, the relay and the operator commands (all of them the ` + "`worker`" + ` command)
+are configured by environment variables. Each one is a field of a Go struct, which a program
+embedding package worker sets directly: the Go field column names it.
 
 - A variable left unset takes the default shown; an empty default means none.
 - A variable that is set means what it says: 0 is zero, which is the "off" of the settings
