@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -119,5 +124,66 @@ func TestConfigurationReferenceVariables(t *testing.T) {
 			}
 			require.Contains(t, page, "| `"+worker.EnvPrefix+"_"+tag+"` |", "%T.%s", v, f.Name)
 		}
+	}
+}
+
+// seqbusVar matches a variable name: SEQBUS_ and upper-case words; goLiteralVar one that opens
+// a Go string literal (what the code reads, not what its comments say).
+var (
+	seqbusVar    = regexp.MustCompile(`SEQBUS_[A-Z0-9_]*[A-Z0-9]`)
+	goLiteralVar = regexp.MustCompile("[\"`](SEQBUS_[A-Z0-9_]*[A-Z0-9])")
+)
+
+// Every SEQBUS_ variable that the README, the pages of docs/ and the deploy manifests name is one
+// the code has: a variable of the reference, or one a Go file of the repository reads (the
+// emulator's, the tests', in a string literal). A prefix written as SEQBUS_EMULATOR_* counts when variables start
+// with it. The dated reports under docs/reports are records of past runs and are left out.
+func TestDocsNameVariablesTheCodeHas(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	known := map[string]bool{}
+	for _, v := range seqbusVar.FindAllString(string(renderConfiguration(t)), -1) {
+		known[v] = true
+	}
+	named := map[string][]string{} // variable → files naming it
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || rel == filepath.Join("docs", "reports") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		isDoc := rel == "README.md" || strings.HasPrefix(rel, "docs"+string(filepath.Separator)) && strings.HasSuffix(rel, ".md") ||
+			strings.HasPrefix(rel, "deploy"+string(filepath.Separator)) && slices.Contains([]string{".yaml", ".yml", ".json", ".md"}, filepath.Ext(rel))
+		if !isDoc && filepath.Ext(rel) != ".go" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if !isDoc {
+			for _, m := range goLiteralVar.FindAllStringSubmatch(string(b), -1) {
+				known[m[1]] = true
+			}
+			return nil
+		}
+		for _, v := range seqbusVar.FindAllString(string(b), -1) {
+			named[v] = append(named[v], rel)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, named, "the walk found the README and docs")
+	for v, files := range named {
+		if known[v] {
+			continue
+		}
+		prefix := slices.ContainsFunc(slices.Collect(maps.Keys(known)), func(k string) bool { return strings.HasPrefix(k, v+"_") })
+		require.True(t, prefix, "%s names %s, which no code has", strings.Join(slices.Compact(slices.Sorted(slices.Values(files))), ", "), v)
 	}
 }
