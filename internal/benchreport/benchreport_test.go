@@ -3,8 +3,10 @@ package benchreport
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +145,37 @@ func TestWrite(t *testing.T) {
 	unknown := Report{Title: "soak", Env: Environment{Commit: Unknown, CPU: Unknown, Cores: 1}}
 	require.Contains(t, string(unknown.Markdown()), "| Commit | unknown |\n")
 	require.Contains(t, string(unknown.Markdown()), "| Machine | unknown, 1 core, unknown memory, / |\n")
+}
+
+// Collect names the commit of the work tree and says when tracked files differ from it.
+func TestCollectDirty(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		out, err := exec.CommandContext(ctx, "git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...).CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q")
+	file := filepath.Join(dir, "main.go")
+	require.NoError(t, os.WriteFile(file, []byte("package main\n"), 0o644))
+	git("add", "main.go")
+	git("commit", "-q", "-m", "first")
+	head := git("rev-parse", "HEAD")
+
+	clean := Collect(ctx, dir, time.Now(), "bench", nil)
+	require.Equal(t, head, clean.Commit)
+	require.False(t, clean.Dirty)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "untracked.txt"), []byte("x"), 0o644))
+	require.False(t, Collect(ctx, dir, time.Now(), "bench", nil).Dirty, "an untracked file is no change to the code")
+
+	require.NoError(t, os.WriteFile(file, []byte("package main\n\nfunc main() {}\n"), 0o644))
+	dirty := Collect(ctx, dir, time.Now(), "bench", nil)
+	require.Equal(t, head, dirty.Commit)
+	require.True(t, dirty.Dirty)
 }
