@@ -17,9 +17,9 @@ import (
 // Entity names a session-enabled queue, or a topic subscription. Exactly one of Queue and
 // Topic+Subscription is set.
 type Entity struct {
-	Queue        string `envconfig:"QUEUE"`
-	Topic        string `envconfig:"TOPIC"`
-	Subscription string `envconfig:"SUBSCRIPTION"`
+	Queue        string `envconfig:"QUEUE" desc:"Session-enabled queue to consume; or the topic and subscription."`
+	Topic        string `envconfig:"TOPIC" desc:"Topic whose subscription is consumed (with the subscription)."`
+	Subscription string `envconfig:"SUBSCRIPTION" desc:"Session-enabled subscription of the topic."`
 }
 
 // Validate reports whether e names exactly one entity.

@@ -47,11 +47,11 @@ const HTTPOff = "off"
 type ServiceBus struct {
 	// ConnectionString is a Service Bus connection string (SharedAccessKey or
 	// SharedAccessSignature).
-	ConnectionString string `envconfig:"CONNECTION_STRING" redact:"connection_string"`
+	ConnectionString string `envconfig:"CONNECTION_STRING" redact:"connection_string" desc:"Service Bus connection string with SharedAccessKey or SharedAccessSignature; its secret is redacted in logs. Set this or the namespace."`
 	// Namespace is a fully qualified namespace (myns.servicebus.windows.net) reached with
 	// Credential (default: azidentity.DefaultAzureCredential).
-	Namespace  string                 `envconfig:"NAMESPACE"`
-	Credential azcore.TokenCredential `ignored:"true"`
+	Namespace  string                 `envconfig:"NAMESPACE" desc:"Fully qualified namespace (myns.servicebus.windows.net) reached with Entra ID (DefaultAzureCredential). Set this or the connection string."`
+	Credential azcore.TokenCredential `ignored:"true" desc:"Entra ID credential used with Namespace (default: azidentity.DefaultAzureCredential)."`
 }
 
 // Database is the Postgres database of a seqbus process: the session states with
@@ -59,11 +59,11 @@ type ServiceBus struct {
 type Database struct {
 	// DatabaseURL (or Pool) is the database: postgres://user:password@host/db or a
 	// keyword/value string. A Pool given here is the caller's: it is never closed.
-	DatabaseURL string        `envconfig:"DATABASE_URL" redact:"url"`
-	Pool        *pgxpool.Pool `ignored:"true"`
+	DatabaseURL string        `envconfig:"DATABASE_URL" redact:"url" desc:"Postgres database of the postgres state store or the outbox: postgres://user:password@host/db or a keyword/value string; its password is redacted in logs."`
+	Pool        *pgxpool.Pool `ignored:"true" desc:"A pgx pool to use instead of DatabaseURL; the caller owns it and it is never closed."`
 	// MigrateOnStart applies the migrations at Start; otherwise Start refuses a schema that
 	// lacks one (run `worker migrate up`).
-	MigrateOnStart bool `envconfig:"MIGRATE_ON_START"`
+	MigrateOnStart bool `envconfig:"MIGRATE_ON_START" desc:"Apply the database migrations at start; otherwise the process refuses a schema that lacks one (run worker migrate up)."`
 }
 
 // Service is what every seqbus service process has around its work: its HTTP endpoints, its
@@ -71,20 +71,20 @@ type Database struct {
 type Service struct {
 	// HTTPAddr is where /metrics, /healthz and /readyz are served (HTTPOff: nowhere; ":0" a
 	// free port, see Client.HTTPAddr).
-	HTTPAddr string `envconfig:"HTTP_ADDR"`
+	HTTPAddr string `envconfig:"HTTP_ADDR" desc:"Where /metrics, /healthz, /readyz (and, for the worker and the scaler, /scale) are served: host:port, :port, :0 for a free port, or off."`
 	// ReadyInterval is how often readiness is checked: the broker and, where there is one, the
 	// database. /readyz turns 503 within two intervals of losing either.
-	ReadyInterval time.Duration `envconfig:"READY_CHECK_INTERVAL"`
+	ReadyInterval time.Duration `envconfig:"READY_CHECK_INTERVAL" desc:"How often readiness is checked (the broker, the database); /readyz turns 503 within two intervals of losing one."`
 	// SoftStopTimeout is how long Stop lets the work in hand finish before it cancels it (a
 	// hard stop, as StopAndCancel), in which case Stop reports ErrSoftStopTimeout.
-	SoftStopTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT"`
+	SoftStopTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" desc:"How long a stop lets the work in hand finish before it cancels it."`
 	// Registry receives the metrics and the Go and process collectors (default: a registry of
 	// the service's own).
-	Registry *prometheus.Registry `ignored:"true"`
+	Registry *prometheus.Registry `ignored:"true" desc:"Prometheus registry for the metrics (default: a registry of the service's own)."`
 	// Logger receives the logs (default: discard).
-	Logger *slog.Logger `ignored:"true"`
+	Logger *slog.Logger `ignored:"true" desc:"Logger (default: discard)."`
 	// Clock times the background loops (default: the wall clock).
-	Clock clock.Clock `ignored:"true"`
+	Clock clock.Clock `ignored:"true" desc:"Clock of the background loops (default: the wall clock)."`
 }
 
 // Config configures a Client. Each field with an envconfig tag is also the environment variable
@@ -105,57 +105,57 @@ type Config struct {
 	sbadapter.Entity
 	// Ordering is OrderingSession (restore each session's order) or OrderingNone (handle the
 	// messages of an entity without sessions as they come, no state).
-	Ordering Ordering `envconfig:"ORDERING"`
+	Ordering Ordering `envconfig:"ORDERING" desc:"session: restore each session's order; none: handle the messages of an entity without sessions as they come, keeping no state."`
 
 	// StateStore is where session states live. Database is used with StateStorePostgres only.
-	StateStore StateStore `envconfig:"STATE_STORE"`
+	StateStore StateStore `envconfig:"STATE_STORE" desc:"Where session states live: servicebus (the Service Bus session state, no database) or postgres (the database URL)."`
 	Database
 	// StateMaxBytes bounds the Service Bus session state: the entity's maximum message size
 	// (256 KiB on the Standard tier; Premium allows up to 100 MiB).
-	StateMaxBytes ByteSize `envconfig:"STATE_MAX_BYTES"`
+	StateMaxBytes ByteSize `envconfig:"STATE_MAX_BYTES" desc:"Bound on the Service Bus session state: the entity's maximum message size (Standard 256KiB; Premium up to 100MiB)."`
 
 	// Handler handles each message, in order within its session. Required unless Journal.
-	Handler sequencer.Handler `ignored:"true"`
+	Handler sequencer.Handler `ignored:"true" desc:"Handles each message, in order within its session; required unless Journal."`
 	// Journal uses the journal handler (StateStorePostgres only): each message is inserted into
 	// seqbus_journal in the transaction that advances its session's state (exactly-once effects).
-	Journal bool `ignored:"true"`
+	Journal bool `ignored:"true" desc:"Use the journal handler: each message is inserted into seqbus_journal in the transaction that advances its session (postgres only)."`
 	// Transactional runs Handler and the state save in one Postgres transaction, reachable from
 	// the handler's ctx with postgres.TxFromContext (StateStorePostgres only; Journal implies it).
-	Transactional bool `ignored:"true"`
+	Transactional bool `ignored:"true" desc:"Run Handler and the state save in one Postgres transaction, reached with postgres.TxFromContext (postgres only)."`
 	// HandlerTimeout bounds one handler call.
-	HandlerTimeout time.Duration `envconfig:"HANDLER_TIMEOUT"`
+	HandlerTimeout time.Duration `envconfig:"HANDLER_TIMEOUT" desc:"Bound on one handler call."`
 	// Middleware wraps the handler (Handler or the journal), the first outermost, inside the
 	// worker's own tracing, metrics, panic recovery and timeout.
-	Middleware []handler.Middleware `ignored:"true"`
+	Middleware []handler.Middleware `ignored:"true" desc:"Wraps the handler, the first outermost, inside the worker's tracing, metrics, panic recovery and timeout."`
 
 	// The sequencing policy (sequencer.EngineConfig).
 
 	// SequenceProperty and LastProperty name the application properties of the message
 	// contract (see package contract); they must differ.
-	SequenceProperty string `envconfig:"SEQUENCE_PROPERTY"`
-	LastProperty     string `envconfig:"LAST_PROPERTY"`
+	SequenceProperty string `envconfig:"SEQUENCE_PROPERTY" desc:"Application property that carries a message's sequence number; must differ from the last property."`
+	LastProperty     string `envconfig:"LAST_PROPERTY" desc:"Application property that marks a session's last message."`
 	// SessionIdleTimeout is how long a receive waits before a session counts as idle and is
 	// released.
-	SessionIdleTimeout time.Duration `envconfig:"SESSION_IDLE_TIMEOUT"`
+	SessionIdleTimeout time.Duration `envconfig:"SESSION_IDLE_TIMEOUT" desc:"How long a receive waits before a session counts as idle and is released."`
 	// PoisonPolicy is what happens to a message the handler still fails after
 	// MaxHandlerAttempts calls: park, skip or block (see sequencer.PoisonPolicy).
-	PoisonPolicy       sequencer.PoisonPolicy `envconfig:"POISON_POLICY"`
-	MaxHandlerAttempts int                    `envconfig:"MAX_HANDLER_ATTEMPTS"`
+	PoisonPolicy       sequencer.PoisonPolicy `envconfig:"POISON_POLICY" desc:"What happens to a message the handler still fails after the last attempt: park (dead-letter it and park the session until an operator resumes or skips it), skip (dead-letter it and go on) or block (give it back to the broker, which delivers it again until its max delivery count)."`
+	MaxHandlerAttempts int                    `envconfig:"MAX_HANDLER_ATTEMPTS" desc:"Handler calls of one message before the poison policy applies."`
 	// RetryBase and RetryMax space the handler calls: attempt n waits min(RetryBase·2^(n-1),
 	// RetryMax) (RetryBase 0: no wait).
-	RetryBase time.Duration `envconfig:"RETRY_BASE"`
-	RetryMax  time.Duration `envconfig:"RETRY_MAX"`
+	RetryBase time.Duration `envconfig:"RETRY_BASE" desc:"Wait after the first failed handler call, doubling each attempt (0: no wait)."`
+	RetryMax  time.Duration `envconfig:"RETRY_MAX" desc:"Longest wait between handler attempts."`
 	// RetryReleaseAfter, when positive, spends the waits after that many in-place handler
 	// attempts of a message with the session released (0: every wait in place, holding the session
 	// and its slot): the next attempt's time is stored in the session's state, the message is
 	// deferred, the later messages wait behind it, and the sweeper wakes the session when the
 	// attempt is due (see sequencer.EngineConfig.RetryReleaseAfter). It must be below
 	// MaxHandlerAttempts and does not go with PoisonPolicy block.
-	RetryReleaseAfter int `envconfig:"RETRY_RELEASE_AFTER"`
+	RetryReleaseAfter int `envconfig:"RETRY_RELEASE_AFTER" desc:"0: every retry waits in place, holding the session; N: after N attempts each wait is spent with the session released (below the attempts; not with poison policy block)."`
 	// SaveEachMessage saves the exact position before each message is completed instead of once
 	// per run of in-order messages in hand; with PipelineRuns the saves run in the background
 	// while the handler goes on (see sequencer.EngineConfig.SaveEachMessage).
-	SaveEachMessage bool `envconfig:"SAVE_EACH_MESSAGE"`
+	SaveEachMessage bool `envconfig:"SAVE_EACH_MESSAGE" desc:"Save the exact position before each message is completed instead of once per run of in-order messages in hand."`
 	// PipelineRuns completes the messages of a recorded run in the background, as many at once
 	// as the engine's completion pipeline holds, so that a session's handler calls are not spaced
 	// by a broker round trip each; after a crash up to 17 of the messages handled last may be
@@ -163,62 +163,62 @@ type Config struct {
 	// on (the library's zero value is off): awaiting each completion caps a session at one
 	// message per broker round trip, about 160 a second at 5 ms, and a one-message window cannot
 	// be had for less. A transactional handler (Journal, Transactional) has no runs to pipeline.
-	PipelineRuns bool `envconfig:"PIPELINE_RUNS"`
+	PipelineRuns bool `envconfig:"PIPELINE_RUNS" desc:"Complete a run's messages in the background while the handler goes on; after a crash up to 17 handled messages may be handed over again, in order (false: at most 1)."`
 	// ReorderWindow bounds the early messages held in memory per session (0: no window, every
 	// early message is deferred at the broker); ReorderWindowBytes bounds their bodies.
-	ReorderWindow      int      `envconfig:"REORDER_WINDOW"`
-	ReorderWindowBytes ByteSize `envconfig:"REORDER_WINDOW_BYTES"`
+	ReorderWindow      int      `envconfig:"REORDER_WINDOW" desc:"Early messages held in memory per session (0: none, every early message is deferred at the broker)."`
+	ReorderWindowBytes ByteSize `envconfig:"REORDER_WINDOW_BYTES" desc:"Bound on the bodies of the early messages held per session: a size such as 8MiB."`
 	// DrainBatch caps the deferred messages fetched per receive-deferred call; Prefetch is how
 	// many messages one receive asks for.
-	DrainBatch int `envconfig:"DRAIN_BATCH"`
-	Prefetch   int `envconfig:"PREFETCH"`
+	DrainBatch int `envconfig:"DRAIN_BATCH" desc:"Deferred messages fetched per receive-deferred call."`
+	Prefetch   int `envconfig:"PREFETCH" desc:"Messages asked for per receive."`
 	// ReceiveWait is how long a receive waits for more messages once the first one arrived
 	// (sbadapter.Config.ReceiveWait; the SDK's own default is 20ms). Positive, below
 	// SessionIdleTimeout.
-	ReceiveWait time.Duration `envconfig:"RECEIVE_WAIT"`
+	ReceiveWait time.Duration `envconfig:"RECEIVE_WAIT" desc:"How long a receive waits for more messages once the first arrived; below the session idle timeout."`
 	// TombstoneTTL is how long an ended session's state is kept so that late copies are
 	// dropped (0: deleted at once).
-	TombstoneTTL time.Duration `envconfig:"TOMBSTONE_TTL"`
+	TombstoneTTL time.Duration `envconfig:"TOMBSTONE_TTL" desc:"How long an ended session's state is kept so that late copies are dropped (0: deleted at once)."`
 	// LockRenewInterval is how often session locks are renewed (0: at half the remaining lock
 	// time).
-	LockRenewInterval time.Duration `envconfig:"LOCK_RENEW_INTERVAL"`
+	LockRenewInterval time.Duration `envconfig:"LOCK_RENEW_INTERVAL" desc:"How often session locks are renewed (0: at half the remaining lock time)."`
 	// GapTimeout is how long a missing sequence is waited for, while later ones wait, before
 	// GapPolicy acts (0: forever; the wait is reported by the gauges and warnings).
-	GapTimeout time.Duration       `envconfig:"GAP_TIMEOUT"`
-	GapPolicy  sequencer.GapPolicy `envconfig:"GAP_POLICY"`
+	GapTimeout time.Duration       `envconfig:"GAP_TIMEOUT" desc:"How long a missing sequence is waited for, while later ones wait, before the gap policy acts (0: forever)."`
+	GapPolicy  sequencer.GapPolicy `envconfig:"GAP_POLICY" desc:"After the gap timeout: wait (keep waiting), skip (go on from the lowest waiting sequence) or park (park the session until an operator resumes or skips it); skip and park need a gap timeout."`
 	// Unsequenced is what happens to a message without the sequence property.
-	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED"`
+	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED" desc:"A message without the sequence property: deadletter (reason InvalidSequence), or passthrough (handled at once, outside the session's order)."`
 
 	// MaxConcurrentSessions bounds the sessions (with OrderingNone: the messages) handled at once.
 	// A session's slot is free once its last handler call returned (unless a settlement was
 	// refused as busy): its last save and close finish while the next session is accepted
 	// (sequencer.RunnerConfig.MaxConcurrentSessions).
-	MaxConcurrentSessions int `envconfig:"MAX_CONCURRENT_SESSIONS"`
+	MaxConcurrentSessions int `envconfig:"MAX_CONCURRENT_SESSIONS" desc:"Sessions handled at once by one replica (with ordering none: messages)."`
 	// SessionConnections is how many connections the runner locks sessions on, in turn
 	// (sbadapter.Config.AcceptClients). The SDK negotiates an accept's claims one at a time per
 	// connection, so with one connection a replica takes sessions one after the other: with short
 	// sessions and a far broker that, not MaxConcurrentSessions, bounds it. 1 to
 	// MaxConcurrentSessions; session ordering only.
-	SessionConnections int `envconfig:"SESSION_CONNECTIONS"`
+	SessionConnections int `envconfig:"SESSION_CONNECTIONS" desc:"Connections sessions are locked on, in turn; at most the concurrent sessions, session ordering only."`
 	// SweepInterval is how often the sweeper looks for sessions that need a run the broker will
 	// not start (stranded on deferred messages, past their gap timeout), refreshes the session
 	// gauges and, with Postgres, purges expired tombstones.
-	SweepInterval time.Duration `envconfig:"SWEEP_INTERVAL"`
+	SweepInterval time.Duration `envconfig:"SWEEP_INTERVAL" desc:"How often the replica holding the sweeper lease wakes stranded sessions, refreshes the session gauges and, with Postgres, purges expired tombstones."`
 	// ScaleInterval is how often the scaling signal (GET /scale, seqbus_replicas_wanted) is
 	// evaluated: by `worker scaler`, and by the worker that holds the sweeper lease.
-	ScaleInterval time.Duration `envconfig:"SCALE_INTERVAL"`
+	ScaleInterval time.Duration `envconfig:"SCALE_INTERVAL" desc:"How often the scaling signal (GET /scale, seqbus_replicas_wanted) is evaluated."`
 	// ScaleMaxReplicas bounds the replicas the scaling signal asks for.
-	ScaleMaxReplicas int `envconfig:"SCALE_MAX_REPLICAS"`
+	ScaleMaxReplicas int `envconfig:"SCALE_MAX_REPLICAS" desc:"Most replicas the scaling signal asks for."`
 	// ScaleCreditsPerSecond bounds what the scaling signal spends at the broker, on average, in
 	// a Standard namespace's credits (10 a management request, 1 another call): an evaluation
 	// that cost N is followed by the next no sooner than N/ScaleCreditsPerSecond seconds after
 	// it began (and no sooner than ScaleInterval). 0: no bound.
-	ScaleCreditsPerSecond int `envconfig:"SCALE_CREDITS_PER_SECOND"`
+	ScaleCreditsPerSecond int `envconfig:"SCALE_CREDITS_PER_SECOND" desc:"Bound on the broker credits per second the scaling signal spends, on average (Standard tier: 10 a management request, 1 another call; 0: no bound)."`
 
 	Service
 	// TracerProvider traces each handler call (default: tracing off). TracingFromEnv builds one
 	// from the standard OTEL_* variables.
-	TracerProvider trace.TracerProvider `ignored:"true"`
+	TracerProvider trace.TracerProvider `ignored:"true" desc:"Traces each handler call (default: off); worker.TracingFromEnv builds one from the OTEL_* variables."`
 }
 
 // DefaultConfig returns the defaults of every setting: what an empty environment gives.

@@ -28,28 +28,28 @@ type RelayConfig struct {
 	// Database holds the outbox (required).
 	Database
 	// SequenceProperty and LastProperty name the application properties the worker reads.
-	SequenceProperty string `envconfig:"SEQUENCE_PROPERTY"`
-	LastProperty     string `envconfig:"LAST_PROPERTY"`
+	SequenceProperty string `envconfig:"SEQUENCE_PROPERTY" desc:"Application property the relay sets to each message's sequence number (the worker's sequence property)."`
+	LastProperty     string `envconfig:"LAST_PROPERTY" desc:"Application property the relay sets on a session's last message (the worker's last property)."`
 
 	// Entities restricts the relay to these queues and topics (comma-separated in the
 	// environment; default: every entity in the outbox).
-	Entities []string `envconfig:"RELAY_ENTITIES"`
+	Entities []string `envconfig:"RELAY_ENTITIES" desc:"Queues and topics to relay, comma-separated (empty: every entity in the outbox)."`
 	// BatchSize is the most messages of one session claimed and sent at once; Concurrency how
 	// many sessions are sent at once; PollInterval how often the relay looks for work when no
 	// notification comes.
-	BatchSize    int           `envconfig:"RELAY_BATCH_SIZE"`
-	Concurrency  int           `envconfig:"RELAY_CONCURRENCY"`
-	PollInterval time.Duration `envconfig:"RELAY_POLL_INTERVAL"`
+	BatchSize    int           `envconfig:"RELAY_BATCH_SIZE" desc:"Most messages of one session claimed and sent at once."`
+	Concurrency  int           `envconfig:"RELAY_CONCURRENCY" desc:"Sessions sent at once."`
+	PollInterval time.Duration `envconfig:"RELAY_POLL_INTERVAL" desc:"How often the relay looks for work when no notification comes (LISTEN/NOTIFY)."`
 	// MinBackoff and MaxBackoff bound the pause of a session after a failed send (doubling,
 	// equal jitter).
-	MinBackoff time.Duration `envconfig:"RELAY_MIN_BACKOFF"`
-	MaxBackoff time.Duration `envconfig:"RELAY_MAX_BACKOFF"`
+	MinBackoff time.Duration `envconfig:"RELAY_MIN_BACKOFF" desc:"Pause of a session after a failed send, doubling with jitter."`
+	MaxBackoff time.Duration `envconfig:"RELAY_MAX_BACKOFF" desc:"Longest pause of a session after failed sends."`
 	// SendTimeout bounds one session's send.
-	SendTimeout time.Duration `envconfig:"RELAY_SEND_TIMEOUT"`
+	SendTimeout time.Duration `envconfig:"RELAY_SEND_TIMEOUT" desc:"Bound on one session's send."`
 	// EndedRetention is how long an ended session is remembered (0: forever); PurgeInterval how
 	// often the relay forgets those past it.
-	EndedRetention time.Duration `envconfig:"RELAY_ENDED_RETENTION"`
-	PurgeInterval  time.Duration `envconfig:"RELAY_PURGE_INTERVAL"`
+	EndedRetention time.Duration `envconfig:"RELAY_ENDED_RETENTION" desc:"How long an ended session is remembered, refusing new messages (0: forever)."`
+	PurgeInterval  time.Duration `envconfig:"RELAY_PURGE_INTERVAL" desc:"How often ended sessions past their retention are forgotten."`
 
 	Service
 }

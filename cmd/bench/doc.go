@@ -12,7 +12,7 @@
 //	      [-throttle-credits 1000] [-latency 5ms] [-pipeline-runs] [-database-url URL] [-retry-base 2ms]
 //	      [-cell-timeout 3m] [-seed 1]
 //	      [-connection-string CS (-queue Q | -topic T -subscription S)]
-//	      [-out bench-out] [-format svg] [-progress=true] [-log-level error] [-cpuprofile FILE]
+//	      [-out bench-out | -report DIR] [-format svg] [-progress=true] [-log-level error] [-cpuprofile FILE]
 //
 // It writes DIR/results.csv (a header row, one row per cell) and one chart per dimension (SVG, or
 // PNG with -format png):
@@ -21,7 +21,10 @@
 // pipelined SDK consumer's rate in the same cell and their ratio, the calls per message of each,
 // the worker's p99 latency, the operations the throttle refused, the credits a message cost and
 // the credit ratio (the worker's rate over the rate the throttle's credits allow at that cost).
-// A progress bar runs on stderr. -quick runs a small matrix in under a minute; the dimension
+// With -report DIR (docs/reports in the repository) the outputs go instead to a new folder
+// DIR/<date>-bench-<commit> with a report.md that names the commit, the date, the machine, the
+// Go version and the command line, and holds the table and any failure (see package
+// internal/benchreport). A progress bar runs on stderr. -quick runs a small matrix in under a minute; the dimension
 // flags select subsets; -pipeline-runs=false runs the replicas with SEQBUS_PIPELINE_RUNS=false
 // (each completion awaited; the worker's default pipelines them); -database-url keeps the
 // replicas' state in Postgres (the migrations applied at start); -cpuprofile writes a CPU profile

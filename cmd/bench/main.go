@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/seqbus/seqbus/internal/bench"
+	"github.com/seqbus/seqbus/internal/benchreport"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/worker"
 )
@@ -36,6 +39,9 @@ type config struct {
 	progress bool
 	level    slog.Level
 	cpuProf  string
+	// report is the folder under which the run's dated report folder is created ("": the
+	// outputs go to out, without a report.md).
+	report string
 }
 
 // run parses args, runs the matrix, writes the outputs and prints a summary. It returns the exit
@@ -78,6 +84,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			progressbar.OptionClearOnFinish())
 	}
 	start := time.Now()
+	out := cfg.out
+	var env benchreport.Environment
+	if cfg.report != "" {
+		env = benchreport.Collect(ctx, ".", start, "bench", args)
+		if out, err = benchreport.NewDir(cfg.report, "bench", env); err != nil {
+			fmt.Fprintf(stderr, "bench: -report: %v\n", err)
+			return 1
+		}
+	}
 	results, err := bench.Run(ctx, o, func(done int, next bench.Cell) {
 		if bar == nil {
 			return
@@ -94,7 +109,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 1
 	}
-	files, werr := bench.WriteOutputs(cfg.out, cfg.format, results)
+	return finish(outcome{cfg: cfg, out: out, env: env, elapsed: time.Since(start), cells: cells, results: results, err: err}, stdout, stderr)
+}
+
+// outcome is what one run of the matrix left: the results of the cells it ran and where they go.
+type outcome struct {
+	cfg     config
+	out     string // the output folder (-out, or the report folder)
+	env     benchreport.Environment
+	elapsed time.Duration
+	cells   int // the cells the matrix has
+	results []bench.Result
+	err     error // why the run stopped before its last cell
+}
+
+// finish writes the outputs of r (the CSV, the charts and, with -report, report.md), reports
+// the failed cells and prints the summary table. It returns the exit code.
+func finish(r outcome, stdout, stderr io.Writer) int {
+	cfg, out, results, cells, elapsed := r.cfg, r.out, r.results, r.cells, r.elapsed
+	code := 0
+	var problems []string
+	problem := func(format string, args ...any) {
+		p := fmt.Sprintf(format, args...)
+		problems = append(problems, p)
+		fmt.Fprintln(stderr, p)
+		code = 1
+	}
+	files, werr := bench.WriteOutputs(out, cfg.format, results)
 	for _, f := range files {
 		fmt.Fprintf(stdout, "wrote %s\n", f)
 	}
@@ -102,25 +143,43 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: %v\n", werr)
 		return 1
 	}
-	code := 0
-	if err != nil {
-		fmt.Fprintf(stderr, "bench: stopped after %d of %d cells: %v\n", len(results), cells, err)
-		code = 1
+	if r.err != nil {
+		problem("bench: stopped after %d of %d cells: %v", len(results), cells, r.err)
 	}
-	for _, r := range results {
-		if r.Err != nil || r.Violations > 0 || r.Incomplete > 0 {
-			fmt.Fprintf(stderr, "bench: cell %s: %d order violations, %d sessions unfinished, error: %v\n", r.Cell, r.Violations, r.Incomplete, r.Err)
-			for _, v := range r.ViolationSamples {
-				fmt.Fprintf(stderr, "bench: cell %s: %s\n", r.Cell, v)
+	for _, c := range results {
+		if c.Err != nil || c.Violations > 0 || c.Incomplete > 0 {
+			problem("bench: cell %s: %d order violations, %d sessions unfinished, error: %v", c.Cell, c.Violations, c.Incomplete, c.Err)
+			for _, v := range c.ViolationSamples {
+				problem("bench: cell %s: %s", c.Cell, v)
 			}
-			code = 1
 		}
 	}
-	if err := bench.WriteTable(stdout, results); err != nil {
+	var table bytes.Buffer
+	if err := bench.WriteTable(io.MultiWriter(stdout, &table), results); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		code = 1
 	}
-	fmt.Fprintf(stdout, "%d cells in %s\n", len(results), time.Since(start).Round(time.Second))
+	fmt.Fprintf(stdout, "%d cells in %s\n", len(results), elapsed.Round(time.Second))
+	if cfg.report == "" {
+		return code
+	}
+	said := fmt.Sprintf("%d of %d cells, every one finished in order", len(results), cells)
+	if code != 0 {
+		said = fmt.Sprintf("%d of %d cells run; failures below", len(results), cells)
+	}
+	rel := make([]string, len(files))
+	for i, f := range files {
+		rel[i] = filepath.Base(f)
+	}
+	path, err := benchreport.Write(out, benchreport.Report{
+		Title: "bench", Env: r.env, Elapsed: elapsed, Outcome: said,
+		Summary: table.String(), Problems: problems, Files: rel,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", path)
 	return code
 }
 
@@ -169,6 +228,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&entity.Topic, "topic", "", "with -connection-string: the topic (with -subscription)")
 	fs.StringVar(&entity.Subscription, "subscription", "", "with -connection-string: the session-enabled subscription of -topic")
 	fs.StringVar(&cfg.out, "out", "bench-out", "directory for results.csv and the charts")
+	fs.StringVar(&cfg.report, "report", "", "write the outputs and a report.md (commit, date, machine, Go version, command line, summary) into a new folder under this one, named <date>-bench-<commit>, instead of -out (e.g. docs/reports)")
 	fs.StringVar(&cfg.format, "format", "svg", "format of the charts: svg or png")
 	fs.BoolVar(&cfg.progress, "progress", true, "show a progress bar on stderr")
 	fs.StringVar(&cfg.cpuProf, "cpuprofile", "", "write a CPU profile of the run to this file, its samples labelled by cell and side (worker, plain, publisher; the emulator's by cell alone): go tool pprof -tags")
@@ -208,6 +268,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.out == "" {
 		return config{}, errors.New("-out must not be empty")
+	}
+	if cfg.report != "" {
+		var both bool
+		fs.Visit(func(f *flag.Flag) { both = both || f.Name == "out" })
+		if both {
+			return config{}, errors.New("-out and -report: set one (-report creates the output folder)")
+		}
 	}
 	if cfg.format != "svg" && cfg.format != "png" {
 		return config{}, fmt.Errorf("-format %q: want svg or png", cfg.format)

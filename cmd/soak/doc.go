@@ -12,6 +12,13 @@
 //
 //	go run ./cmd/soak -idle -worker /tmp/worker-after -before-worker /tmp/worker-before
 //
+// With -report DIR (docs/reports in the repository) the outputs go instead to a new folder
+// DIR/<date>-soak-<commit> (-idle: <date>-soak-idle-<commit>) with a report.md that names the
+// commit, the date, the machine, the Go version and the command line, and holds the table and
+// any failure (see package internal/benchreport):
+//
+//	go run ./cmd/soak -sessions 20000 -report docs/reports
+//
 // It exits 1 when a soak failed, handled a message out of order or left one unhandled, and 2 on
 // bad flags.
 package main

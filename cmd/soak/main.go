@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -13,7 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/seqbus/seqbus/internal/benchreport"
 	"github.com/seqbus/seqbus/internal/soak"
 	"github.com/seqbus/seqbus/internal/workerbin"
 )
@@ -51,29 +54,66 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	start := time.Now()
+	if f.report != "" {
+		kind := "soak"
+		if f.idle {
+			kind = "soak-idle"
+		}
+		f.env = benchreport.Collect(ctx, ".", start, "soak", args)
+		if out, err = benchreport.NewDir(f.report, kind, f.env); err != nil {
+			fmt.Fprintf(stderr, "soak: -report: %v\n", err)
+			return 1
+		}
+	}
 	if f.idle {
-		return runIdle(ctx, f, o, stdout, stderr)
+		return runIdle(ctx, f, o, start, out, stdout, stderr)
 	}
 	var reports []soak.Report
-	code := 0
+	var problems []string
+	problem := func(format string, args ...any) {
+		p := fmt.Sprintf(format, args...)
+		problems = append(problems, p)
+		fmt.Fprintln(stderr, p)
+	}
 	for _, store := range stores {
 		o.Store = store
 		r, err := soak.Run(ctx, o)
 		if err != nil {
-			fmt.Fprintf(stderr, "soak: %s store: %v\n", store, err)
-			code = 1
+			problem("soak: %s store: %v", store, err)
 			continue
 		}
 		if r.Violations > 0 || r.Missing > 0 {
-			fmt.Fprintf(stderr, "soak: %s store: %d order violations, %d messages missing\n", store, r.Violations, r.Missing)
-			code = 1
+			problem("soak: %s store: %d order violations, %d messages missing", store, r.Violations, r.Missing)
 		}
 		reports = append(reports, r)
 	}
 	if len(reports) == 0 {
 		return 1
 	}
-	files, err := soak.WriteOutputs(out, reports)
+	return finish(outcome{flags: f, out: out, elapsed: time.Since(start), stores: len(stores), reports: reports, problems: problems}, stdout, stderr)
+}
+
+// outcome is what a soak of each store left: the reports of those that ran and the problems
+// the run reported.
+type outcome struct {
+	flags    flags
+	out      string // the output folder (-out, or the report folder)
+	elapsed  time.Duration
+	stores   int // the stores asked for
+	reports  []soak.Report
+	problems []string
+}
+
+// finish writes the outputs of r (soak.csv, the chart and, with -report, report.md) and prints
+// the table. It returns the exit code: 1 when a store's soak failed, saw an order violation or
+// left a message unhandled.
+func finish(r outcome, stdout, stderr io.Writer) int {
+	code := 0
+	if len(r.problems) > 0 {
+		code = 1
+	}
+	files, err := soak.WriteOutputs(r.out, r.reports)
 	for _, f := range files {
 		fmt.Fprintf(stdout, "wrote %s\n", f)
 	}
@@ -81,11 +121,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "soak: %v\n", err)
 		code = 1
 	}
-	if err := soak.WriteTable(stdout, reports); err != nil {
+	var table bytes.Buffer
+	if err := soak.WriteTable(io.MultiWriter(stdout, &table), r.reports); err != nil {
 		fmt.Fprintf(stderr, "soak: %v\n", err)
 		code = 1
 	}
+	if r.flags.report == "" {
+		return code
+	}
+	said := fmt.Sprintf("%d of %d stores, every message handled once in order", len(r.reports), r.stores)
+	if len(r.problems) > 0 {
+		said = fmt.Sprintf("%d of %d stores finished; problems below", len(r.reports), r.stores)
+	}
+	return writeReport(r.out, benchreport.Report{Title: "soak", Env: r.flags.env, Elapsed: r.elapsed, Outcome: said,
+		Summary: table.String(), Problems: r.problems, Files: bases(files)}, code, stdout, stderr)
+}
+
+// writeReport writes report.md and returns code, or 1 when it cannot.
+func writeReport(dir string, r benchreport.Report, code int, stdout, stderr io.Writer) int {
+	path, err := benchreport.Write(dir, r)
+	if err != nil {
+		fmt.Fprintf(stderr, "soak: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s\n", path)
 	return code
+}
+
+// bases returns the file names of paths.
+func bases(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = filepath.Base(p)
+	}
+	return out
 }
 
 // flags are the parsed command line.
@@ -101,6 +170,10 @@ type flags struct {
 	beforeBin   string
 	workerEnv   []string
 	idleOptions soak.IdleOptions
+	// report is the folder under which the run's dated report folder is created ("": the
+	// outputs go to out, without a report.md); env describes the run for it.
+	report string
+	env    benchreport.Environment
 }
 
 func parseFlags(args []string, stderr io.Writer) (flags, error) {
@@ -128,6 +201,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.DurationVar(&o.Timeout, "timeout", soak.Options{}.WithDefaults().Timeout, "bound of each store's soak (with -idle: of each measurement, seeding and catch-up included; default 30m)")
 	fs.DurationVar(&o.CatchUp, "catch-up", soak.Options{}.WithDefaults().CatchUp, "bound of the wait for the sweeper to catch up before the idle intervals (with -idle: for the worker to come within the budget)")
 	fs.StringVar(&f.out, "out", "soak-out", "directory for soak.csv and the chart")
+	fs.StringVar(&f.report, "report", "", "write the outputs and a report.md (commit, date, machine, Go version, command line, table) into a new folder under this one, named <date>-soak-<commit> (with -idle: <date>-soak-idle-<commit>), instead of -out (e.g. docs/reports)")
 	fs.TextVar(&f.level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.BoolVar(&f.idle, "idle", false, "measure only the idle cost on ended sessions (-ended), no soak: seed them as the worker leaves them, start the worker, measure -idle-intervals sweep intervals")
 	fs.StringVar(&ended, "ended", "1000,10000,100000", "with -idle: numbers of ended sessions, comma-separated (0, none ever handled, is always measured first)")
@@ -142,6 +216,13 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	}
 	for _, s := range strings.Split(stores, ",") {
 		f.stores = append(f.stores, strings.TrimSpace(s))
+	}
+	if f.report != "" {
+		var both bool
+		fs.Visit(func(fl *flag.Flag) { both = both || fl.Name == "out" })
+		if both {
+			return f, errors.New("-out and -report: set one (-report creates the output folder)")
+		}
 	}
 	for _, s := range f.stores {
 		v := *o
@@ -193,8 +274,9 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	return f, nil
 }
 
-// runIdle runs the idle measurement of each store and prints its table.
-func runIdle(ctx context.Context, f flags, o soak.Options, stdout, stderr io.Writer) int {
+// runIdle runs the idle measurement of each store and prints its table (with -report, into
+// report.md too).
+func runIdle(ctx context.Context, f flags, o soak.Options, start time.Time, out string, stdout, stderr io.Writer) int {
 	idle := f.idleOptions
 	idle.Logger = o.Logger
 	name := "after"
@@ -206,19 +288,31 @@ func runIdle(ctx context.Context, f flags, o soak.Options, stdout, stderr io.Wri
 		idle.Workers = append([]soak.Worker{{Name: "before", Bin: f.beforeBin}}, idle.Workers...)
 	}
 	var reports []soak.IdleReport
+	var problems []string
 	code := 0
 	for _, store := range f.stores {
 		idle.Store = store
 		r, err := soak.RunIdle(ctx, idle)
 		reports = append(reports, r...)
 		if err != nil {
-			fmt.Fprintf(stderr, "soak: %s store: %v\n", store, err)
+			p := fmt.Sprintf("soak: %s store: %v", store, err)
+			problems = append(problems, p)
+			fmt.Fprintln(stderr, p)
 			code = 1
 		}
 	}
-	if err := soak.WriteIdleTable(stdout, reports); err != nil {
+	var table bytes.Buffer
+	if err := soak.WriteIdleTable(io.MultiWriter(stdout, &table), reports); err != nil {
 		fmt.Fprintf(stderr, "soak: %v\n", err)
 		code = 1
 	}
-	return code
+	if f.report == "" {
+		return code
+	}
+	said := fmt.Sprintf("idle cost measured on %d stores", len(f.stores))
+	if len(problems) > 0 {
+		said = "idle measurement failed; problems below"
+	}
+	return writeReport(out, benchreport.Report{Title: "soak -idle", Env: f.env, Elapsed: time.Since(start), Outcome: said,
+		Summary: table.String(), Problems: problems}, code, stdout, stderr)
 }

@@ -5,9 +5,10 @@
 //	worker relay                    publish the Postgres outbox to Service Bus in session order
 //	worker scaler                   serve the scaling signal (GET /scale, /metrics, /healthz)
 //	                                with the worker's settings, consuming nothing
-//	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL): migrations
-//	                                001 to 008; up and down take [--target-version N]
-//	                                [--max-steps N] [--dry-run] (prints the SQL, changes nothing)
+//	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL): the
+//	                                embedded migrations, which status lists; up and down take
+//	                                [--target-version N] [--max-steps N] [--dry-run] (prints the
+//	                                SQL, changes nothing)
 //	worker doctor [--json]          check the namespace and the entity with the worker's settings:
 //	                                exit 0 when every check passed, 1 when one failed, 2 on a
 //	                                command line it cannot run
@@ -21,33 +22,15 @@
 //
 // # Configuration
 //
-// Every SEQBUS_* variable is the envconfig tag of a field of worker.Config (worker.RelayConfig
-// for the relay), except SEQBUS_HANDLER, SEQBUS_HANDLER_URL, SEQBUS_LOG_LEVEL and the test
-// hooks, which are the binary's own. docs/configuration.md lists each one with its default and
-// meaning. The essentials:
-//
-//	SEQBUS_CONNECTION_STRING        Service Bus connection string (secrets are redacted in logs)
-//	SEQBUS_NAMESPACE                or: myns.servicebus.windows.net with Entra ID (DefaultAzureCredential)
-//	SEQBUS_QUEUE                    a session-enabled queue, or:
-//	SEQBUS_TOPIC, SEQBUS_SUBSCRIPTION   a session-enabled subscription
-//	SEQBUS_STATE_STORE              servicebus (default, session state) or postgres
-//	SEQBUS_DATABASE_URL             Postgres URL (required with postgres; password redacted in logs)
-//	SEQBUS_HANDLER                  log (default), noop, http, or journal (postgres store only:
-//	                                inserts each message into seqbus_journal in the same
-//	                                transaction as the state advance, exactly-once effects)
-//	SEQBUS_HANDLER_URL              target of the http handler
-//	SEQBUS_LOG_LEVEL                debug, info (default), warn, error
-//
-// A variable left unset takes its default; one that is set means what it says: 0 is zero, the
-// "off" of the settings that have one, and refused where it means nothing. An invalid setting
-// stops the worker at start with a message naming the variable.
-//
-// Tracing (OpenTelemetry) follows the standard OTEL_* variables and is off unless
+// Every process reads its settings from SEQBUS_* environment variables, each the envconfig tag of
+// a field of worker.Config (worker.RelayConfig for the relay) or one of the binary's own (the
+// handler, the log level, the test hooks). docs/configuration.md lists every variable with its
+// default, what it accepts and what it means; it is generated from those structs (go generate
+// ./cmd/worker) and a test keeps it equal to them. A variable left unset takes its default; one
+// that is set means what it says (0 is zero, the "off" of the settings that have one, refused
+// where it means nothing). An invalid setting stops the process at start with a message naming
+// the variable. Tracing (OpenTelemetry) follows the standard OTEL_* variables and is off unless
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) is set.
-//
-// Test hook (ignored unless set): SEQBUS_TEST_CRASH_BEFORE_COMMIT=n makes the process exit
-// abruptly (code 137, no cleanup) after the handler ran for the n-th message, before the state
-// advance commits.
 //
 // # Operator commands
 //

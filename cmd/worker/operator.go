@@ -205,7 +205,7 @@ type operatorSettings struct {
 	// TestReplayCrashAfter is a test hook, ignored unless set (0): `worker dlq replay` exits
 	// abruptly (exit code 137, no cleanup) once it has sent n copies, before it completes their
 	// dead letters.
-	TestReplayCrashAfter int `envconfig:"TEST_REPLAY_CRASH_AFTER"`
+	TestReplayCrashAfter int `envconfig:"TEST_REPLAY_CRASH_AFTER" desc:"Test hook (0: off): dlq replay exits abruptly (code 137) once it has sent n copies, before it completes their dead letters."`
 }
 
 // validate checks the hook, and that the worker's settings name sessions to operate on.

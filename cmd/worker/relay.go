@@ -12,7 +12,7 @@ import (
 // logSettings are what `worker relay` and `worker scaler` add to their worker configuration:
 // the log level.
 type logSettings struct {
-	LogLevel string `envconfig:"LOG_LEVEL"`
+	LogLevel string `envconfig:"LOG_LEVEL" desc:"Level of the JSON logs on stderr: debug, info, warn or error."`
 }
 
 // fromEnv fills cfg (a worker configuration) from the environment and returns the logger

@@ -19,13 +19,13 @@ import (
 // settings are what the binary adds to worker.Config, read from the same environment: which
 // handler runs, the log level, and a test hook. Their defaults are in defaultSettings.
 type settings struct {
-	Handler    string `envconfig:"HANDLER"`
-	HandlerURL string `envconfig:"HANDLER_URL" redact:"url"`
-	LogLevel   string `envconfig:"LOG_LEVEL"`
+	Handler    string `envconfig:"HANDLER" desc:"Handler of the worker binary: log (print each message), noop, http (POST to the handler URL) or journal (postgres only)."`
+	HandlerURL string `envconfig:"HANDLER_URL" redact:"url" desc:"Target of the http handler; its password is redacted in logs."`
+	LogLevel   string `envconfig:"LOG_LEVEL" desc:"Level of the JSON logs on stderr: debug, info, warn or error."`
 	// TestCrashBeforeCommit is a test hook, ignored unless set (0): the worker exits abruptly
 	// (exit code 137, no cleanup) after the handler ran for the n-th message, before the state
 	// advance commits. The end-to-end tests use it to crash inside the journal transaction.
-	TestCrashBeforeCommit int `envconfig:"TEST_CRASH_BEFORE_COMMIT"`
+	TestCrashBeforeCommit int `envconfig:"TEST_CRASH_BEFORE_COMMIT" desc:"Test hook (0: off): exit abruptly (code 137) after the handler ran for the n-th message, before the state advance commits."`
 }
 
 func defaultSettings() settings { return settings{Handler: handler.DefaultName, LogLevel: "info"} }

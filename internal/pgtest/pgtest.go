@@ -135,8 +135,14 @@ func NewPoolWithSchema(t testing.TB, opts *Options) (*pgxpool.Pool, string) {
 // if needed. If it stays unreachable the test fails when CI=true and is skipped otherwise.
 func RequireServer(t testing.TB) {
 	t.Helper()
+	requireReached(t, Reach(), os.Getenv("CI") == "true")
+}
+
+// Reach makes sure the test database answers, as RequireServer does, and returns why it does
+// not: for a TestMain that has no test to skip.
+func Reach() error {
 	reachOnce.Do(func() { reachErr = reach() })
-	requireReached(t, reachErr, os.Getenv("CI") == "true")
+	return reachErr
 }
 
 // requireReached fails (in CI) or skips t when err says the server is unreachable.
