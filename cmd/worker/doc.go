@@ -5,6 +5,8 @@
 //	worker relay                    publish the Postgres outbox to Service Bus in session order
 //	worker scaler                   serve the scaling signal (GET /scale, /metrics, /healthz)
 //	                                with the worker's settings, consuming nothing
+//	worker console                  serve the web console of the entity's sessions and dead
+//	                                letters (SEQBUS_CONSOLE_*; see docs/console.md)
 //	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL): migrations
 //	                                001 to 006; up and down take [--target-version N]
 //	                                [--max-steps N] [--dry-run] (prints the SQL, changes nothing)
