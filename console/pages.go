@@ -340,8 +340,13 @@ func (c *Console) sessionsPage(w http.ResponseWriter, r *http.Request, id identi
 
 // ---- a session ----
 
+// showWait bounds a session page's wait for a worker to release the session, whose lock the
+// page needs to peek its messages (and, with Service Bus session state, to read its state): a
+// worker holds a parked session only for a moment when the broker offers it.
+const showWait = 3 * time.Second
+
 func (c *Console) sessionPage(w http.ResponseWriter, r *http.Request, id identity) {
-	res, err := c.cfg.Operations.Show(r.Context(), operator.ShowParams{SessionID: r.URL.Query().Get("id")})
+	res, err := c.cfg.Operations.Show(r.Context(), operator.ShowParams{SessionID: r.URL.Query().Get("id"), Wait: showWait})
 	if err != nil {
 		c.failOp(w, r, err)
 		return
