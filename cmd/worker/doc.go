@@ -111,6 +111,19 @@
 // the "off" of the settings that say so above, and refused where it means nothing. An invalid
 // setting stops the worker at start with a message naming the variable.
 //
+// # Console
+//
+// worker console reads the worker's variables (as the operator commands do) and:
+//
+//	SEQBUS_CONSOLE_ADDR             where the console listens (default :8080)
+//	SEQBUS_CONSOLE_TOKEN            token of the act role (read and change; 16 characters or more)
+//	SEQBUS_CONSOLE_READ_TOKEN       token of the read role (pages and JSON only)
+//	SEQBUS_CONSOLE_PROXY_USER_HEADER  header an authenticating proxy sets to the user's name;
+//	                                set, it is trusted and grants the act role (default off)
+//
+// At least one of the last three is required. It also evaluates the scaling signal for the
+// overview and serves the scaler's endpoints on SEQBUS_HTTP_ADDR. docs/console.md describes it.
+//
 // # Operator commands
 //
 // The operator commands read the worker's variables (the same validation; the entity, the state
