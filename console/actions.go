@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/seqbus/seqbus/operator"
@@ -65,7 +66,14 @@ func actionFrom(v url.Values) (action, actionArgs, error) {
 	if !ok {
 		return action{}, actionArgs{}, fmt.Errorf("%w: unknown action %q", operator.ErrInvalidInput, v.Get("action"))
 	}
-	args := actionArgs{Sessions: v["session"]}
+	// A selection names a session once per dead letter ticked: each is acted on once, in the
+	// order first named.
+	args := actionArgs{}
+	for _, id := range v["session"] {
+		if !slices.Contains(args.Sessions, id) {
+			args.Sessions = append(args.Sessions, id)
+		}
+	}
 	switch {
 	case len(args.Sessions) == 0:
 		return a, args, fmt.Errorf("%w: no session given", operator.ErrInvalidInput)

@@ -26,6 +26,9 @@ const (
 	loginWindow   = time.Minute
 )
 
+// maxForm bounds the body of a POST.
+const maxForm = 1 << 20
+
 // identity is who made a request.
 type identity struct {
 	// User names the person or token for the action log: "token:act", "token:read", the
@@ -232,6 +235,9 @@ func (c *Console) authed(role string, h func(w http.ResponseWriter, r *http.Requ
 			c.fail(w, r, http.StatusForbidden, errors.New("this needs the act role"))
 			return
 		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+		}
 		if r.Method == http.MethodPost && !id.checkCSRF(r) {
 			c.log.WarnContext(r.Context(), "console: refused: missing or wrong CSRF token", slog.String("user", id.User), slog.String("route", r.Pattern))
 			c.fail(w, r, http.StatusForbidden, errors.New("missing or wrong CSRF token: reload the page and try again"))
@@ -248,6 +254,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 
 // login checks the token entered and sets the login cookie.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	addr := clientAddr(r)
 	if c.auth.limited(addr) {
 		c.log.WarnContext(r.Context(), "console: login refused: rate limited")

@@ -117,13 +117,14 @@ func TestRefusedChangesNothing(t *testing.T) {
 	require.Contains(t, b.logs.String(), `"msg":"console: action","user":"login:act","via":"login","action":"resume","sessions":["tenant-a"]`)
 }
 
-// TestBearerActs: a script acts with the act token as a Bearer token, and gets JSON.
+// TestBearerActs: a script acts with the act token as a Bearer token, and gets JSON; a session
+// named twice is replayed once.
 func TestBearerActs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	b.park(t, "tenant-b", 2, 1, "payload", "handler bug")
 	status, _, body := b.do(t, request{method: http.MethodPost, path: "/act",
-		form:   url.Values{"action": {"replay"}, "session": {"tenant-b"}},
+		form:   url.Values{"action": {"replay"}, "session": {"tenant-b", "tenant-b"}},
 		header: map[string]string{"Authorization": "Bearer " + actToken}})
 	require.Equal(t, http.StatusOK, status, body)
 	var res []operator.DLQReplayResult
