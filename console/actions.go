@@ -134,6 +134,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, id identity) {
 		attrs = append(attrs, slog.Int64("to", args.To))
 	}
 	res, err := a.run(r.Context(), c, args)
+	c.forgetOverview()
 	if err != nil {
 		c.log.WarnContext(r.Context(), "console: action failed", append(attrs, slog.Any("error", err))...)
 		c.failOp(w, r, err)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,9 +26,11 @@ type fakeOps struct {
 	console.Operations // nil: a call not overridden panics
 	sessions           []operator.SessionInfo
 	resumed            []string
+	lists              atomic.Int64
 }
 
 func (f *fakeOps) List(_ context.Context, p operator.ListParams) (*operator.ListResult, error) {
+	f.lists.Add(1)
 	res := &operator.ListResult{Sessions: []operator.SessionInfo{}}
 	for _, s := range f.sessions {
 		if s.SessionID <= p.After || (p.Parked && s.Parked == nil) {
@@ -205,3 +208,28 @@ func TestOverviewAndSessionsPaging(t *testing.T) {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// TestOverviewIsReadAtMostEveryTTL: the overview's polls are served from the last reading for a
+// while; time passing or an action reads it anew.
+func TestOverviewIsReadAtMostEveryTTL(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ops := &fakeOps{sessions: []operator.SessionInfo{{SessionID: "s1", Parked: &operator.ParkedInfo{Sequence: 2}}}}
+	srv, _ := newFakeConsole(t, console.Config{Operations: ops, Token: actToken, Clock: clk})
+	b := &bundle{http: srv}
+	auth := map[string]string{"Authorization": "Bearer " + actToken}
+	poll := func() {
+		status, _, body := b.do(t, request{path: "/api/overview", header: auth})
+		require.Equal(t, http.StatusOK, status, body)
+	}
+	poll()
+	poll()
+	require.EqualValues(t, 1, ops.lists.Load(), "the second poll is served from the first")
+	clk.Advance(10 * time.Second)
+	poll()
+	require.EqualValues(t, 2, ops.lists.Load(), "read anew after the TTL")
+	status, _, body := b.do(t, request{method: http.MethodPost, path: "/act", form: url.Values{"action": {"resume"}, "session": {"s1"}}, header: auth})
+	require.Equal(t, http.StatusOK, status, body)
+	poll()
+	require.EqualValues(t, 3, ops.lists.Load(), "read anew after an action")
+}

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/seqbus/seqbus/clock"
@@ -74,6 +75,11 @@ type Console struct {
 	auth    *authenticator
 	pages   map[string]*template.Template
 	handler http.Handler
+
+	// The last overview, served again for overviewTTL.
+	ovMu sync.Mutex
+	ov   *overview
+	ovAt time.Time
 }
 
 //go:embed assets

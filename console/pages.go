@@ -167,6 +167,29 @@ func (o *overview) counts() map[string]int {
 	return map[string]int{"parked": len(o.Parked), "blocked": len(o.Blocked), "retrying": len(o.Retrying), "gap": len(o.Gap), "dead_letters": o.DeadLetters}
 }
 
+// overviewTTL is how long an overview is served again before it is read anew: the overview lists
+// the sessions (with Service Bus session state a brief lock of each) and peeks the dead-letter
+// queue, and every open overview polls it. An action forgets it.
+const overviewTTL = 10 * time.Second
+
+// cachedOverview returns the overview, read anew when the last is older than overviewTTL.
+func (c *Console) cachedOverview(ctx context.Context) *overview {
+	c.ovMu.Lock()
+	defer c.ovMu.Unlock()
+	if c.ov != nil && c.cfg.Clock.Now().Sub(c.ovAt) < overviewTTL {
+		return c.ov
+	}
+	c.ov, c.ovAt = c.overview(ctx), c.cfg.Clock.Now()
+	return c.ov
+}
+
+// forgetOverview makes the next overview read anew.
+func (c *Console) forgetOverview() {
+	c.ovMu.Lock()
+	defer c.ovMu.Unlock()
+	c.ov = nil
+}
+
 func (c *Console) overview(ctx context.Context) *overview {
 	ov := &overview{At: c.cfg.Clock.Now().UTC(), Parked: []operator.SessionInfo{}, Blocked: []operator.SessionInfo{},
 		Retrying: []operator.SessionInfo{}, Gap: []operator.SessionInfo{}, DeadLettersByReason: []reasonCount{}, Reachable: []probeResult{}}
@@ -226,13 +249,13 @@ func (c *Console) overview(ctx context.Context) *overview {
 }
 
 func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request, id identity) {
-	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", ID: id, Data: c.overview(r.Context())})
+	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", ID: id, Data: c.cachedOverview(r.Context())})
 }
 
 // overviewJSON answers GET /api/overview: the overview's counts, probes and scale; the
 // sessions' ids only with ?sessions=1 (the caller asks for them).
 func (c *Console) overviewJSON(w http.ResponseWriter, r *http.Request, _ identity) {
-	ov := c.overview(r.Context())
+	ov := c.cachedOverview(r.Context())
 	out := map[string]any{"counts": ov.counts(), "dead_letters_by_reason": ov.DeadLettersByReason, "reachable": ov.Reachable,
 		"busy": ov.Busy, "at": ov.At, "errors": ov.Errors}
 	if ov.Scale != nil {
