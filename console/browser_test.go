@@ -231,4 +231,19 @@ func TestBrowserParkedSessionRoundTrip(t *testing.T) {
 	))
 	require.Equal(t, "0", strings.TrimSpace(parkedCount))
 	require.Contains(t, overview, "No parked session.")
+
+	// On a phone's screen the pages fit its width: only tables scroll, inside their box.
+	for _, path := range []string{"/", "/session?id=tenant-x", "/deadletters"} {
+		var overflow bool
+		require.NoError(t, chromedp.Run(bctx,
+			chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile),
+			chromedp.Navigate(base+path),
+			chromedp.WaitVisible("h1", chromedp.ByQuery),
+			chromedp.Evaluate(`document.documentElement.scrollWidth > document.documentElement.clientWidth`, &overflow),
+		))
+		if path == "/session?id=tenant-x" {
+			require.NoError(t, chromedp.Run(bctx, shot("console-session-phone.png")))
+		}
+		require.False(t, overflow, "%s is wider than a phone's screen", path)
+	}
 }
