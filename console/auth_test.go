@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -148,7 +149,7 @@ func TestOverviewAndSessionsPaging(t *testing.T) {
 	t.Parallel()
 	ops := &fakeOps{}
 	for i := range 130 {
-		id := "b-" + strings.Repeat("0", 3-len(itoa(i))) + itoa(i)
+		id := fmt.Sprintf("b-%03d", i)
 		if i%2 == 0 {
 			id = "a-" + id
 		}
@@ -206,8 +207,6 @@ func TestOverviewAndSessionsPaging(t *testing.T) {
 	status, _, _ = b.do(t, request{path: "/sessions?state=bogus", header: auth})
 	require.Equal(t, http.StatusBadRequest, status)
 }
-
-func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
 // TestOverviewIsReadAtMostEveryTTL: the overview's polls are served from the last reading for a
 // while; time passing or an action reads it anew.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -147,7 +148,7 @@ func TestBodyShownAsText(t *testing.T) {
 	require.Len(t, dl.Messages, 1)
 
 	auth := map[string]string{"Authorization": "Bearer " + readToken}
-	for _, path := range []string{"/deadletter?seq=" + jsonNumber(dl.Messages[0].BrokerSequence), "/session?id=tenant-c", "/"} {
+	for _, path := range []string{"/deadletter?seq=" + strconv.FormatInt(dl.Messages[0].BrokerSequence, 10), "/session?id=tenant-c", "/"} {
 		status, h, page := b.do(t, request{path: path, header: auth})
 		require.Equal(t, http.StatusOK, status, page)
 		require.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"))
@@ -165,5 +166,3 @@ func TestBodyShownAsText(t *testing.T) {
 		require.Equal(t, 1, strings.Count(page, "<script"), path)
 	}
 }
-
-func jsonNumber(n int64) string { b, _ := json.Marshal(n); return string(b) }

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -187,7 +188,7 @@ func (b *bundle) do(t *testing.T, rq request) (int, http.Header, string) {
 	if rq.form != nil {
 		body = strings.NewReader(rq.form.Encode())
 	}
-	req, err := http.NewRequestWithContext(testCtx(t), cmpOr(rq.method, http.MethodGet), b.http.URL+rq.path, body)
+	req, err := http.NewRequestWithContext(testCtx(t), cmp.Or(rq.method, http.MethodGet), b.http.URL+rq.path, body)
 	require.NoError(t, err)
 	if rq.form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -205,13 +206,6 @@ func (b *bundle) do(t *testing.T, rq request) (int, http.Header, string) {
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return resp.StatusCode, resp.Header, string(data)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // login logs in with token and returns the login cookie's value.
