@@ -54,6 +54,8 @@ func TestRefusedChangesNothing(t *testing.T) {
 	require.NotNil(t, before.Parked)
 	deadBefore := b.deadLetters(t)
 	require.Equal(t, []string{"tenant-a/2"}, deadBefore)
+	brokerBefore := b.atBroker(t, "tenant-a")
+	require.Equal(t, []string{"3 deferred"}, brokerBefore)
 
 	act := b.login(t, actToken)
 	read := b.login(t, readToken)
@@ -110,6 +112,7 @@ func TestRefusedChangesNothing(t *testing.T) {
 	require.Equal(t, before.Next, after.Next)
 	require.Equal(t, before.Deferred, after.Deferred, "deferred messages as they were")
 	require.Equal(t, deadBefore, b.deadLetters(t), "the dead letter is still there")
+	require.Equal(t, brokerBefore, b.atBroker(t, "tenant-a"), "the session's messages at the broker as they were")
 	require.NotContains(t, b.logs.String(), `"msg":"console: action"`)
 
 	status, _, body := b.do(t, withCookie(post(resume(url.Values{"csrf": {csrf}})), act))

@@ -238,3 +238,16 @@ func (b *bundle) csrf(t *testing.T, cookie, action, id string) string {
 	require.NotNil(t, m, body)
 	return m[1]
 }
+
+// atBroker lists the session's messages at the broker (a peek) as "sequence state".
+func (b *bundle) atBroker(t *testing.T, id string) []string {
+	t.Helper()
+	res, err := b.op.Show(testCtx(t), operator.ShowParams{SessionID: id, Wait: 5 * time.Second})
+	require.NoError(t, err)
+	require.Empty(t, res.MessagesUnavailable)
+	out := []string{}
+	for _, m := range res.Messages {
+		out = append(out, fmt.Sprintf("%d %s", m.Sequence, m.State))
+	}
+	return out
+}
