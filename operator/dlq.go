@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -330,5 +331,65 @@ func (o *Operator) DLQReplay(ctx context.Context, p DLQReplayParams) (*DLQReplay
 		return res, err
 	}
 	res.Sessions = rp.done
+	return res, nil
+}
+
+// ErrUnknownMessage: the dead-letter queue holds no message with the broker sequence number asked
+// for (it was replayed, completed or never there).
+var ErrUnknownMessage = errors.New("unknown dead letter")
+
+// DLQMessageParams name one dead letter by its broker sequence number.
+type DLQMessageParams struct {
+	BrokerSequence int64
+	// MaxBody bounds the bytes of the body returned (default 4096); BodySize tells the whole.
+	MaxBody int
+}
+
+// DLQMessage is one dead letter with its properties and the start of its body.
+type DLQMessage struct {
+	BrokerMessage
+	// Properties are the application properties.
+	Properties  map[string]any `json:"properties"`
+	ContentType string         `json:"content_type,omitempty"`
+	// Body is the start of the body (at most MaxBody bytes), BodySize its whole length and
+	// BodyTruncated whether Body stops short of it. The bytes are the message's, unchanged: a
+	// caller that shows them must show them as text.
+	Body          []byte `json:"body"`
+	BodySize      int    `json:"body_size"`
+	BodyTruncated bool   `json:"body_truncated,omitempty"`
+}
+
+// DLQMessage peeks the dead letter with broker sequence number p.BrokerSequence (nothing is
+// locked); ErrUnknownMessage when the dead-letter queue holds none.
+func (o *Operator) DLQMessage(ctx context.Context, p DLQMessageParams) (*DLQMessage, error) {
+	if p.BrokerSequence <= 0 {
+		return nil, fmt.Errorf("%w: broker sequence number must be positive, got %d", ErrInvalidInput, p.BrokerSequence)
+	}
+	if p.MaxBody <= 0 {
+		p.MaxBody = 4096
+	}
+	r, err := o.dlqReceiver()
+	if err != nil {
+		return nil, err
+	}
+	defer closeReceiver(ctx, r)
+	from := p.BrokerSequence
+	page, err := r.PeekMessages(ctx, 1, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
+	if err != nil {
+		return nil, fmt.Errorf("peek dead letter %d of %s: %w", p.BrokerSequence, o.cfg.Entity, err)
+	}
+	if len(page) == 0 || page[0].SequenceNumber == nil || *page[0].SequenceNumber != p.BrokerSequence {
+		return nil, fmt.Errorf("dead letter %d of %s: %w", p.BrokerSequence, o.cfg.Entity, ErrUnknownMessage)
+	}
+	m := page[0]
+	res := &DLQMessage{
+		BrokerMessage: o.brokerMessage(m), Properties: maps.Clone(m.ApplicationProperties),
+		ContentType: deref(m.ContentType), BodySize: len(m.Body),
+	}
+	if res.Properties == nil {
+		res.Properties = map[string]any{}
+	}
+	res.Body = m.Body[:min(len(m.Body), p.MaxBody)]
+	res.BodyTruncated = len(m.Body) > p.MaxBody
 	return res, nil
 }

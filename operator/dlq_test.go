@@ -193,3 +193,46 @@ func TestReplayAgainAfterAnInterruptedRun(t *testing.T) {
 	copies := b.drainSession(t, "a")
 	require.Len(t, copies, 3, "the copies sent twice went in once: duplicate detection dropped the second ones")
 }
+
+// TestDLQMessage: one dead letter by its broker sequence number, with its properties and its
+// body cut at the bound; a number the dead-letter queue does not hold is ErrUnknownMessage.
+func TestDLQMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "servicebus", nil)
+	ctx := testCtx(t)
+	b.publish(t, "m", 2, 1, 2)
+	b.deadLetter(t, "m", "HandlerFailed", 2)
+	list, err := b.op.DLQList(ctx, operator.DLQListParams{})
+	require.NoError(t, err)
+	require.Len(t, list.Messages, 1)
+	bseq := list.Messages[0].BrokerSequence
+
+	tests := []struct {
+		name          string
+		maxBody       int
+		wantBody      string
+		wantTruncated bool
+	}{
+		{"whole body", 0, "m step 2", false},
+		{"cut at the bound", 3, "m s", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m, err := b.op.DLQMessage(testCtx(t), operator.DLQMessageParams{BrokerSequence: bseq, MaxBody: tt.maxBody})
+			require.NoError(t, err)
+			require.Equal(t, "m", m.SessionID)
+			require.Equal(t, int64(2), m.Sequence)
+			require.Equal(t, "HandlerFailed", m.Reason)
+			require.Equal(t, "step 2 failed", m.Description)
+			require.Equal(t, "step", m.Properties["Kind"])
+			require.Equal(t, tt.wantBody, string(m.Body))
+			require.Equal(t, len("m step 2"), m.BodySize)
+			require.Equal(t, tt.wantTruncated, m.BodyTruncated)
+		})
+	}
+	_, err = b.op.DLQMessage(ctx, operator.DLQMessageParams{BrokerSequence: bseq + 100})
+	require.ErrorIs(t, err, operator.ErrUnknownMessage)
+	_, err = b.op.DLQMessage(ctx, operator.DLQMessageParams{BrokerSequence: 0})
+	require.ErrorIs(t, err, operator.ErrInvalidInput)
+}

@@ -608,7 +608,8 @@ func (c Config) String() string { return c.LogValue().String() }
 
 // SettingsLogValue renders a struct of settings for a log: each field with an envconfig tag
 // under its tag in lower case, durations as "10s", the values of fields tagged
-// redact:"connection_string" or redact:"url" with their secrets hidden.
+// redact:"connection_string" or redact:"url" with their secrets hidden, those tagged
+// redact:"secret" hidden whole.
 func SettingsLogValue(settings any) slog.Value {
 	v := reflect.ValueOf(settings)
 	for v.Kind() == reflect.Pointer {
@@ -631,6 +632,10 @@ func SettingsLogValue(settings any) slog.Value {
 				x = RedactConnectionString(x)
 			case "url":
 				x = RedactDatabaseURL(x)
+			case "secret":
+				if x != "" {
+					x = redacted
+				}
 			}
 			attrs = append(attrs, slog.String(key, x))
 		default:
@@ -678,4 +683,59 @@ func checkDatabaseURL(s string) error {
 		return nil // keyword/value form, checked by pgx when connecting
 	}
 	return errors.New("expected postgres://user:password@host/db or host=... dbname=...")
+}
+
+// ConsoleSettings configure `worker console` (package console), read from the environment with
+// FromEnv next to Config, whose entity, connection and state store the console operates on.
+// At least one way to authenticate must be set: the console refuses to start without one.
+type ConsoleSettings struct {
+	ConsoleAddr      string `envconfig:"CONSOLE_ADDR" desc:"Address the web console listens on (host:port)."`
+	ConsoleToken     string `envconfig:"CONSOLE_TOKEN" redact:"secret" desc:"Token of the act role (read and change): sent as Authorization: Bearer, or entered in the login form. At least 16 characters."`
+	ConsoleReadToken string `envconfig:"CONSOLE_READ_TOKEN" redact:"secret" desc:"Token of the read role (pages and JSON, no action). At least 16 characters; must differ from SEQBUS_CONSOLE_TOKEN."`
+	// ConsoleProxyUserHeader, when set, trusts that request header as the identity an
+	// authenticating proxy (oauth2-proxy style) established: a request carrying it has the act
+	// role under that name. Only for a console that nothing but the proxy can reach.
+	ConsoleProxyUserHeader string `envconfig:"CONSOLE_PROXY_USER_HEADER" desc:"Request header an authenticating proxy sets to the user's name (for example X-Forwarded-User); set, it is trusted and grants the act role. Off when empty; only for a console reachable through the proxy alone."`
+}
+
+// consoleTokenMin is the shortest console token accepted.
+const consoleTokenMin = 16
+
+// DefaultConsoleSettings are the console's defaults: listening on :8080, no way to
+// authenticate (which Validate refuses).
+func DefaultConsoleSettings() ConsoleSettings { return ConsoleSettings{ConsoleAddr: ":8080"} }
+
+// LogValue renders s for logs, the tokens hidden.
+func (s ConsoleSettings) LogValue() slog.Value { return SettingsLogValue(s) }
+
+// Validate reports every problem of s, each naming its variable.
+func (s ConsoleSettings) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if _, _, err := net.SplitHostPort(s.ConsoleAddr); err != nil {
+		bad("SEQBUS_CONSOLE_ADDR: %q is not host:port: %v", s.ConsoleAddr, err)
+	}
+	if s.ConsoleToken == "" && s.ConsoleReadToken == "" && s.ConsoleProxyUserHeader == "" {
+		bad("SEQBUS_CONSOLE_TOKEN, SEQBUS_CONSOLE_READ_TOKEN, SEQBUS_CONSOLE_PROXY_USER_HEADER: none is set; the console needs at least one way to authenticate")
+	}
+	for _, t := range []struct{ name, value string }{{"SEQBUS_CONSOLE_TOKEN", s.ConsoleToken}, {"SEQBUS_CONSOLE_READ_TOKEN", s.ConsoleReadToken}} {
+		if t.value != "" && len(t.value) < consoleTokenMin {
+			bad("%s: must be at least %d characters, got %d", t.name, consoleTokenMin, len(t.value))
+		}
+		if strings.TrimSpace(t.value) != t.value {
+			bad("%s: must not start or end with white space", t.name)
+		}
+	}
+	if s.ConsoleToken != "" && s.ConsoleToken == s.ConsoleReadToken {
+		bad("SEQBUS_CONSOLE_READ_TOKEN: must differ from SEQBUS_CONSOLE_TOKEN (a read token that acts is no read token)")
+	}
+	if h := s.ConsoleProxyUserHeader; h != "" && strings.IndexFunc(h, func(r rune) bool {
+		return !(r == '-' || r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z')
+	}) >= 0 {
+		bad("SEQBUS_CONSOLE_PROXY_USER_HEADER: %q is not a header name (letters, digits and '-')", h)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid configuration:\n%w", errors.Join(errs...))
+	}
+	return nil
 }

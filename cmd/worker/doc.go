@@ -5,6 +5,8 @@
 //	worker relay                    publish the Postgres outbox to Service Bus in session order
 //	worker scaler                   serve the scaling signal (GET /scale, /metrics, /healthz)
 //	                                with the worker's settings, consuming nothing
+//	worker console                  serve the web console of the entity's sessions and dead
+//	                                letters (SEQBUS_CONSOLE_*; see docs/console.md)
 //	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL): the
 //	                                embedded migrations, which status lists; up and down take
 //	                                [--target-version N] [--max-steps N] [--dry-run] (prints the
@@ -31,6 +33,14 @@
 // where it means nothing). An invalid setting stops the process at start with a message naming
 // the variable. Tracing (OpenTelemetry) follows the standard OTEL_* variables and is off unless
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) is set.
+//
+// # Console
+//
+// worker console serves the web console of the entity's sessions and dead letters on
+// SEQBUS_CONSOLE_ADDR, with the worker's variables (as the operator commands read them) and its
+// own SEQBUS_CONSOLE_* ones, at least one way to authenticate among them. It also evaluates the
+// scaling signal for the overview and serves the scaler's endpoints on SEQBUS_HTTP_ADDR.
+// docs/console.md describes it.
 //
 // # Operator commands
 //

@@ -171,7 +171,7 @@ func runCommand[O options](ctx context.Context, c *cli, name string, args []stri
 	}
 	logger := c.logger(st.level())
 	cfg.Logger = logger
-	op, closeAll, err := c.newOperator(ctx, cfg, hook, logger)
+	op, _, closeAll, err := c.newOperator(ctx, cfg, hook, c.stderr, logger)
 	if err != nil {
 		return err
 	}
@@ -225,25 +225,26 @@ func (s operatorSettings) validate(cfg worker.Config) error {
 
 // newOperator builds the operator on the worker's own connections (worker.Connect): the
 // sessions on a client with the SDK's retries off, everything else on the management client,
-// and the same state store and lister. closeAll closes what it opened.
-func (c *cli) newOperator(ctx context.Context, cfg worker.Config, hook operatorSettings, logger *slog.Logger) (*operator.Operator, func(), error) {
+// and the same state store and lister, with the connections it runs on. progress receives the
+// lines for the person at the terminal. closeAll closes what it opened.
+func (c *cli) newOperator(ctx context.Context, cfg worker.Config, hook operatorSettings, progress io.Writer, logger *slog.Logger) (*operator.Operator, *worker.Connections, func(), error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	conn, err := worker.Connect(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closeAll := func() { conn.Close(ctx) }
 	if err := conn.Ping(ctx); err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ocfg := operator.Config{
 		Entity: cfg.Entity, Client: conn.Management, Sessions: conn.Source,
 		SequenceProperty: cfg.SequenceProperty, LastProperty: cfg.LastProperty,
 		Store: conn.Store, Lister: conn.Lister,
-		Progress: c.stderr, Logger: logger,
+		Progress: progress, Logger: logger,
 	}
 	if n := hook.TestReplayCrashAfter; n > 0 {
 		logger.WarnContext(ctx, "worker: test hook armed: dlq replay exits abruptly after sending copies", slog.Int("after_copies", n))
@@ -256,9 +257,9 @@ func (c *cli) newOperator(ctx context.Context, cfg worker.Config, hook operatorS
 	op, err := operator.New(ocfg)
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return op, closeAll, nil
+	return op, conn, closeAll, nil
 }
 
 // Formatting helpers of the tables.

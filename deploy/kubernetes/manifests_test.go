@@ -42,6 +42,7 @@ var kinds = map[string]func() any{
 	"policy/v1/PodDisruptionBudget":           func() any { return &policyv1.PodDisruptionBudget{} },
 	"batch/v1/Job":                            func() any { return &batchv1.Job{} },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },
 	"keda.sh/v1alpha1/ScaledObject":           func() any { return &kedav1alpha1.ScaledObject{} },
 	"keda.sh/v1alpha1/TriggerAuthentication":  func() any { return &kedav1alpha1.TriggerAuthentication{} },
 }
@@ -64,6 +65,14 @@ type kustomization struct {
 	Patches []struct {
 		Path string `json:"path"`
 	} `json:"patches,omitempty"`
+	ConfigMapGenerator []struct {
+		Name    string   `json:"name"`
+		Files   []string `json:"files"`
+		Options struct {
+			DisableNameSuffixHash bool              `json:"disableNameSuffixHash"`
+			Labels                map[string]string `json:"labels"`
+		} `json:"options"`
+	} `json:"configMapGenerator,omitempty"`
 }
 
 // decodeStrict decodes one YAML document into obj as the API server does with strict field
