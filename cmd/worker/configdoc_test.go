@@ -56,6 +56,8 @@ func configurationSections() []configdoc.Section {
 	wv := worker.DefaultConfig()
 	wv.ConnectionString, wv.Queue = cs, "orders"
 	wv.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	cv := worker.DefaultConsoleSettings()
+	cv.ConsoleToken = "a-console-token-of-32-characters"
 	rv := worker.DefaultRelayConfig()
 	rv.ConnectionString, rv.DatabaseURL = cs, "postgres://seqbus@localhost/seqbus"
 	return []configdoc.Section{
@@ -82,6 +84,13 @@ func configurationSections() []configdoc.Section {
 				"in each session's order. It reads these; the fields set from Go only are the worker's.",
 			Prefix: worker.EnvPrefix, Defaults: worker.DefaultRelayConfig(), Valid: rv, Format: sizes,
 			Validate: func(v any) error { c := v.(worker.RelayConfig); return c.Validate() },
+		},
+		{
+			Title: "Console",
+			Intro: "`worker console` reads these on top of the worker's settings; it refuses to start " +
+				"without at least one way to authenticate. [The console](console.md) describes it.",
+			Prefix: worker.EnvPrefix, Defaults: worker.DefaultConsoleSettings(), Valid: cv,
+			Validate: func(v any) error { c := v.(worker.ConsoleSettings); return c.Validate() },
 		},
 		{
 			Title:  "Operator commands",
