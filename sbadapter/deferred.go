@@ -21,8 +21,9 @@ var deferredFetchFailures atomic.Uint64
 // left at the broker; a fetch that ends because its caller's ctx ended is not counted.
 func DeferredFetchFailures() uint64 { return deferredFetchFailures.Load() }
 
-// errStillThere is wrapped by the error of a fetch whose not-found answer a peek contradicts.
-var errStillThere = errors.New("the broker answered not found, but a peek finds a message of the session at that number")
+// errStillDeferred is wrapped by the error of a fetch whose not-found answer a peek
+// contradicts: the peek shows the message still deferred at that number.
+var errStillDeferred = errors.New("the broker answered not found, but a peek shows the message still deferred at that number")
 
 // fetchDeferred makes one receive-deferred request.
 func (s *Session) fetchDeferred(ctx context.Context, brokerSequences []int64) ([]*azservicebus.ReceivedMessage, error) {
@@ -39,12 +40,14 @@ func isNotFound(err error) bool {
 	return errors.Is(mapError(opSession, "", err), sequencer.ErrNotFound)
 }
 
-// confirmGone takes the second look at a deferred message the broker answered not found for: a
-// peek of the session from its number. The message is gone only if the peek answers and shows
-// no message of the session at that number (deferred, active or locked alike). A failed peek
-// is returned as it is: on a partitioned entity the SDK's peek lacks the session-id the service
-// wants there, as its receive-deferred does, and such an answer says nothing about the message.
-func (s *Session) confirmGone(ctx context.Context, seq int64) (bool, error) {
+// confirmNotDeferred takes the second look at a deferred message the broker answered not found
+// for: a peek of the session from its number. The message is not deferred there if the peek
+// answers and shows no message of the session at that number, or shows it in another state (an
+// active one whose deferral did not land comes back through a receive, like any active
+// message). A peek that shows it deferred contradicts the answer. A failed peek is returned as
+// it is: on a partitioned entity the SDK's peek lacks the session-id the service wants there,
+// as its receive-deferred does, and such an answer says nothing about the message.
+func (s *Session) confirmNotDeferred(ctx context.Context, seq int64) (bool, error) {
 	msgs, err := s.Peek(ctx, seq, 1)
 	if err != nil {
 		return false, err
@@ -52,10 +55,11 @@ func (s *Session) confirmGone(ctx context.Context, seq int64) (bool, error) {
 	if len(msgs) == 0 {
 		return true, nil
 	}
-	if msgs[0].SequenceNumber == nil {
+	m := msgs[0]
+	if m.SequenceNumber == nil {
 		return false, fmt.Errorf("peek session %q: a message without a sequence number", s.id)
 	}
-	return *msgs[0].SequenceNumber != seq, nil
+	return *m.SequenceNumber != seq || m.State != azservicebus.MessageStateDeferred, nil
 }
 
 // deferredFetchFailed counts a failed fetch unless ctx ended, and returns err.
@@ -68,7 +72,7 @@ func deferredFetchFailed(ctx context.Context, err error) error {
 
 // receiveDeferredOneByOne fetches each of brokerSequences by itself, after the broker answered
 // not found for them together (Service Bus fails the whole request when one number is unknown).
-// A number is left out only when the broker answers not found for it alone and confirmGone
+// A number is left out only when the broker answers not found for it alone and confirmNotDeferred
 // agrees; any other answer fails the whole fetch, naming the session and the broker's answer.
 func (s *Session) receiveDeferredOneByOne(ctx context.Context, brokerSequences []int64) ([]*sequencer.Message, error) {
 	out := []*sequencer.Message{}
@@ -82,14 +86,14 @@ func (s *Session) receiveDeferredOneByOne(ctx context.Context, brokerSequences [
 		if !isNotFound(err) {
 			return nil, deferredFetchFailed(ctx, s.mapErr(what, err))
 		}
-		gone, perr := s.confirmGone(ctx, seq)
+		notDeferred, perr := s.confirmNotDeferred(ctx, seq)
 		switch {
 		case perr != nil:
 			return nil, deferredFetchFailed(ctx, fmt.Errorf("sbadapter: %s session %q: the broker answered not found (%v) and the peek to confirm it failed: %w", what, s.id, err, perr))
-		case !gone:
-			return nil, deferredFetchFailed(ctx, fmt.Errorf("sbadapter: %s session %q: %w (its answer: %v)", what, s.id, errStillThere, err))
+		case !notDeferred:
+			return nil, deferredFetchFailed(ctx, fmt.Errorf("sbadapter: %s session %q: %w (its answer: %v)", what, s.id, errStillDeferred, err))
 		}
-		s.logger.DebugContext(ctx, "sbadapter: deferred message gone", slog.String("session_id", s.id), slog.Int64("broker_sequence", seq))
+		s.logger.DebugContext(ctx, "sbadapter: deferred message not there", slog.String("session_id", s.id), slog.Int64("broker_sequence", seq))
 	}
 	return out, nil
 }

@@ -58,7 +58,9 @@ func (f *peekingFake) PeekMessages(_ context.Context, max int, o *azservicebus.P
 	}
 	all := slices.Concat(f.active, slices.Collect(func(yield func(*azservicebus.ReceivedMessage) bool) {
 		for _, m := range f.deferred {
-			if !yield(m) {
+			d := *m
+			d.State = azservicebus.MessageStateDeferred
+			if !yield(&d) {
 				return
 			}
 		}
@@ -73,12 +75,13 @@ func (f *peekingFake) PeekMessages(_ context.Context, max int, o *azservicebus.P
 	return out, nil
 }
 
-func TestReceiveDeferredLeavesOutOnlyWhatIsConfirmedGone(t *testing.T) {
+func TestReceiveDeferredLeavesOutOnlyWhatIsConfirmedNotDeferred(t *testing.T) {
 	t.Parallel()
 	notFound := &azservicebus.Error{Code: azservicebus.CodeNotFound}
 	tests := []struct {
 		name     string
 		deferred []int64
+		active   []int64 // active at the broker (a deferral that did not land)
 		notFound []int64 // answered not found although deferred
 		failNext []error // the fake's next answers, one a call (receive-deferred or peek)
 		ask      []int64
@@ -93,8 +96,10 @@ func TestReceiveDeferredLeavesOutOnlyWhatIsConfirmedGone(t *testing.T) {
 			want: []int64{5, 7}, wantPeeks: 1},
 		{name: "one gone, confirmed by a peek that finds a later message", deferred: []int64{5, 8}, ask: []int64{6, 8},
 			want: []int64{8}, wantPeeks: 1},
-		{name: "not found, but the peek finds it", deferred: []int64{5, 6}, notFound: []int64{6}, ask: []int64{5, 6},
-			wantErr:   []string{`receive deferred 6 session "s1"`, "a peek finds a message of the session at that number"},
+		{name: "not found, and the peek shows it active: it comes back through a receive", deferred: []int64{5}, active: []int64{6},
+			ask: []int64{5, 6}, want: []int64{5}, wantPeeks: 1},
+		{name: "not found, but the peek shows it deferred", deferred: []int64{5, 6}, notFound: []int64{6}, ask: []int64{5, 6},
+			wantErr:   []string{`receive deferred 6 session "s1"`, "a peek shows the message still deferred at that number"},
 			wantNotIs: []error{sequencer.ErrNotFound}, wantPeeks: 1},
 		{name: "not found, and the peek fails", deferred: []int64{5}, ask: []int64{5, 6},
 			failNext:  []error{notFound, nil, notFound, rpcFailure{500}},
@@ -118,6 +123,9 @@ func TestReceiveDeferredLeavesOutOnlyWhatIsConfirmedGone(t *testing.T) {
 			}
 			for _, bs := range tt.notFound {
 				f.notFound[bs] = true
+			}
+			for _, bs := range tt.active {
+				f.active = append(f.active, sbMsg("s1", bs, "m"))
 			}
 			f.failNext = tt.failNext
 			s := newSession(f, discard())
