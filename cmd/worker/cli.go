@@ -14,12 +14,14 @@ import (
 	"github.com/seqbus/seqbus/worker"
 )
 
-const usage = `usage: worker [run | relay | scaler | migrate up|down|status | sessions … | dlq … | help]
+const usage = `usage: worker [run | relay | scaler | doctor | migrate up|down|status | sessions … | dlq … | help]
 
   run (default)   run the worker; configured by SEQBUS_* environment variables
   relay           publish the Postgres outbox to Service Bus in each session's order
   scaler          serve the scaling signal (GET /scale, /metrics) with the worker's settings;
                   consumes nothing (one small always-on pod, for scaling from zero)
+  doctor [--json]  check the namespace, entity and state store with the worker's settings, with a
+                  live round trip of every broker call the worker makes (exit 1 when a check fails)
   migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL), 001 to 006
   migrate down    roll back the latest migration
   migrate status  list migrations and whether they are applied
@@ -77,6 +79,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		err = c.relay(ctx, args)
 	case "scaler":
 		err = c.scaler(ctx, args)
+	case "doctor":
+		err = c.doctor(ctx, args)
 	case "migrate":
 		err = c.migrate(ctx, args)
 	case "sessions", "dlq":
