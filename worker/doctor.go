@@ -171,15 +171,17 @@ type brokerChecks struct {
 // namespace cannot be reached or refuses the credentials, which leaves nothing else to check.
 func (d *doctor) checkBroker(ctx context.Context) (brokerChecks, bool) {
 	cfg := d.cfg
-	pctx, cancel := context.WithTimeout(ctx, d.step)
-	listenErr := d.conn.ManagementSource.Probe(pctx)
-	cancel()
+	var listenErr error
+	if cfg.Ordering == OrderingNone {
+		listenErr = d.probeUnordered(ctx)
+	} else {
+		pctx, cancel := context.WithTimeout(ctx, d.step)
+		listenErr = d.conn.ManagementSource.Probe(pctx)
+		cancel()
+	}
 	actx, cancel := context.WithTimeout(ctx, d.step)
 	props, manageErr := ReadEntityProperties(actx, d.conn.Admin, cfg.Entity)
 	cancel()
-	if cfg.Ordering == OrderingNone {
-		listenErr = d.probeUnordered(ctx)
-	}
 
 	credentials := "SEQBUS_CONNECTION_STRING's key"
 	if cfg.Namespace != "" {

@@ -274,20 +274,18 @@ func (rt *roundTrip) send(ctx context.Context, ids [2]string) error {
 const doctorDeadLetterScan = 256
 
 // removeDeadLetter completes the round trip's dead letter in the worker's own entity, holding
-// the dead letters ahead of it until it is found and then abandoning them (their order stays).
+// the dead letters ahead of it until it is found. The ones held are then abandoned (their order
+// stays) by lock token through a fresh receiver's management link: the receiving link, closed
+// first, has credit left that would take them back, locked, as soon as they were abandoned.
 func (rt *roundTrip) removeDeadLetter(ctx context.Context, id string) {
+	dlq := &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter}
+	var held []*azservicebus.ReceivedMessage
 	_ = rt.do(ctx, "remove the dead letter", func(ctx context.Context) (string, error) {
-		r, err := rt.d.conn.Management.NewReceiverForQueue(rt.target.Queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+		r, err := rt.d.conn.Management.NewReceiverForQueue(rt.target.Queue, dlq)
 		if err != nil {
 			return "", sbadapter.MapError(err)
 		}
 		defer func() { _ = r.Close(context.WithoutCancel(ctx)) }()
-		var held []*azservicebus.ReceivedMessage
-		defer func() {
-			for _, m := range held {
-				_ = r.AbandonMessage(context.WithoutCancel(ctx), m, nil)
-			}
-		}()
 		for len(held) < doctorDeadLetterScan {
 			msgs, err := r.ReceiveMessages(ctx, min(32, doctorDeadLetterScan-len(held)), nil)
 			if err != nil {
@@ -305,6 +303,24 @@ func (rt *roundTrip) removeDeadLetter(ctx context.Context, id string) {
 		}
 		return "", fmt.Errorf("message %s not among the first %d of the dead-letter queue of %s: it is left there", id, doctorDeadLetterScan, rt.target)
 	})
+	if len(held) == 0 {
+		return
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.d.step)
+	defer cancel()
+	settler, err := rt.d.conn.Management.NewReceiverForQueue(rt.target.Queue, dlq)
+	if err == nil {
+		defer func() { _ = settler.Close(actx) }()
+		for _, m := range held {
+			if err = settler.AbandonMessage(actx, &azservicebus.ReceivedMessage{LockToken: m.LockToken}, nil); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		rt.d.add("round trip: release the dead letters held", DoctorWarn,
+			fmt.Sprintf("%d dead letters ahead of the round trip's stay locked until their locks expire: %v", len(held), sbadapter.MapError(err)), "")
+	}
 }
 
 // isoDurationString renders d for the admin API.
