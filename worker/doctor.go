@@ -105,6 +105,10 @@ func (d *doctor) set(i int, result DoctorResult, detail, action string) {
 // the report.
 func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 	cfg := p.Config
+	if cfg.Handler == nil && !cfg.Journal {
+		// The doctor hands nothing to a handler; Validate asks for one all the same.
+		cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
+	}
 	d := &doctor{cfg: cfg, log: p.Logger, step: p.StepTimeout, report: &DoctorReport{Entity: cfg.Entity.String()}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)

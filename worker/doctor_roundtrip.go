@@ -215,7 +215,30 @@ func (rt *roundTrip) run(ctx context.Context, res *roundTripResult) {
 		return fmt.Sprintf("broker sequence %d", second.BrokerSequence),
 			sess.DeadLetter(ctx, second, sequencer.DeadLetterParams{Reason: "SeqbusDoctor", Description: "a message of the worker doctor's round trip"})
 	})
-	stateErr := rt.do(ctx, "set and get session state", func(ctx context.Context) (string, error) {
+	stateErr := rt.sessionState(ctx, sess)
+	if !errors.Is(stateErr, errSkipped) {
+		res.state = &stateErr
+	}
+	_ = rt.do(ctx, "renew the lock", func(ctx context.Context) (string, error) {
+		until, err := sess.RenewLock(ctx)
+		if err != nil {
+			return "", err
+		}
+		return "locked until " + until.UTC().Format(time.RFC3339), nil
+	})
+	if rt.reserved && second != nil && !rt.failed {
+		rt.removeDeadLetter(ctx, ids[1])
+	}
+}
+
+// sessionState sets, reads back and clears the session state, where the worker keeps its
+// sessions' states there.
+func (rt *roundTrip) sessionState(ctx context.Context, sess *sbadapter.Session) error {
+	if rt.d.cfg.StateStore != StateStoreServiceBus {
+		rt.d.add("round trip: set and get session state", DoctorSkip, fmt.Sprintf("the worker keeps the sessions' states in %s", rt.d.cfg.StateStore), "")
+		return errSkipped
+	}
+	return rt.do(ctx, "set and get session state", func(ctx context.Context) (string, error) {
 		if err := sess.SetState(ctx, doctorState); err != nil {
 			return "", err
 		}
@@ -231,19 +254,6 @@ func (rt *roundTrip) run(ctx context.Context, res *roundTripResult) {
 		}
 		return fmt.Sprintf("%d bytes set, read back and cleared", len(doctorState)), nil
 	})
-	if !errors.Is(stateErr, errSkipped) {
-		res.state = &stateErr
-	}
-	_ = rt.do(ctx, "renew the lock", func(ctx context.Context) (string, error) {
-		until, err := sess.RenewLock(ctx)
-		if err != nil {
-			return "", err
-		}
-		return "locked until " + until.UTC().Format(time.RFC3339), nil
-	})
-	if rt.reserved && second != nil && !rt.failed {
-		rt.removeDeadLetter(ctx, ids[1])
-	}
 }
 
 // send sends the round trip's two messages to its session.

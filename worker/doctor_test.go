@@ -12,6 +12,8 @@ import (
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/emulator/emulatortest"
+	"github.com/seqbus/seqbus/internal/pgtest"
+	"github.com/seqbus/seqbus/migrations"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/worker"
@@ -42,12 +44,13 @@ func doctorEmulator(t *testing.T) *emulatortest.Server {
 	return srv
 }
 
+// doctorConfig is the worker's configuration for entity, without a handler (the doctor needs
+// none).
 func doctorConfig(srv *emulatortest.Server, entity sbadapter.Entity) worker.Config {
 	cfg := worker.DefaultConfig()
 	cfg.ConnectionString = srv.ConnectionString()
 	cfg.Entity = entity
 	cfg.HTTPAddr = worker.HTTPOff
-	cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
 	return cfg
 }
 
@@ -213,6 +216,7 @@ func TestStartRefusesDeferralOnPartitionedEntity(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := doctorConfig(srv, sbadapter.Entity{Queue: tt.entity})
+			cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
 			if tt.configure != nil {
 				tt.configure(&cfg)
 			}
@@ -236,4 +240,54 @@ func TestStartRefusesDeferralOnPartitionedEntity(t *testing.T) {
 			<-w.Stopped()
 		})
 	}
+}
+
+// With Postgres the doctor checks that the database answers and that every migration the binary
+// knows is applied.
+func TestDoctorPostgresStore(t *testing.T) {
+	t.Parallel()
+	srv := doctorEmulator(t)
+	pool, schema := pgtest.NewPoolWithSchema(t, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	run := func(configure func(cfg *worker.Config)) worker.DoctorReport {
+		cfg := doctorConfig(srv, sbadapter.Entity{Queue: queue})
+		cfg.StateStore, cfg.DatabaseURL = worker.StateStorePostgres, pgtest.SchemaDSN(schema)
+		if configure != nil {
+			configure(&cfg)
+		}
+		return worker.RunDoctor(ctx, worker.DoctorParams{Config: cfg, StepTimeout: 10 * time.Second})
+	}
+
+	rep := run(nil)
+	require.True(t, rep.Failed(), table(t, rep))
+	require.Equal(t, worker.DoctorPass, line(t, rep, "state store: database reachable").Result)
+	m := line(t, rep, "state store: migrations applied")
+	require.Equal(t, worker.DoctorFail, m.Result, table(t, rep))
+	require.Contains(t, m.Detail, "001_")
+	require.Contains(t, m.Action, "worker migrate up")
+
+	rep = run(func(cfg *worker.Config) { cfg.MigrateOnStart = true })
+	require.False(t, rep.Failed(), table(t, rep))
+	require.Equal(t, worker.DoctorWarn, line(t, rep, "state store: migrations applied").Result)
+
+	_, err := migrations.New(pool, nil).Up(ctx, migrations.UpOptions{})
+	require.NoError(t, err)
+	rep = run(nil)
+	require.False(t, rep.Failed(), table(t, rep))
+	require.Equal(t, worker.DoctorPass, line(t, rep, "state store: migrations applied").Result, table(t, rep))
+	for _, step := range roundTripSteps {
+		want := worker.DoctorPass
+		if step == "round trip: set and get session state" {
+			want = worker.DoctorSkip // the states are in Postgres
+		}
+		require.Equal(t, want, line(t, rep, step).Result, step)
+	}
+
+	rep = run(func(cfg *worker.Config) { cfg.DatabaseURL = "postgres://seqbus@127.0.0.1:1/nowhere" })
+	require.True(t, rep.Failed(), table(t, rep))
+	r := line(t, rep, "state store: database reachable")
+	require.Equal(t, worker.DoctorFail, r.Result)
+	require.Contains(t, r.Detail, "SEQBUS_DATABASE_URL")
+	require.Equal(t, worker.DoctorSkip, line(t, rep, "state store: migrations applied").Result)
 }
