@@ -131,11 +131,8 @@ func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 	d.conn = conn
 
 	b, ok := d.checkBroker(ctx)
-	if !ok {
-		return *d.report
-	}
 	store := d.checkStore(ctx)
-	if !b.roundTrip {
+	if !ok || !b.roundTrip {
 		return *d.report
 	}
 	rt := d.roundTrip(ctx, b.props, b.manage)

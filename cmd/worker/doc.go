@@ -5,6 +5,10 @@
 //	worker relay                    publish the Postgres outbox to Service Bus in session order
 //	worker scaler                   serve the scaling signal (GET /scale, /metrics, /healthz)
 //	                                with the worker's settings, consuming nothing
+//	worker doctor [--json]          check the namespace, the entity and the state store with the
+//	                                worker's settings, with a live round trip of every broker call
+//	                                the worker makes (docs/doctor.md); exit 0 all pass, 1 a check
+//	                                failed, 2 a bad argument
 //	worker migrate up|down|status   manage the Postgres schema (SEQBUS_DATABASE_URL): migrations
 //	                                001 to 006; up and down take [--target-version N]
 //	                                [--max-steps N] [--dry-run] (prints the SQL, changes nothing)
@@ -47,6 +51,10 @@
 //	SEQBUS_GAP_POLICY               after the gap timeout: wait (default), skip or park
 //	SEQBUS_UNSEQUENCED              a message without the sequence: deadletter (default) or
 //	                                passthrough (handled at once, outside the session's order)
+//	SEQBUS_EARLY_MESSAGES           where an early message waits beyond the reorder window: defer
+//	                                (default: deferred at the broker; store is not in this build)
+//	SEQBUS_DEFER_ON_PARTITIONED     start with defer on a partitioned entity, which the worker
+//	                                otherwise refuses when it can read the entity (default false)
 //	SEQBUS_REORDER_WINDOW           early messages held in memory per session (default 256; 0: off)
 //	SEQBUS_REORDER_WINDOW_BYTES     bound on their bodies (default 8MiB)
 //	SEQBUS_DRAIN_BATCH              deferred messages fetched per receive-deferred (default 32)
