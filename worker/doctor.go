@@ -132,7 +132,11 @@ func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 
 	b, ok := d.checkBroker(ctx)
 	store := d.checkStore(ctx)
-	if !ok || !b.roundTrip {
+	if !ok {
+		return *d.report
+	}
+	if b.skipRoundTrip != "" {
+		d.add("round trip", DoctorSkip, b.skipRoundTrip, "")
 		return *d.report
 	}
 	rt := d.roundTrip(ctx, b.props, b.manage)
@@ -161,11 +165,12 @@ func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 
 // brokerChecks are what the checks of the namespace and the entity found, for the round trip.
 type brokerChecks struct {
-	props       EntityProperties
-	manage      bool
-	roundTrip   bool
-	send        int // the line of the Send right, which the round trip shows
-	credentials string
+	props  EntityProperties
+	manage bool
+	// skipRoundTrip says why the round trip cannot run ("" when it can).
+	skipRoundTrip string
+	send          int // the line of the Send right, which the round trip shows
+	credentials   string
 }
 
 // checkBroker runs the checks of the namespace, the rights and the entity; false when the
@@ -229,15 +234,12 @@ func (d *doctor) checkBroker(ctx context.Context) (brokerChecks, bool) {
 	}
 
 	b := brokerChecks{props: props, manage: hasManage, send: send, credentials: credentials}
-	if !d.checkEntity(props, listenErr, manageErr) {
-		d.add("round trip", DoctorSkip, "the entity does not exist", "")
-		return b, true
+	switch {
+	case !d.checkEntity(props, listenErr, manageErr):
+		b.skipRoundTrip = "the entity does not exist"
+	case cfg.Ordering == OrderingNone:
+		b.skipRoundTrip = "the worker with SEQBUS_ORDERING=none makes no session calls"
 	}
-	if cfg.Ordering == OrderingNone {
-		d.add("round trip", DoctorSkip, "the worker with SEQBUS_ORDERING=none makes no session calls", "")
-		return b, true
-	}
-	b.roundTrip = true
 	return b, true
 }
 
@@ -276,11 +278,7 @@ func (d *doctor) checkEntity(props EntityProperties, listenErr, manageErr error)
 	case manageErr == nil:
 		d.add("entity exists", DoctorPass, fmt.Sprintf("%s %s", props.Kind, cfg.Entity), "")
 	case errors.Is(manageErr, sequencer.ErrNotFound) || errors.Is(listenErr, sequencer.ErrNotFound):
-		err := manageErr
-		if !errors.Is(err, sequencer.ErrNotFound) {
-			err = listenErr
-		}
-		d.add("entity exists", DoctorFail, err.Error(), "correct "+entityVar+", or create the entity (`topology apply`)")
+		d.add("entity exists", DoctorFail, fmt.Sprintf("%s does not exist in the namespace", cfg.Entity), "correct "+entityVar+", or create the entity (`topology apply`)")
 		return false
 	case listenErr == nil:
 		d.add("entity exists", DoctorPass, fmt.Sprintf("%s answered", cfg.Entity), "")
