@@ -117,14 +117,14 @@ func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 		d.step = 30 * time.Second
 	}
 	if err := cfg.Validate(); err != nil {
-		d.add("settings", DoctorFail, err.Error(), "correct the settings named above")
+		d.add("settings", DoctorFail, err.Error(), "correct the settings it names")
 		return *d.report
 	}
 	d.add("settings", DoctorPass, fmt.Sprintf("%s, state store %s, early messages %s", cfg.Entity, cfg.StateStore, cfg.EarlyMessages), "")
 	cfg.Logger = d.log
 	conn, err := Connect(ctx, cfg)
 	if err != nil {
-		d.add("connection and credentials", DoctorFail, err.Error(), "correct the setting named above")
+		d.add("connection and credentials", DoctorFail, err.Error(), "correct the setting it names")
 		return *d.report
 	}
 	defer conn.Close(ctx)
@@ -146,7 +146,7 @@ func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 	case *rt.sent == nil:
 		d.set(b.send, DoctorPass, "the round trip's send was accepted (worker dlq replay and the relay need it)", "")
 	case refused(*rt.sent):
-		d.set(b.send, DoctorWarn, fmt.Sprintf("refused: %v", *rt.sent), "grant Send to "+b.credentials+" for `worker dlq replay` and the relay")
+		d.set(b.send, DoctorWarn, fmt.Sprintf("refused: %v", *rt.sent), "grant Send to "+b.credentials+" for `worker dlq replay`, the relay and this round trip")
 	default:
 		d.set(b.send, DoctorSkip, "the round trip's send failed (see below)", "")
 	}

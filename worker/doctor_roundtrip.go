@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,19 +93,33 @@ type roundTrip struct {
 	sid      string
 	reserved bool // on the worker's own entity: lock the session first, clean the dead letter
 	failed   bool
+	// skipped says why the steps left are skipped, once a step could not run ("" after a
+	// failure).
+	skipped string
 }
+
+// stepSkipped is a step that could not run, and why; the steps after it are skipped too.
+type stepSkipped struct{ reason string }
+
+func (s *stepSkipped) Error() string { return s.reason }
 
 // do runs one step as a line; after a failed step the later ones are skipped.
 func (rt *roundTrip) do(ctx context.Context, check string, fn func(ctx context.Context) (string, error)) error {
 	check = "round trip: " + check
 	if rt.failed {
-		rt.d.add(check, DoctorSkip, "an earlier step failed", "")
+		rt.d.add(check, DoctorSkip, cmp.Or(rt.skipped, "an earlier step failed"), "")
 		return errSkipped
 	}
 	sctx, cancel := context.WithTimeout(ctx, rt.d.step)
 	defer cancel()
 	detail, err := fn(sctx)
-	if err != nil {
+	var skip *stepSkipped
+	switch {
+	case errors.As(err, &skip):
+		rt.failed, rt.skipped = true, "an earlier step could not run"
+		rt.d.add(check, DoctorSkip, skip.reason, "")
+		return errSkipped
+	case err != nil:
 		rt.failed = true
 		rt.d.add(check, DoctorFail, err.Error(), "")
 		return err
@@ -155,6 +170,9 @@ func (rt *roundTrip) run(ctx context.Context, res *roundTripResult) {
 	send := func(ctx context.Context) (string, error) {
 		err := rt.send(ctx, ids)
 		res.sent = &err
+		if errors.Is(err, sbadapter.ErrUnauthorized) {
+			return "", &stepSkipped{reason: fmt.Sprintf("the credentials lack the Send right, which the round trip needs to put messages in: %v", err)}
+		}
 		if err != nil {
 			return "", err
 		}
