@@ -224,7 +224,7 @@ func (d *doctor) checkBroker(ctx context.Context) (brokerChecks, bool) {
 	hasManage := manageErr == nil || missing(manageErr)
 	switch {
 	case hasManage:
-		d.add("right Manage", DoctorPass, "the entity's properties could be read (the start-time partitioning check, the scaling signal's message counts and this round trip's scratch queue need it)", "")
+		d.add("right Manage", DoctorPass, "the entity's properties could be read (the start-time partitioning check, the scaling signal's message counts and the round trip's scratch queue need it)", "")
 	case refused(manageErr):
 		d.add("right Manage", DoctorWarn,
 			"refused: the worker cannot check its entity's partitioning at start, the scaling signal has no message counts, and this round trip cannot use a scratch queue",

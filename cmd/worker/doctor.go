@@ -37,6 +37,19 @@ func (c *cli) doctor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// SIGINT or SIGTERM cuts the checks short; the scratch queue of the round trip is still
+	// deleted, and the report shows what ran.
+	sigs, stopSignals := c.signals()
+	defer stopSignals()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	rep := worker.RunDoctor(ctx, worker.DoctorParams{Config: cfg, Logger: c.logger(s.level())})
 	if *asJSON {
 		enc := json.NewEncoder(c.stdout)

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,5 +90,32 @@ func TestDoctorExitCodes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A signal cuts the doctor short: it reports what ran, exits 1 and leaves no scratch queue.
+func TestDoctorStopsOnSignal(t *testing.T) {
+	srv := emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"orders": {RequiresSession: true}}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	clearEnv(t)
+	t.Setenv("SEQBUS_CONNECTION_STRING", srv.ConnectionString())
+	t.Setenv("SEQBUS_QUEUE", "orders")
+
+	var stdout, stderr testio.SyncBuffer
+	c := newCLI(&stdout, &stderr)
+	sigs := make(chan os.Signal, 1)
+	sigs <- syscall.SIGINT
+	c.signals = func() (<-chan os.Signal, func()) { return sigs, func() {} }
+	require.Equal(t, 1, c.run(ctx, []string{"doctor"}), "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	require.Contains(t, stdout.String(), "fail")
+
+	pager := srv.NewAdminClient(t).NewListQueuesPager(nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		require.NoError(t, err)
+		for _, q := range page.Queues {
+			require.Equal(t, "orders", q.QueueName)
+		}
 	}
 }
