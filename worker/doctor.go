@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+
 	"github.com/seqbus/seqbus/migrations"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
@@ -196,10 +198,18 @@ func (d *doctor) checkBroker(ctx context.Context) (brokerChecks, bool) {
 	refused := func(err error) bool { return errors.Is(err, sbadapter.ErrUnauthorized) }
 	missing := func(err error) bool { return errors.Is(err, sequencer.ErrNotFound) }
 	answered := func(err error) bool { return err == nil || refused(err) || missing(err) }
+	var noToken *azidentity.AuthenticationFailedError
 	switch {
+	case errors.As(listenErr, &noToken) || errors.As(manageErr, &noToken):
+		d.add("connection and credentials", DoctorFail, fmt.Sprintf("no Entra ID token for the namespace: %v", noToken),
+			"check the identity DefaultAzureCredential finds here (environment, workload or managed identity, Azure CLI login)")
+		return brokerChecks{}, false
 	case !answered(listenErr) && !answered(manageErr):
-		d.add("connection and credentials", DoctorFail, fmt.Sprintf("the namespace did not answer: %v", listenErr),
-			"check the namespace's host name, that it is reachable from here (AMQP on port 5671, HTTPS on 443) and its network rules")
+		action := "check the namespace's host name, that it is reachable from here (AMQP on port 5671, HTTPS on 443) and its network rules"
+		if cfg.Namespace != "" {
+			action += ", and that DefaultAzureCredential finds an identity here"
+		}
+		d.add("connection and credentials", DoctorFail, fmt.Sprintf("the namespace did not answer: %v", listenErr), action)
 		return brokerChecks{}, false
 	case refused(listenErr) && refused(manageErr):
 		d.add("connection and credentials", DoctorFail, fmt.Sprintf("the namespace refused the credentials: %v", listenErr),

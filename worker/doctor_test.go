@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/require"
 
@@ -304,4 +307,27 @@ func TestDoctorPostgresStore(t *testing.T) {
 	require.Equal(t, worker.DoctorFail, r.Result)
 	require.Contains(t, r.Detail, "SEQBUS_DATABASE_URL")
 	require.Equal(t, worker.DoctorSkip, line(t, rep, "state store: migrations applied").Result)
+}
+
+// tokenRefused is an Entra ID credential that gets no token.
+type tokenRefused struct{}
+
+func (tokenRefused) GetToken(context.Context, policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	return azcore.AccessToken{}, &azidentity.AuthenticationFailedError{}
+}
+
+// With Entra ID, a credential that gets no token fails the connection line, saying so.
+func TestDoctorEntraIDWithoutToken(t *testing.T) {
+	t.Parallel()
+	cfg := worker.DefaultConfig()
+	cfg.Namespace, cfg.Credential = "seqbus-doctor-test.invalid", tokenRefused{}
+	cfg.Entity, cfg.HTTPAddr = sbadapter.Entity{Queue: queue}, worker.HTTPOff
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rep := worker.RunDoctor(ctx, worker.DoctorParams{Config: cfg, StepTimeout: 10 * time.Second})
+	require.True(t, rep.Failed(), table(t, rep))
+	c := line(t, rep, "connection and credentials")
+	require.Equal(t, worker.DoctorFail, c.Result)
+	require.Contains(t, c.Detail, "no Entra ID token")
+	require.Contains(t, c.Action, "DefaultAzureCredential")
 }
