@@ -78,7 +78,7 @@ func (d *doctor) roundTrip(ctx context.Context, props EntityProperties, manage b
 			"run `worker doctor` with a key that has the Manage right")
 		return res
 	}
-	rt := &roundTrip{d: d, target: target, sid: sid, reserved: !manage}
+	rt := &roundTrip{d: d, target: target, sid: sid, reserved: !manage, partitioned: props.Partitioned}
 	rt.run(ctx, &res)
 	if cleanup != nil {
 		cleanup()
@@ -92,7 +92,9 @@ type roundTrip struct {
 	target   sbadapter.Entity
 	sid      string
 	reserved bool // on the worker's own entity: lock the session first, clean the dead letter
-	failed   bool
+	// partitioned says the entity is partitioned, where deferral is known to fail.
+	partitioned bool
+	failed      bool
 	// skipped says why the steps left are skipped, once a step could not run ("" after a
 	// failure).
 	skipped string
@@ -216,12 +218,16 @@ func (rt *roundTrip) run(ctx context.Context, res *roundTripResult) {
 		return fmt.Sprintf("broker sequence %d", first.BrokerSequence), sess.Defer(ctx, first)
 	})
 	_ = rt.do(ctx, "receive deferred", func(ctx context.Context) (string, error) {
+		known := ""
+		if rt.partitioned {
+			known = " (the failure known on partitioned entities: the worker cannot defer early messages here; leave SEQBUS_DEFER_ON_PARTITIONED unset)"
+		}
 		msgs, err := sess.ReceiveDeferred(ctx, []int64{first.BrokerSequence})
 		if err != nil {
-			return "", fmt.Errorf("%w (the failure known on partitioned entities)", err)
+			return "", fmt.Errorf("%w%s", err, known)
 		}
 		if len(msgs) != 1 || msgs[0].MessageID != first.MessageID {
-			return "", fmt.Errorf("the broker did not return deferred message %d (the failure known on partitioned entities)", first.BrokerSequence)
+			return "", fmt.Errorf("the broker did not return deferred message %d%s", first.BrokerSequence, known)
 		}
 		fetched = msgs[0]
 		return fmt.Sprintf("broker sequence %d, delivery count %d", fetched.BrokerSequence, fetched.DeliveryCount), nil
