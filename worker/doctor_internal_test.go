@@ -98,3 +98,39 @@ func TestDoctorRoundTripWithoutManage(t *testing.T) {
 		require.Contains(t, rep.Checks[0].Action, "Manage")
 	})
 }
+
+// A step that fails is a failed line with the broker's answer; the steps after it are skipped,
+// and the scratch queue is deleted all the same.
+func TestDoctorRoundTripStepFails(t *testing.T) {
+	t.Parallel()
+	srv := emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{"orders": {RequiresSession: true}}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.ConnectionString, cfg.Entity, cfg.HTTPAddr = srv.ConnectionString(), sbadapter.Entity{Queue: "orders"}, HTTPOff
+	conn, err := Connect(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	d := &doctor{cfg: cfg, log: slog.New(slog.DiscardHandler), step: 10 * time.Second, conn: conn, report: &DoctorReport{}}
+
+	// The round trip's first $management request is the receive of the deferred message.
+	srv.DropConnectionOnNextManagementCalls(1)
+	d.roundTrip(ctx, EntityProperties{Kind: "queue", RequiresSession: true, Partitioned: true}, true)
+	rep := *d.report
+	var out strings.Builder
+	require.NoError(t, rep.WriteTable(&out))
+	require.True(t, rep.Failed(), out.String())
+	results := map[string]DoctorResult{}
+	for _, c := range rep.Checks {
+		results[c.Check] = c.Result
+		if c.Check == "round trip: receive deferred" {
+			require.Contains(t, c.Detail, "the failure known on partitioned entities", out.String())
+		}
+	}
+	require.Equal(t, map[string]DoctorResult{
+		"round trip: scratch queue": DoctorPass, "round trip: send": DoctorPass, "round trip: accept a session": DoctorPass,
+		"round trip: receive": DoctorPass, "round trip: defer": DoctorPass, "round trip: receive deferred": DoctorFail,
+		"round trip: complete": DoctorSkip, "round trip: dead-letter": DoctorSkip, "round trip: set and get session state": DoctorSkip,
+		"round trip: renew the lock": DoctorSkip, "round trip: delete the scratch queue": DoctorPass,
+	}, results, out.String())
+}
