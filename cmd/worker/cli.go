@@ -20,8 +20,9 @@ const usage = `usage: worker [run | relay | scaler | doctor | migrate up|down|st
   relay           publish the Postgres outbox to Service Bus in each session's order
   scaler          serve the scaling signal (GET /scale, /metrics) with the worker's settings;
                   consumes nothing (one small always-on pod, for scaling from zero)
-  doctor [--json]  check the namespace, entity and state store with the worker's settings, with a
-                  live round trip of every broker call the worker makes (exit 1 when a check fails)
+  doctor          check the namespace, entity and state store with the worker's settings, with a
+                  live round trip of every broker call the worker makes [--json] (exit 1: a check
+                  failed)
   migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL), 001 to 006
   migrate down    roll back the latest migration
   migrate status  list migrations and whether they are applied
