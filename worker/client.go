@@ -293,6 +293,9 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		c.log.WarnContext(ctx, "worker: probing the entity failed; starting anyway, the runner retries", slog.Any("error", err))
 	}
+	if err := c.checkDeferral(ctx); err != nil {
+		return fail(err)
+	}
 
 	if err := c.main.Start(ctx); err != nil {
 		return fail(fmt.Errorf("worker: start: %w", err))

@@ -188,6 +188,13 @@ type Config struct {
 	GapPolicy  sequencer.GapPolicy `envconfig:"GAP_POLICY" desc:"After the gap timeout: wait (keep waiting), skip (go on from the lowest waiting sequence) or park (park the session until an operator resumes or skips it); skip and park need a gap timeout."`
 	// Unsequenced is what happens to a message without the sequence property.
 	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED" desc:"A message without the sequence property: deadletter (reason InvalidSequence), or passthrough (handled at once, outside the session's order)."`
+	// EarlyMessages is where a message that arrives before its turn waits beyond the reorder
+	// window: EarlyMessagesDefer (deferred at the broker).
+	EarlyMessages EarlyMessages `envconfig:"EARLY_MESSAGES" desc:"Where a message that arrives before its turn waits beyond the reorder window: defer (deferred at the broker, fetched back by sequence number)."`
+	// DeferOnPartitioned lets the worker defer early messages on a partitioned entity, which
+	// Start otherwise refuses (see EarlyMessages): for a namespace where `worker doctor`'s
+	// round trip showed deferral to work.
+	DeferOnPartitioned bool `envconfig:"DEFER_ON_PARTITIONED" desc:"Start with SEQBUS_EARLY_MESSAGES=defer on a partitioned entity, after worker doctor showed deferral to work on it."`
 
 	// MaxConcurrentSessions bounds the sessions (with OrderingNone: the messages) handled at once.
 	// A session's slot is free once its last handler call returned (unless a settlement was
@@ -245,6 +252,7 @@ func DefaultConfig() Config {
 		TombstoneTTL:          engine.TombstoneTTL,
 		GapPolicy:             engine.GapPolicy,
 		Unsequenced:           engine.Unsequenced,
+		EarlyMessages:         EarlyMessagesDefer,
 		MaxConcurrentSessions: 8,
 		SessionConnections:    1,
 		SweepInterval:         30 * time.Second,
@@ -482,6 +490,7 @@ func (c *Config) Validate() error {
 		p.add("GapPolicy", "%s acts after %s, which is 0 (wait forever): set %s", c.GapPolicy, p.v("GapTimeout"), p.v("GapTimeout"))
 	}
 	oneOf(&p, "Unsequenced", c.Unsequenced, sequencer.UnsequencedDeadLetter, sequencer.UnsequencedPassThrough)
+	checkEarlyMessages(&p, c.EarlyMessages)
 
 	p.positive("MaxConcurrentSessions", int64(c.MaxConcurrentSessions), c.MaxConcurrentSessions)
 	p.positive("SessionConnections", int64(c.SessionConnections), c.SessionConnections)

@@ -41,6 +41,11 @@ func TestValidate(t *testing.T) {
 			c.Handler, c.Journal, c.StateStore, c.DatabaseURL = nil, true, "postgres", "postgres://u:p@localhost/seqbus"
 		}, ""},
 
+		{"early messages deferred", func(c *Config) { c.EarlyMessages = EarlyMessagesDefer }, ""},
+		{"deferral on partitioned entities allowed", func(c *Config) { c.DeferOnPartitioned = true }, ""},
+		{"early messages in the store", func(c *Config) { c.EarlyMessages = EarlyMessagesStore }, "SEQBUS_EARLY_MESSAGES: store (early messages held in the state store) is not available in this build"},
+		{"unknown early messages", func(c *Config) { c.EarlyMessages = "memory" }, `SEQBUS_EARLY_MESSAGES: "memory" is not one of defer, store`},
+		{"no early messages", func(c *Config) { c.EarlyMessages = "" }, `SEQBUS_EARLY_MESSAGES: "" is not one of defer, store`},
 		{"no credentials", func(c *Config) { c.ConnectionString = "" }, "SEQBUS_CONNECTION_STRING: set it"},
 		{"both credentials", func(c *Config) { c.Namespace = "x.servicebus.windows.net" }, "SEQBUS_NAMESPACE: set either"},
 		{"connection string without endpoint", func(c *Config) { c.ConnectionString = "SharedAccessKey=abc" }, "SEQBUS_CONNECTION_STRING: no Endpoint"},
@@ -234,6 +239,18 @@ func TestLoadFromEnvironment(t *testing.T) {
 	require.Equal(t, sequencer.GapWait, c.GapPolicy, "default")
 	require.Zero(t, c.GapTimeout, "default")
 	require.Equal(t, sequencer.UnsequencedDeadLetter, c.Unsequenced, "default")
+	require.Equal(t, EarlyMessagesDefer, c.EarlyMessages, "default")
+	require.False(t, c.DeferOnPartitioned, "default")
+
+	t.Setenv("SEQBUS_EARLY_MESSAGES", "store")
+	_, err = load()
+	require.ErrorContains(t, err, "SEQBUS_EARLY_MESSAGES: store (early messages held in the state store) is not available in this build")
+	t.Setenv("SEQBUS_EARLY_MESSAGES", "defer")
+	t.Setenv("SEQBUS_DEFER_ON_PARTITIONED", "true")
+	c, err = load()
+	require.NoError(t, err)
+	require.True(t, c.DeferOnPartitioned)
+	t.Setenv("SEQBUS_DEFER_ON_PARTITIONED", "false")
 
 	t.Setenv("SEQBUS_SAVE_EACH_MESSAGE", "true")
 	c, err = load()

@@ -54,6 +54,16 @@
 //     that makes, ceil(ready ÷ MaxConcurrentSessions) up to ScaleMaxReplicas. [Scaler] (`worker
 //     scaler`) serves the same signal on its own, consuming nothing, for scaling from zero.
 //
+// # Checks at start and the doctor
+//
+// Start probes the entity (a wrong name or key stops it) and, when Config.EarlyMessages is
+// [EarlyMessagesDefer] and the management API can read the entity (Manage right), refuses a
+// partitioned entity unless Config.DeferOnPartitioned: Service Bus is known to fail the fetch of
+// a session's deferred messages there. Without Manage it logs that it could not check.
+// [RunDoctor] (`worker doctor`) checks, with the same Config, the connection, the rights, the
+// entity, the state store and a live round trip of every broker call the worker makes, and
+// returns a [DoctorReport] of lines (pass, warn, fail, skip), each saying what to do.
+//
 // # HTTP
 //
 // With Config.HTTPAddr set the Client serves GET /metrics (Prometheus), GET /healthz (200 while

@@ -14,7 +14,7 @@ import (
 	"github.com/seqbus/seqbus/worker"
 )
 
-const usage = `usage: worker [run | relay | scaler | console | migrate up|down|status | sessions … | dlq … | help]
+const usage = `usage: worker [run | relay | scaler | console | doctor | migrate up|down|status | sessions … | dlq … | help]
 
   run (default)   run the worker; configured by SEQBUS_* environment variables
   relay           publish the Postgres outbox to Service Bus in each session's order
@@ -22,7 +22,10 @@ const usage = `usage: worker [run | relay | scaler | console | migrate up|down|s
                   consumes nothing (one small always-on pod, for scaling from zero)
   console         serve the web console (SEQBUS_CONSOLE_ADDR; SEQBUS_CONSOLE_TOKEN,
                   SEQBUS_CONSOLE_READ_TOKEN or SEQBUS_CONSOLE_PROXY_USER_HEADER required)
-  migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL), 001 to 006
+  doctor          check the namespace, entity and state store with the worker's settings, with a
+                  live round trip of every broker call the worker makes [--json] (exit 1: a check
+                  failed)
+  migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL)
   migrate down    roll back the latest migration
   migrate status  list migrations and whether they are applied
     up and down take [--target-version N] [--max-steps N] [--dry-run] (prints the SQL)
@@ -81,6 +84,8 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		err = c.scaler(ctx, args)
 	case "console":
 		err = c.console(ctx, args)
+	case "doctor":
+		err = c.doctor(ctx, args)
 	case "migrate":
 		err = c.migrate(ctx, args)
 	case "sessions", "dlq":

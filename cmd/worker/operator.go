@@ -197,6 +197,7 @@ var commandUsage = map[string]string{
 	"sessions skip":      "sessions skip ID [--to N] [--wait D] [--json]",
 	"sessions retry-now": "sessions retry-now ID [--wait D] [--json]",
 	"dlq list":           "dlq list [--session ID] [--reason R] [--limit N] [--json]",
+	"doctor":             "doctor [--json]",
 	"dlq replay":         "dlq replay --session ID | --all [--reason R] [--target ENTITY] [--dry-run] [--wait D] [--json]",
 }
 
