@@ -74,6 +74,9 @@ type Engine struct {
 	log          *slog.Logger
 	obs          Observer
 	stats        statsCounters
+	// pipelinedRuns: EngineConfig.PipelineRuns with MaxPendingSettlements > 1, the entries of a
+	// recorded run are completed in the background.
+	pipelinedRuns bool
 	// workers run the background calls of every run (completions, saves, receives).
 	workers *workers
 }
@@ -95,6 +98,8 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 		log:     deps.Logger,
 		obs:     deps.Observer,
 		workers: newWorkers(),
+
+		pipelinedRuns: cfg.PipelineRuns && cfg.MaxPendingSettlements > 1,
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -185,7 +190,6 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	} else if perr != nil && !errors.Is(err, perr) {
 		err = errors.Join(err, perr) // the background failure is often the cause of err
 	}
-	r.s.close()
 	if out == OutcomeFailed && r.s.lost.Load() {
 		out = OutcomeLockLost
 	}

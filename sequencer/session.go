@@ -379,7 +379,7 @@ func (r *run) duplicate(m *msg) error {
 	r.e.observe(Event{Kind: EventDuplicate, SessionID: r.id, Sequence: m.seq})
 	if !r.indexed(m) {
 		// Nothing in the stored index waits for this completion.
-		return r.s.completeLater(m)
+		return r.s.completeLater(m, false)
 	}
 	landed, err := r.s.complete(m)
 	if err != nil {

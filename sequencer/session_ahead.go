@@ -31,7 +31,7 @@ type aheadSave struct {
 
 // aheadMode reports whether messages saved one by one may be handed over ahead of their saves.
 func (r *run) aheadMode() bool {
-	return r.e.cfg.SaveEachMessage && r.s.pipelinedRuns() && r.e.atomic == nil
+	return r.e.cfg.SaveEachMessage && r.e.pipelinedRuns && r.e.atomic == nil
 }
 
 // goesAhead reports whether the in-order message m, settled handler → save → complete, may be
@@ -98,7 +98,7 @@ const aheadGather = 3
 // tail so far and the completions in flight) stay within MaxPendingSettlements, the window of
 // pipelined runs. See "The tail of a run" in the package documentation.
 func (r *run) tailsRun(m *msg, how settlement, entries map[int64]int64) bool {
-	if r.record == nil || r.ahead != nil || r.aheadMode() || !r.s.pipelinedRuns() || r.phase != receiving {
+	if r.record == nil || r.ahead != nil || r.aheadMode() || !r.e.pipelinedRuns || r.phase != receiving {
 		return false
 	}
 	if how == completeInRun && entries == nil {
@@ -107,7 +107,7 @@ func (r *run) tailsRun(m *msg, how settlement, entries map[int64]int64) bool {
 	if m.deferred || m.redelivered() || r.indexed(m) || !runnable(r.st, m.seq, m.last) {
 		return false
 	}
-	if len(r.unsaved)+1+r.s.pipe.inFlight() > r.e.cfg.MaxPendingSettlements {
+	if len(r.unsaved)+1+r.s.inFlight() > r.e.cfg.MaxPendingSettlements {
 		return false
 	}
 	// entries, when m starts a run, are the sequences from m on in hand; the one after them
@@ -199,12 +199,8 @@ func (r *run) landAhead(wait bool) error {
 		r.s.noteAnswered(a.st.UpdatedAt) // the store's save is a call on the session
 	}
 	r.reportGap(a.gap, a.st.Next)
-	complete := r.s.completeLater
-	if a.record != nil {
-		complete = r.s.completeExtensionEntry
-	}
 	for _, m := range a.covers {
-		if err := complete(m); err != nil {
+		if err := r.s.completeLater(m, a.record != nil); err != nil {
 			return err
 		}
 	}
@@ -217,7 +213,7 @@ func (r *run) landAhead(wait bool) error {
 // current record wait only for that save to land (landExtension), not for a save of their own
 // after the entries before them were handled. See "Extended runs" in the package documentation.
 func (r *run) extendRun(m *msg) {
-	if r.ahead != nil || r.record == nil || !r.s.pipelinedRuns() {
+	if r.ahead != nil || r.record == nil || !r.e.pipelinedRuns {
 		return
 	}
 	more := r.peekPrefetch()
@@ -256,7 +252,7 @@ func (r *run) landExtension(m *msg) (early bool, err error) {
 	if bs, ok := r.record[m.seq]; ok && bs == m.bs {
 		return false, nil
 	}
-	if bs, ok := a.record[m.seq]; ok && bs == m.bs && len(a.covers)+1+r.s.pipe.inFlight() <= r.e.cfg.MaxPendingSettlements {
+	if bs, ok := a.record[m.seq]; ok && bs == m.bs && len(a.covers)+1+r.s.inFlight() <= r.e.cfg.MaxPendingSettlements {
 		return true, nil
 	}
 	return false, r.landAhead(true)

@@ -64,7 +64,7 @@ func (r *run) save() error {
 	unsaved := r.unsaved
 	r.unsaved = nil
 	for _, m := range unsaved {
-		if err := r.s.completeLater(m); err != nil {
+		if err := r.s.completeLater(m, false); err != nil {
 			return err
 		}
 	}

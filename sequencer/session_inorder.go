@@ -95,7 +95,7 @@ func (r *run) inOrder(m *msg) error {
 		// short (a stop): completed, it would leave only deferred messages at the broker.
 		r.s.anchor(m, "", r.indexed(m))
 	default:
-		if err := r.s.completeLater(m); err != nil {
+		if err := r.s.completeLater(m, false); err != nil {
 			return err
 		}
 	}
@@ -118,11 +118,7 @@ func (r *run) boundRefused() error {
 	if refused == 0 {
 		return nil
 	}
-	inFlight := 0
-	if r.s.pipe != nil {
-		inFlight = r.s.pipe.inFlight()
-	}
-	if int(refused)+inFlight < r.e.cfg.ReplayWindow() {
+	if int(refused)+r.s.inFlight() < r.e.cfg.ReplayWindow() {
 		return nil
 	}
 	return r.save()
@@ -159,7 +155,7 @@ func (r *run) passThrough(m *msg) error {
 	if !ok {
 		return err
 	}
-	return r.s.completeLater(m)
+	return r.s.completeLater(m, false)
 }
 
 // beforeHandler holds the next handler call until this run may make it: not after a failed
@@ -174,7 +170,7 @@ func (r *run) beforeHandler(marked bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
 	}
-	if !r.e.sessionBound && !(marked && r.s.pipelinedRuns()) {
+	if !r.e.sessionBound && !(marked && r.e.pipelinedRuns) {
 		// Fence (see SessionBoundStore): a save to this store says nothing about the session
 		// lock, so the completions issued since the last save must have been answered (which
 		// they are not once the lock is lost) before the handler is called again.
