@@ -192,7 +192,7 @@ func (r *run) loop() (Outcome, error) {
 			return 0, context.Cause(r.ctx)
 		}
 		if len(batch) > 0 {
-			if r.prefetches(batch) {
+			if r.stop.Err() == nil && r.view().asksNextBatch(batch) {
 				r.startPrefetch()
 			}
 			if err := r.take(batch); err != nil {

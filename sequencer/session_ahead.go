@@ -34,13 +34,14 @@ func (r *run) aheadMode() bool {
 	return r.e.cfg.SaveEachMessage && r.e.pipelinedRuns && r.e.atomic == nil
 }
 
-// goesAhead reports whether the in-order message m, settled handler → save → complete, may be
-// handed over ahead of its save: an active message that no index entry names and that does not
-// end the session (the tombstone's save comes before the last message is completed, and nothing
-// is handed over after it).
-func (r *run) goesAhead(m *msg, how settlement) bool {
-	return how == saveThenComplete && r.aheadMode() && !m.last && !m.deferred && !r.indexed(m) &&
-		(r.st.Last == 0 || m.seq < r.st.Last)
+// pipelining is what the pipelined strategies' decisions look at besides the view.
+func (r *run) pipelining() pipelining {
+	return pipelining{
+		runs:         r.e.pipelinedRuns,
+		ahead:        r.aheadMode(),
+		recordStored: r.record != nil && r.ahead == nil && r.phase == receiving,
+		pending:      len(r.unsaved) + r.s.inFlight(),
+	}
 }
 
 // handledAhead queues m, handled, for the next save and, with one save each, keeps the
@@ -51,16 +52,6 @@ func (r *run) handledAhead(m *msg) error {
 		return nil
 	}
 	return r.pumpAhead()
-}
-
-// gathersAhead reports whether the next background save should wait for more handled messages:
-// more of the batch is in hand and fewer than aheadGather of the window's MaxPendingSettlements
-// wait for a save. Every save is a store call (a broker call with Service Bus session state),
-// and a save started as soon as the one before landed covered a few messages each (14 saves a
-// session of 100 in the e2e cell); the rest of the window still covers the save's round trip.
-// The end of the batch saves the rest (aheadAtBatchEnd).
-func (r *run) gathersAhead() bool {
-	return r.aheadStored && len(r.upcoming) > 0 && len(r.unsaved) < r.e.cfg.MaxPendingSettlements*aheadGather/4
 }
 
 // aheadAtBatchEnd, with one save each, pipelined, keeps what was handled from waiting for the
@@ -84,39 +75,6 @@ func (r *run) aheadAtBatchEnd() error {
 	return r.flushAhead()
 }
 
-// aheadGather is, in quarters of MaxPendingSettlements, how many handled messages a background
-// save of one save each waits for while more are in hand (gathersAhead).
-const aheadGather = 3
-
-// tailsRun reports whether the in-order message m, settled as how and entries say, is part of
-// the tail of this run's record: the record is what the store holds (no save since), m is not
-// one of its entries, and the messages from m up to the session's last one are in hand, so the
-// last message's save (the session's end) follows them at once. Such a message is handed over
-// ahead of its save, with no record or save of its own: it is completed once that save has
-// landed (or any save before it), and a crash before leaves it at the broker, with the record
-// telling the next holder to wait its lease. The messages handed over and not completed (the
-// tail so far and the completions in flight) stay within MaxPendingSettlements, the window of
-// pipelined runs. See "The tail of a run" in the package documentation.
-func (r *run) tailsRun(m *msg, how settlement, entries map[int64]int64) bool {
-	if r.record == nil || r.ahead != nil || r.aheadMode() || !r.e.pipelinedRuns || r.phase != receiving {
-		return false
-	}
-	if how == completeInRun && entries == nil {
-		return false // an entry of the record
-	}
-	if m.deferred || m.redelivered() || r.indexed(m) || !runnable(r.st, m.seq, m.last) {
-		return false
-	}
-	if len(r.unsaved)+1+r.s.inFlight() > r.e.cfg.MaxPendingSettlements {
-		return false
-	}
-	// entries, when m starts a run, are the sequences from m on in hand; the one after them
-	// must be the last message.
-	end := m.seq + max(int64(len(entries)), 1)
-	x := r.view().inHand(end, r.upcoming)
-	return x != nil && x.last
-}
-
 // pumpAhead lands the save in flight if it is done, or waits for it when the handler has gone
 // as far ahead as MaxPendingSettlements allows or when the stored state does not say Ahead yet
 // (a handler call may go ahead of the saves only once a save with Ahead has landed: the next
@@ -128,7 +86,7 @@ func (r *run) pumpAhead() error {
 			return err
 		}
 	}
-	if r.ahead != nil || len(r.unsaved) == 0 || r.gathersAhead() {
+	if r.ahead != nil || len(r.unsaved) == 0 || r.view().gathersAhead(r.aheadStored, len(r.upcoming), len(r.unsaved)) {
 		return nil
 	}
 	r.startAhead()
@@ -236,11 +194,9 @@ func (r *run) extendRun(m *msg) {
 	r.saveInBackground(&aheadSave{st: st, record: entries})
 }
 
-// landExtension lands the extension of the run in flight, if any, when it is done. When m is
-// not an entry of the record that has landed, it reports early if m is an entry of the extension
-// that may be handed over before the extension lands: its completion then waits for the
-// extension (aheadSave.covers), and the messages so handed over and the completions in flight
-// stay within MaxPendingSettlements; otherwise it waits for the extension to land.
+// landExtension lands the extension of the run in flight, if any, when it is done, and otherwise
+// says whether m may be handed over before it lands (view.extensionOf): early, its completion
+// then waits for the extension (aheadSave.covers); otherwise it waits for the extension to land.
 func (r *run) landExtension(m *msg) (early bool, err error) {
 	a := r.ahead
 	if a == nil || a.record == nil {
@@ -249,10 +205,10 @@ func (r *run) landExtension(m *msg) (early bool, err error) {
 	if err := r.landAhead(false); err != nil || r.ahead == nil {
 		return false, err
 	}
-	if bs, ok := r.record[m.seq]; ok && bs == m.bs {
+	switch r.view().extensionOf(m, r.record, a.record, len(a.covers)+r.s.inFlight()) {
+	case extensionNone:
 		return false, nil
-	}
-	if bs, ok := a.record[m.seq]; ok && bs == m.bs && len(a.covers)+1+r.s.inFlight() <= r.e.cfg.MaxPendingSettlements {
+	case extensionEarly:
 		return true, nil
 	}
 	return false, r.landAhead(true)

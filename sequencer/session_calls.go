@@ -57,7 +57,7 @@ func (r *run) save() error {
 	r.ver, r.dirty, r.record, r.claimed, r.aheadStored = ver, false, nil, true, false
 	r.endSaved = !r.st.EndedAt.IsZero()
 	// Every entry handled so far is in this save: a refused completion no longer makes it a
-	// replay (boundRefused). A refusal of one of them that lands later still counts: one save
+	// replay (view.savesForReplay). A refusal of one of them that lands later still counts: one save
 	// too many at worst.
 	r.s.refusedEntries.Store(0)
 	r.flushGap()
@@ -195,27 +195,6 @@ type prefetch struct {
 	// read then, which takePrefetch returns.
 	peeked bool
 	read   []msg
-}
-
-// prefetches reports whether the run receives its next batch while it handles batch: with
-// pipelined runs, while it receives (not while it resolves an inherited record or waits for a
-// released retry), unless a stop is asked for, and unless the session may well end with what is
-// in hand (the receive would be for nothing): batch holds its last message, or the last
-// sequence is known and the messages held, deferred and in batch are as many as the sequences
-// left.
-func (r *run) prefetches(batch []msg) bool {
-	if !r.e.cfg.PipelineRuns || r.phase != receiving || r.cooling() || r.stop.Err() != nil {
-		return false
-	}
-	if last := r.st.Last; last != 0 && last-r.st.Next+1 <= int64(len(r.w.held)+len(r.st.Deferred)+len(batch)) {
-		return false
-	}
-	for i := range batch {
-		if batch[i].last {
-			return false
-		}
-	}
-	return true
 }
 
 // startPrefetch starts the receive of the next batch on one of the engine's workers.

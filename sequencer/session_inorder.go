@@ -23,8 +23,10 @@ import (
 // save each, pipelined (goesAhead), and is the last message's for the tail of a run (tailsRun).
 // A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
-	if err := r.boundRefused(); err != nil {
-		return err
+	if r.view().savesForReplay(r.s.refusedEntries.Load(), r.s.inFlight()) {
+		if err := r.save(); err != nil {
+			return err
+		}
 	}
 	early, err := r.landExtension(m)
 	if err != nil {
@@ -34,11 +36,12 @@ func (r *run) inOrder(m *msg) error {
 	if early {
 		how, entries = completeInRun, nil // an entry of the extension in flight
 	}
-	tail := r.tailsRun(m, how, entries)
+	f := r.pipelining()
+	tail := r.view().tailsRun(m, how, entries, r.upcoming, f)
 	if tail {
 		how, entries = saveThenComplete, nil // handed over ahead of the last message's save
 	}
-	ahead := tail || r.goesAhead(m, how)
+	ahead := tail || r.view().goesAhead(m, how, f)
 	// The stored state tells the next holder to wait when it is this run's record or says Ahead.
 	marked := how == completeInRun || r.record != nil || ahead && r.aheadStored
 	if err := r.beforeHandler(marked); err != nil {
@@ -103,25 +106,6 @@ func (r *run) inOrder(m *msg) error {
 		return r.end()
 	}
 	return nil
-}
-
-// boundRefused saves before the next in-order message once the entries whose completion the
-// broker refused as busy since the last save, with the completions still in flight, would make a
-// crash or a lost lock hand over again more than EngineConfig.ReplayWindow messages with the one
-// in hand. A refused completion frees its pipeline slot but leaves its entry at the broker, as a
-// crash would: under a throttle the refusals would otherwise stretch the replay over the whole
-// record and its extensions. The save records every message handled so far, which makes them
-// duplicates for the next holder, and ends the run's record (the entries left start a run of
-// their own).
-func (r *run) boundRefused() error {
-	refused := r.s.refusedEntries.Load()
-	if refused == 0 {
-		return nil
-	}
-	if int(refused)+r.s.inFlight() < r.e.cfg.ReplayWindow() {
-		return nil
-	}
-	return r.save()
 }
 
 // passThrough hands the unsequenced message m to the handler (UnsequencedPassThrough) and
