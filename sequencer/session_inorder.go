@@ -15,13 +15,13 @@ import (
 // the retries are exhausted, applies the poison policy.
 
 // inOrder hands the in-order message m to the handler and settles it, in one of the two orders
-// the package documentation gives (settlementOf picks): as an entry of a recorded run, handler →
-// complete (the run's record stands for the save; an entry of an extension still in flight is
-// completed once it has landed, landExtension); otherwise handler → save(Next+1) → complete,
-// where a deferred message is completed at once and an active one waits as the drain's anchor
-// while the message for Next is deferred, and where the save runs in the background with one
-// save each, pipelined (goesAhead), and is the last message's for the tail of a run (tailsRun).
-// A handler that keeps failing meets the poison policy.
+// the package documentation gives (view.settlementOf picks): as an entry of a recorded run,
+// handler → complete (the record stands for the save; an entry of an extension still in flight
+// is completed once it has landed, view.extensionOf); otherwise handler → save(Next+1) →
+// complete, where a deferred message is completed at once and an active one waits as the drain's
+// anchor while the message for Next is deferred, and where the save runs in the background with
+// one save each, pipelined (view.goesAhead), and is the last message's for the tail of a run
+// (view.tailsRun). A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
 	if r.view().savesForReplay(r.s.refusedEntries.Load(), r.s.inFlight()) {
 		if err := r.save(); err != nil {
