@@ -118,8 +118,8 @@
 // the message is decided and acted on, and what became due is drained. After the batch the
 // window is bounded (deferring what does not fit). An empty receive means the session idles: it
 // is released with its state kept, unless that resolves an inherited record or a gap timed out.
-// With PipelineRuns the run asks the broker for its next batch while it handles one (a
-// prefetch), unless what it has in hand may end the session (the batch holds the last message,
+// With PipelineRuns the run asks the broker for its next batch while it handles one,
+// unless what it has in hand may end the session (the batch holds the last message,
 // or the last sequence is known and as many messages as sequences left are in hand): the round
 // trip of a receive then overlaps the handling instead of following it (and a recorded run may
 // extend over the batch received so, see Extended runs); the first batch is asked for with the

@@ -181,7 +181,7 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	var wg sync.WaitGroup
 	wg.Go(r.renewLoop)
 	out, err := r.run()
-	r.dropPrefetch()
+	r.dropNextBatch()
 	r.waitAhead()
 	// A successful run has awaited its completions already (release, end); after a failure
 	// the ones still in flight finish (or fail) before the session is closed.

@@ -155,7 +155,7 @@ func replayedInOrder(t *testing.T, got []int64, handled, replayFrom, last int64)
 
 // TestExtendedRuns: with pipelined runs, a recorded run extends over the next batch when that
 // was received while the run's entries were handled (the receive of the next batch is sent
-// meanwhile, see TestPrefetch): one save, sent in the background while the entries go on,
+// meanwhile, see TestNextBatch): one save, sent in the background while the entries go on,
 // records the run over both batches, and the entries of the next batch need no save of their
 // own. Entries of the extension handed over before it lands are completed only after it has
 // landed; a crash before it lands leaves them at the broker, handed over again in order.

@@ -110,8 +110,8 @@ type run struct {
 	ahead       *aheadSave
 	unsaved     []*msg
 	aheadStored bool
-	// next is the receive of the next batch, started while this one is handled (prefetch).
-	next *prefetch
+	// next is the receive of the next batch, started while this one is handled (askNextBatch).
+	next *nextBatch
 }
 
 func (r *run) now() time.Time { return r.e.clock.Now() }
@@ -153,7 +153,7 @@ func (r *run) loop() (Outcome, error) {
 	// in. A woken run (a sweeper's wake, a planned retry) may release at once: it receives when
 	// it needs to.
 	if r.e.cfg.PipelineRuns && !r.woken {
-		r.startPrefetch()
+		r.askNextBatch()
 	}
 	if err := r.load(); err != nil {
 		return 0, err
@@ -194,7 +194,7 @@ func (r *run) loop() (Outcome, error) {
 		}
 		if len(batch) > 0 {
 			if r.stop.Err() == nil && r.view().asksNextBatch(batch) {
-				r.startPrefetch()
+				r.askNextBatch()
 			}
 			if err := r.take(batch); err != nil {
 				return 0, err

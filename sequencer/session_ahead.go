@@ -62,7 +62,7 @@ func (r *run) aheadAtBatchEnd() error {
 	if !r.aheadMode() || len(r.unsaved) == 0 && r.ahead == nil {
 		return nil
 	}
-	if r.peekPrefetch() != nil {
+	if r.peekNextBatch() != nil {
 		return r.pumpAhead()
 	}
 	if err := r.flushAhead(); err != nil {
@@ -166,7 +166,7 @@ func (r *run) landAhead(wait bool) error {
 }
 
 // extendRun extends the recorded run over the next batch when that batch has already been
-// received (prefetch) while m, an entry of the run, is about to be handed over: the record of
+// received (askNextBatch) while m, an entry of the run, is about to be handed over: the record of
 // the run from m on over everything in hand is saved in the background, and the entries past the
 // current record wait only for that save to land (landExtension), not for a save of their own
 // after the entries before them were handled. See "Extended runs" in the package documentation.
@@ -174,7 +174,7 @@ func (r *run) extendRun(m *msg) {
 	if r.ahead != nil || r.record == nil || !r.e.pipelinedRuns {
 		return
 	}
-	more := r.peekPrefetch()
+	more := r.peekNextBatch()
 	if more == nil {
 		return
 	}

@@ -160,7 +160,7 @@ func (r *run) callHandler(ctx context.Context, m *msg) error {
 func (r *run) receive() ([]msg, error) {
 	if p := r.next; p != nil {
 		r.next = nil
-		return r.takePrefetch(p)
+		return r.takeNextBatch(p)
 	}
 	rctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
@@ -179,28 +179,28 @@ func (r *run) receive() ([]msg, error) {
 	return r.e.read(raw, false), nil
 }
 
-// prefetch is a receive started while the batch before it is handled, or the state loaded
+// nextBatch is a receive started while the batch before it is handled, or the state loaded
 // (EngineConfig.PipelineRuns): the broker's round trip for the next batch overlaps the handling
 // of this one, or the load. Nothing about the
 // receive changes but when it is sent: the idle timeout counts from the moment the run asks for
-// the batch (takePrefetch), a stop ends it, and a run that ends first drops it (dropPrefetch):
+// the batch (takeNextBatch), a stop ends it, and a run that ends first drops it (dropNextBatch):
 // what it received returns to the broker with the session, unsettled, as if never received.
-type prefetch struct {
+type nextBatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	raw    []*Message
 	err    error
-	// peeked: the run looked at the batch before taking it (peekPrefetch); read is the batch as
-	// read then, which takePrefetch returns.
+	// peeked: the run looked at the batch before taking it (peekNextBatch); read is the batch as
+	// read then, which takeNextBatch returns.
 	peeked bool
 	read   []msg
 }
 
-// startPrefetch starts the receive of the next batch on one of the engine's workers.
-func (r *run) startPrefetch() {
+// askNextBatch starts the receive of the next batch on one of the engine's workers.
+func (r *run) askNextBatch() {
 	ctx, cancel := context.WithCancel(r.ctx)
-	p := &prefetch{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	p := &nextBatch{ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	stopWatch := context.AfterFunc(r.stop, cancel)
 	r.e.stats.calls[CallReceive].Add(1)
 	r.e.workers.run(func() {
@@ -211,10 +211,10 @@ func (r *run) startPrefetch() {
 	r.next = p
 }
 
-// takePrefetch returns the batch of p, waiting for it up to the idle timeout from now, as a
+// takeNextBatch returns the batch of p, waiting for it up to the idle timeout from now, as a
 // receive sent now would. A source that returns at once with nothing (one that does not wait, as
 // test fakes may) is asked again, now.
-func (r *run) takePrefetch(p *prefetch) ([]msg, error) {
+func (r *run) takeNextBatch(p *nextBatch) ([]msg, error) {
 	idle := r.e.clock.AfterFunc(r.e.cfg.IdleTimeout, p.cancel)
 	<-p.done
 	idle.Stop()
@@ -235,10 +235,10 @@ func (r *run) takePrefetch(p *prefetch) ([]msg, error) {
 	return r.e.read(p.raw, false), nil
 }
 
-// peekPrefetch returns the next batch if its receive has landed with messages, without waiting
+// peekNextBatch returns the next batch if its receive has landed with messages, without waiting
 // and without taking it (the batch in hand is still being handled): a recorded run may extend
 // over it (extendRun). It looks once per receive.
-func (r *run) peekPrefetch() []msg {
+func (r *run) peekNextBatch() []msg {
 	p := r.next
 	if p == nil || p.peeked {
 		return nil
@@ -256,8 +256,8 @@ func (r *run) peekPrefetch() []msg {
 	return p.read
 }
 
-// dropPrefetch ends a receive the run started and will not take: the run ends.
-func (r *run) dropPrefetch() {
+// dropNextBatch ends a receive the run started and will not take: the run ends.
+func (r *run) dropNextBatch() {
 	if p := r.next; p != nil {
 		r.next = nil
 		p.cancel()

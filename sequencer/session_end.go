@@ -50,7 +50,7 @@ func (r *run) end() error {
 // release ends a run that may settle: the window is deferred, the state saved if it changed and
 // the anchors completed when nothing depends on them.
 func (r *run) release(out Outcome) (Outcome, error) {
-	r.dropPrefetch()
+	r.dropNextBatch()
 	if r.ahead != nil || len(r.unsaved) > 0 || r.st.Ahead {
 		// The last save must cover what was handled ahead of it and clear the Ahead mark: the
 		// next holder then need not wait for this one.
