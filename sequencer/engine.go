@@ -74,12 +74,49 @@ type Engine struct {
 	log          *slog.Logger
 	obs          Observer
 	stats        statsCounters
-	// pipelinedRuns: EngineConfig.PipelineRuns with MaxPendingSettlements > 1, the entries of a
-	// recorded run are completed in the background.
-	pipelinedRuns bool
+	// strategy is how an in-order message is made durable and settled.
+	strategy strategy
+	// pipelined: EngineConfig.PipelineRuns with MaxPendingSettlements > 1: a run goes on before
+	// the broker has answered, within the lease.
+	pipelined bool
 	// workers run the background calls of every run (completions, saves, receives).
 	workers *workers
 }
+
+// strategy is how a handled in-order message is made durable and settled, chosen once when the
+// engine is built (see "Settlement strategies" in the package documentation).
+type strategy int
+
+const (
+	// recordedRuns: the in-order messages in hand are recorded in one save, then each goes
+	// handler → complete (the default).
+	recordedRuns strategy = iota
+	// pipelinedRuns: recorded runs whose entries are completed in the background.
+	pipelinedRuns
+	// perMessage: handler → save → complete (EngineConfig.SaveEachMessage).
+	perMessage
+	// saveAhead: one save each, the saves in the background (SaveEachMessage with PipelineRuns).
+	saveAhead
+	// transactional: the handler and the save in one transaction (an AtomicStore).
+	transactional
+)
+
+func strategyOf(saveEach, pipelined, atomic bool) strategy {
+	switch {
+	case atomic:
+		return transactional
+	case saveEach && pipelined:
+		return saveAhead
+	case saveEach:
+		return perMessage
+	case pipelined:
+		return pipelinedRuns
+	}
+	return recordedRuns
+}
+
+// recordsRuns reports whether the strategy records runs of in-order messages.
+func (s strategy) recordsRuns() bool { return s == recordedRuns || s == pipelinedRuns }
 
 // NewEngine checks cfg (after WithDefaults) and returns an Engine.
 func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
@@ -99,7 +136,7 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 		obs:     deps.Observer,
 		workers: newWorkers(),
 
-		pipelinedRuns: cfg.PipelineRuns && cfg.MaxPendingSettlements > 1,
+		pipelined: cfg.PipelineRuns && cfg.MaxPendingSettlements > 1,
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -107,6 +144,7 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 	if a, ok := deps.Store.(AtomicStore); ok {
 		e.atomic = a
 	}
+	e.strategy = strategyOf(cfg.SaveEachMessage, e.pipelined, e.atomic != nil)
 	if sb, ok := deps.Store.(SessionBoundStore); ok {
 		e.sessionBound = sb.WritesThroughSession()
 	}

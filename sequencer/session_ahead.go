@@ -29,16 +29,11 @@ type aheadSave struct {
 	err    error
 }
 
-// aheadMode reports whether messages saved one by one may be handed over ahead of their saves.
-func (r *run) aheadMode() bool {
-	return r.e.cfg.SaveEachMessage && r.e.pipelinedRuns && r.e.atomic == nil
-}
-
 // pipelining is what the pipelined strategies' decisions look at besides the view.
 func (r *run) pipelining() pipelining {
 	return pipelining{
-		runs:         r.e.pipelinedRuns,
-		ahead:        r.aheadMode(),
+		runs:         r.e.strategy == pipelinedRuns,
+		ahead:        r.e.strategy == saveAhead,
 		recordStored: r.record != nil && r.ahead == nil && r.phase == receiving,
 		pending:      len(r.unsaved) + r.s.inFlight(),
 	}
@@ -48,7 +43,7 @@ func (r *run) pipelining() pipelining {
 // background saves going; the tail of a recorded run waits for the last message's save.
 func (r *run) handledAhead(m *msg) error {
 	r.unsaved = append(r.unsaved, m)
-	if !r.aheadMode() {
+	if r.e.strategy != saveAhead {
 		return nil
 	}
 	return r.pumpAhead()
@@ -59,7 +54,7 @@ func (r *run) handledAhead(m *msg) error {
 // the run saves and completes everything handled before it waits for the broker (up to the idle
 // timeout).
 func (r *run) aheadAtBatchEnd() error {
-	if !r.aheadMode() || len(r.unsaved) == 0 && r.ahead == nil {
+	if r.e.strategy != saveAhead || len(r.unsaved) == 0 && r.ahead == nil {
 		return nil
 	}
 	if r.peekNextBatch() != nil {
@@ -171,7 +166,7 @@ func (r *run) landAhead(wait bool) error {
 // current record wait only for that save to land (landExtension), not for a save of their own
 // after the entries before them were handled. See "Extended runs" in the package documentation.
 func (r *run) extendRun(m *msg) {
-	if r.ahead != nil || r.record == nil || !r.e.pipelinedRuns {
+	if r.ahead != nil || r.record == nil || r.e.strategy != pipelinedRuns {
 		return
 	}
 	more := r.peekNextBatch()

@@ -14,96 +14,126 @@ import (
 // (inOrder), hands over an unsequenced one (passThrough), retries a failing handler and, once
 // the retries are exhausted, applies the poison policy.
 
-// inOrder hands the in-order message m to the handler and settles it, in one of the two orders
-// the package documentation gives (view.settlementOf picks): as an entry of a recorded run,
-// handler → complete (the record stands for the save; an entry of an extension still in flight
-// is completed once it has landed, view.extensionOf); otherwise handler → save(Next+1) →
-// complete, where a deferred message is completed at once and an active one waits as the drain's
-// anchor while the message for Next is deferred, and where the save runs in the background with
-// one save each, pipelined (view.goesAhead), and is the last message's for the tail of a run
-// (view.tailsRun). A handler that keeps failing meets the poison policy.
+// handling is how one in-order message is handed over and settled (plan).
+type handling struct {
+	how settlement
+	// entries, when set, are a new run's record, saved before the handler call.
+	entries map[int64]int64
+	// early: an entry of the extension in flight, completed once the extension has landed.
+	early bool
+	// ahead: handed over before the save that covers it (one save each, pipelined, or the tail
+	// of a run).
+	ahead bool
+}
+
+// inOrder hands the in-order message m to the handler and settles it, as plan says: as an entry
+// of a recorded run, handler → complete (the record stands for the save), or handler →
+// save(Next+1) → complete, the save in the background for a message that goes ahead. A handler
+// that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
+	h, err := r.plan(m)
+	if err != nil {
+		return err
+	}
+	// The stored state tells the next holder to wait when it is this run's record or says Ahead.
+	marked := h.how == completeInRun || r.record != nil || h.ahead && r.aheadStored
+	if err := r.beforeHandler(marked); err != nil {
+		return err
+	}
+	if err := r.beforeCall(m, h); err != nil {
+		return err
+	}
+	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, h.how, h.ahead) }); !ok {
+		return err
+	}
+	if err := r.settleHandled(m, h); err != nil {
+		return err
+	}
+	if !r.st.EndedAt.IsZero() {
+		return r.end()
+	}
+	return nil
+}
+
+// plan takes the view's choices for m (settlementOf, extensionOf, tailsRun, goesAhead), after
+// the save that bounds the replay (savesForReplay) and the landing of an extension that is done.
+func (r *run) plan(m *msg) (handling, error) {
 	if r.view().savesForReplay(r.s.refusedEntries.Load(), r.s.inFlight()) {
 		if err := r.save(); err != nil {
-			return err
+			return handling{}, err
 		}
 	}
 	early, err := r.landExtension(m)
 	if err != nil {
-		return err
+		return handling{}, err
 	}
-	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
+	h := handling{early: early}
+	h.how, h.entries = r.view().settlementOf(m, r.e.strategy.recordsRuns(), r.record, r.upcoming)
 	if early {
-		how, entries = completeInRun, nil // an entry of the extension in flight
+		h.how, h.entries = completeInRun, nil
 	}
 	f := r.pipelining()
-	tail := r.view().tailsRun(m, how, entries, r.upcoming, f)
-	if tail {
-		how, entries = saveThenComplete, nil // handed over ahead of the last message's save
+	if r.view().tailsRun(m, h.how, h.entries, r.upcoming, f) {
+		h.how, h.entries, h.ahead = saveThenComplete, nil, true
+	} else {
+		h.ahead = r.view().goesAhead(m, h.how, f)
 	}
-	ahead := tail || r.view().goesAhead(m, how, f)
-	// The stored state tells the next holder to wait when it is this run's record or says Ahead.
-	marked := how == completeInRun || r.record != nil || ahead && r.aheadStored
-	if err := r.beforeHandler(marked); err != nil {
-		return err
-	}
+	return h, nil
+}
+
+// beforeCall saves what must be stored before m's handler call: a new run's record (and its
+// extension over the next batch), or, with a store of its own, the run's claim: an earlier holder
+// that lost its lock without noticing can save no more, and this run goes on from the state it
+// loaded, which is the latest.
+func (r *run) beforeCall(m *msg, h handling) error {
 	switch {
-	case entries != nil:
-		if err := r.recordRun(entries); err != nil {
+	case h.entries != nil:
+		if err := r.recordRun(h.entries); err != nil {
 			return err
 		}
 		r.extendRun(m)
-	case how == completeInRun:
+	case h.how == completeInRun:
 		r.extendRun(m)
-	case !r.claimed && !r.e.sessionBound && r.e.atomic == nil:
-		// Claim the session in the store before the run's first handler call: an earlier holder
-		// that lost its lock without noticing can save no more, and this run goes on from the
-		// state it loaded, which is the latest.
-		if err := r.save(); err != nil {
-			return err
-		}
+	case !r.claimed && !r.e.sessionBound && r.e.strategy != transactional:
+		return r.save()
 	}
-	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, how, ahead) }); !ok {
-		return err
-	}
-	switch {
-	case how == completeInRun:
-		// Entries are never the last message. With PipelineRuns the completion runs in the
-		// background (see "Pipelined runs" in the package documentation); an entry of the
-		// extension in flight is completed once that has landed.
-		if a := r.ahead; early && a != nil {
+	return nil
+}
+
+// settleHandled settles m, handled: an entry of a run is completed (once the extension it belongs
+// to has landed), a message that went ahead waits for the save that covers it, the anchor of a
+// drain waits unsettled, a deferred or indexed message is completed now (its index entry goes
+// once that landed), and any other is completed through the completer.
+func (r *run) settleHandled(m *msg, h handling) error {
+	switch anchor := r.view().needsAnchor(); {
+	case h.how == completeInRun:
+		if a := r.ahead; h.early && a != nil {
 			a.covers = append(a.covers, m)
 			return nil
 		}
 		return r.s.completeEntry(m)
-	case ahead && !r.view().needsAnchor():
-		return r.handledAhead(m) // saved in the background, then completed
-	case ahead:
+	case h.ahead && !anchor:
+		return r.handledAhead(m)
+	case h.ahead:
 		// m turned out to be the anchor of a drain: its save comes now, it waits unsettled.
 		if err := r.save(); err != nil {
 			return err
 		}
 		r.s.anchor(m, "", r.indexed(m))
-	case m.deferred || r.indexed(m) && !r.view().needsAnchor():
-		// A deferred message, or an active one an index entry names (its deferral was saved
-		// and the process died before the defer): the index entry stays until it is completed,
-		// so that a crash in between leaves something the next run (or a sweeper) finds.
+	case m.deferred || r.indexed(m) && !anchor:
+		// The index entry stays until m is completed, so that a crash in between leaves
+		// something the next run (or a sweeper) finds.
 		landed, err := r.s.complete(m)
 		if err != nil {
 			return err
 		}
 		r.noteSettled(landed, m)
-	case r.view().needsAnchor():
-		// An active message, indexed or not, is what wakes the session if the drain is cut
-		// short (a stop): completed, it would leave only deferred messages at the broker.
+	case anchor:
+		// An active message is what wakes the session if the drain is cut short: completed, it
+		// would leave only deferred messages at the broker.
 		r.s.anchor(m, "", r.indexed(m))
 	default:
-		if err := r.s.completeLater(m, false); err != nil {
-			return err
-		}
-	}
-	if !r.st.EndedAt.IsZero() {
-		return r.end()
+		return r.s.completeLater(m, false)
 	}
 	return nil
 }
@@ -120,7 +150,7 @@ func (r *run) passThrough(m *msg) error {
 		return err
 	}
 	ok, err := r.handOver(m, func() error {
-		if r.e.atomic == nil {
+		if r.e.strategy != transactional {
 			return r.callHandler(r.ctx, m)
 		}
 		stored := r.ver != 0
@@ -154,7 +184,7 @@ func (r *run) beforeHandler(marked bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
 	}
-	if !r.e.sessionBound && !(marked && r.e.pipelinedRuns) {
+	if !r.e.sessionBound && !(marked && r.e.pipelined) {
 		// Fence (see SessionBoundStore): a save to this store says nothing about the session
 		// lock, so the completions issued since the last save must have been answered (which
 		// they are not once the lock is lost) before the handler is called again.
@@ -262,7 +292,7 @@ func (r *run) retry(m *msg, once func() error) error {
 // entry of the recorded run or goes ahead of its save) saves it; with an AtomicStore both
 // happen in one transaction. Handler errors come back as *handlerError.
 func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
-	if r.e.atomic != nil {
+	if r.e.strategy == transactional {
 		next := r.st.clone()
 		next.pruneSettled(r.s.settled)
 		if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {

@@ -76,7 +76,7 @@ func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *E
 	s.entries = s.done
 	if n := e.cfg.MaxPendingSettlements; n > 1 {
 		s.done = newPipeline(s, n)
-		if e.cfg.PipelineRuns {
+		if e.pipelined {
 			s.entries = s.done
 		}
 	}
@@ -151,7 +151,7 @@ func (s *settler) noteAnswered(sent time.Time) {
 // earlier holder's calls come before the replay.
 func (s *settler) holdLease() error {
 	lease := s.e.cfg.PipelineLease
-	if !s.e.pipelinedRuns || lease < 0 {
+	if !s.e.pipelined || lease < 0 {
 		return nil
 	}
 	if s.e.clock.Now().Sub(time.Unix(0, s.answered.Load())) < lease {
