@@ -60,19 +60,13 @@
 //
 // # Where things are
 //
-// decide.go is the core without I/O: a received message read once against the contract (msg),
-// the window, and every choice about a message taken from the state, the window, the message
-// and the time alone (view: decide, leftover, settlementOf, poisonOf, gapPolicy, overflow, and
-// the pipelined strategies' goesAhead, tailsRun, extensionOf, savesForReplay, asksNextBatch,
-// gathersAhead). state.go holds State and its transitions, each written once. The session files
-// carry the choices out, one RunSession call from the load to the release: session.go (the run,
-// its phases, the loop), session_start.go (what a run settles before it receives, the resolution
-// of an inherited record), session_inorder.go (an in-order or unsequenced message, retries, the
-// poison policy), session_ahead.go (the saves in the background), session_retry.go (released
-// retries), session_drain.go (the drain, the window's bound, the gap policy), session_end.go
-// (the end and the release), session_calls.go (the calls to the store, the handler and the
-// broker's receive side, lock renewal) and settler.go (every settlement at the broker, the
-// completer, the anchors).
+// decide.go takes every choice about a message from the state, the window, the message and the
+// time alone (view), without I/O; state.go holds State and its transitions. The session files
+// carry the choices out: session.go (the run, its phases, the loop), session_start.go (what a
+// run settles before it receives; an inherited record), session_inorder.go, session_ahead.go
+// (saves in the background), session_retry.go, session_drain.go, session_end.go,
+// session_calls.go (the store, the handler, receives, lock renewal) and settler.go (every
+// settlement at the broker).
 //
 // # Message contract
 //
@@ -118,15 +112,12 @@
 // the message is decided and acted on, and what became due is drained. After the batch the
 // window is bounded (deferring what does not fit). An empty receive means the session idles: it
 // is released with its state kept, unless that resolves an inherited record or a gap timed out.
-// With PipelineRuns the run asks the broker for its next batch while it handles one,
-// unless what it has in hand may end the session (the batch holds the last message,
-// or the last sequence is known and as many messages as sequences left are in hand): the round
-// trip of a receive then overlaps the handling instead of following it (and a recorded run may
-// extend over the batch received so, see Extended runs); the first batch is asked for with the
-// load (except by a woken run, which may release at once). The idle timeout still
-// counts from the moment the run is ready for the batch, and a run that ends before it takes the
-// batch drops it: its messages were never decided, and return to the broker with the session,
-// unsettled.
+// With PipelineRuns the run asks the broker for its next batch while it handles one, unless
+// what it has in hand may end the session (view.asksNextBatch), and for the first with the load
+// (except a woken run): the round trip of a receive overlaps the handling (and a recorded run
+// may extend over that batch, see Extended runs). The idle timeout still counts from the moment
+// the run is ready for the batch, and a run that ends before it takes the batch drops it: its
+// messages return to the broker with the session, undecided and unsettled.
 // The run is in one phase at a time: resolving an inherited record (Next only a lower bound),
 // receiving, or finished (parked, blocked or ended here), which releases the session. The stored
 // State, not the phase, says whether the session is parked or ended: a run of a parked session
@@ -144,9 +135,8 @@
 // With EngineConfig.SaveEachMessage, and whenever a recorded run (below) does not apply:
 // handler → save(Next+1) → complete. A crash before the handler returns, or after it returned
 // but before the save, leaves the message unsettled and Next unchanged: it is redelivered and
-// handled again. This is the one documented at-least-once window (PipelineRuns widens it, see
-// One save each, pipelined; use an AtomicStore, whose
-// SaveWith runs the handler and the save in one transaction, to close it). A crash after the
+// handled again. This is the one documented at-least-once window (PipelineRuns widens it; an
+// AtomicStore, whose SaveWith runs the handler and the save in one transaction, closes it). A crash after the
 // save leaves the message unsettled with Next past it: it is redelivered, classified as a
 // duplicate and completed.
 //
@@ -160,9 +150,7 @@
 // batch is in hand, the next save waits for three quarters of MaxPendingSettlements handled
 // messages (the rest of the window covers its round trip); at the end of the batch, unless the
 // next one is in hand already, the run saves and completes everything handled before it waits
-// for the broker. Fewer saves, each covering more messages, where one started as soon as
-// the one before landed covered a few. At most
-// MaxPendingSettlements messages are handled and not yet in a save that landed; the next handler
+// for the broker. At most MaxPendingSettlements messages are handled and not yet in a save that landed; the next handler
 // call waits for the save in flight beyond that. A crash or a lost lock hands over again, in
 // order, the messages handled since the last save that landed and the one in hand (at most
 // MaxPendingSettlements + 1); those in a save that landed and not yet completed are duplicates,

@@ -202,15 +202,17 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	r := &run{
-		e:         e,
-		ctx:       rctx,
-		stop:      cmp.Or[context.Context](opts.Stop, context.Background()),
-		resume:    opts.Resume,
-		woken:     opts.Woken,
-		onRelease: opts.Released,
-		sess:      sess,
-		id:        sess.ID(),
-		w:         newWindow(),
+		e:   e,
+		ctx: rctx,
+		opts: runOptions{
+			stop:      cmp.Or[context.Context](opts.Stop, context.Background()),
+			resume:    opts.Resume,
+			woken:     opts.Woken,
+			onRelease: opts.Released,
+		},
+		sess: sess,
+		id:   sess.ID(),
+		w:    newWindow(),
 	}
 	r.s.init(rctx, cancel, e, sess)
 	if !opts.AcceptSent.IsZero() {

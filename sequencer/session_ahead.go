@@ -34,15 +34,15 @@ func (r *run) pipelining() pipelining {
 	return pipelining{
 		runs:         r.e.strategy == pipelinedRuns,
 		ahead:        r.e.strategy == saveAhead,
-		recordStored: r.record != nil && r.ahead == nil && r.phase == receiving,
-		pending:      len(r.unsaved) + r.s.inFlight(),
+		recordStored: r.runs.record != nil && r.bg.save == nil && r.phase == receiving,
+		pending:      len(r.bg.unsaved) + r.s.inFlight(),
 	}
 }
 
 // handledAhead queues m, handled, for the next save and, with one save each, keeps the
 // background saves going; the tail of a recorded run waits for the last message's save.
 func (r *run) handledAhead(m *msg) error {
-	r.unsaved = append(r.unsaved, m)
+	r.bg.unsaved = append(r.bg.unsaved, m)
 	if r.e.strategy != saveAhead {
 		return nil
 	}
@@ -54,7 +54,7 @@ func (r *run) handledAhead(m *msg) error {
 // the run saves and completes everything handled before it waits for the broker (up to the idle
 // timeout).
 func (r *run) aheadAtBatchEnd() error {
-	if r.e.strategy != saveAhead || len(r.unsaved) == 0 && r.ahead == nil {
+	if r.e.strategy != saveAhead || len(r.bg.unsaved) == 0 && r.bg.save == nil {
 		return nil
 	}
 	if r.peekNextBatch() != nil {
@@ -63,7 +63,7 @@ func (r *run) aheadAtBatchEnd() error {
 	if err := r.flushAhead(); err != nil {
 		return err
 	}
-	if len(r.unsaved) == 0 {
+	if len(r.bg.unsaved) == 0 {
 		return nil
 	}
 	r.startAhead()
@@ -75,17 +75,17 @@ func (r *run) aheadAtBatchEnd() error {
 // (a handler call may go ahead of the saves only once a save with Ahead has landed: the next
 // holder must find it), then starts the save of what was handled since.
 func (r *run) pumpAhead() error {
-	if a := r.ahead; a != nil {
-		wait := !r.aheadStored || len(a.covers)+len(r.unsaved) > r.e.cfg.MaxPendingSettlements
+	if a := r.bg.save; a != nil {
+		wait := !r.bg.aheadStored || len(a.covers)+len(r.bg.unsaved) > r.e.cfg.MaxPendingSettlements
 		if err := r.landAhead(wait); err != nil {
 			return err
 		}
 	}
-	if r.ahead != nil || len(r.unsaved) == 0 || r.view().gathersAhead(r.aheadStored, len(r.upcoming), len(r.unsaved)) {
+	if r.bg.save != nil || len(r.bg.unsaved) == 0 || r.view().gathersAhead(r.bg.aheadStored, len(r.runs.upcoming), len(r.bg.unsaved)) {
 		return nil
 	}
 	r.startAhead()
-	if !r.aheadStored {
+	if !r.bg.aheadStored {
 		return r.landAhead(true)
 	}
 	return nil
@@ -95,8 +95,8 @@ func (r *run) pumpAhead() error {
 // messages handled since the last save.
 func (r *run) startAhead() {
 	r.st.Ahead = true
-	r.saveInBackground(&aheadSave{st: r.snapshot(), covers: r.unsaved, gap: r.pendingGap})
-	r.unsaved, r.pendingGap, r.dirty = nil, 0, false
+	r.saveInBackground(&aheadSave{st: r.snapshot(), covers: r.bg.unsaved, gap: r.gap.pending})
+	r.bg.unsaved, r.gap.pending, r.saved.dirty = nil, 0, false
 }
 
 // snapshot readies the state for a save (the index entries of messages settled since out, the
@@ -112,8 +112,8 @@ func (r *run) snapshot() *State {
 // workers, expecting the version the run last saved.
 func (r *run) saveInBackground(a *aheadSave) {
 	a.done = make(chan struct{})
-	r.ahead = a
-	expected := r.ver
+	r.bg.save = a
+	expected := r.saved.ver
 	r.e.stats.storeCalls.Add(1)
 	r.e.workers.run(func() {
 		defer close(a.done)
@@ -125,7 +125,7 @@ func (r *run) saveInBackground(a *aheadSave) {
 // it returns at once if the save is not done), and completes the messages it covers. A failed
 // save fails the run, as any failed save does.
 func (r *run) landAhead(wait bool) error {
-	a := r.ahead
+	a := r.bg.save
 	if wait {
 		select {
 		case <-a.done:
@@ -139,13 +139,13 @@ func (r *run) landAhead(wait bool) error {
 			return nil
 		}
 	}
-	r.ahead = nil
+	r.bg.save = nil
 	if a.err != nil {
 		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, a.st.Next, a.err)
 	}
-	r.ver, r.claimed, r.aheadStored = a.ver, true, a.st.Ahead
+	r.saved.ver, r.saved.claimed, r.bg.aheadStored = a.ver, true, a.st.Ahead
 	if a.record != nil {
-		r.record = a.record
+		r.runs.record = a.record
 		r.e.stats.runs.Add(1)
 	}
 	if r.e.sessionBound {
@@ -166,17 +166,17 @@ func (r *run) landAhead(wait bool) error {
 // current record wait only for that save to land (landExtension), not for a save of their own
 // after the entries before them were handled. See "Extended runs" in the package documentation.
 func (r *run) extendRun(m *msg) {
-	if r.ahead != nil || r.record == nil || r.e.strategy != pipelinedRuns {
+	if r.bg.save != nil || r.runs.record == nil || r.e.strategy != pipelinedRuns {
 		return
 	}
 	more := r.peekNextBatch()
 	if more == nil {
 		return
 	}
-	entries := r.view().lookahead(m, append(slices.Clip(r.upcoming), more...))
+	entries := r.view().lookahead(m, append(slices.Clip(r.runs.upcoming), more...))
 	extends := false
 	for seq, bs := range entries {
-		if was, ok := r.record[seq]; !ok || was != bs {
+		if was, ok := r.runs.record[seq]; !ok || was != bs {
 			extends = true
 			break
 		}
@@ -193,14 +193,14 @@ func (r *run) extendRun(m *msg) {
 // says whether m may be handed over before it lands (view.extensionOf): early, its completion
 // then waits for the extension (aheadSave.covers); otherwise it waits for the extension to land.
 func (r *run) landExtension(m *msg) (early bool, err error) {
-	a := r.ahead
+	a := r.bg.save
 	if a == nil || a.record == nil {
 		return false, nil
 	}
-	if err := r.landAhead(false); err != nil || r.ahead == nil {
+	if err := r.landAhead(false); err != nil || r.bg.save == nil {
 		return false, err
 	}
-	switch r.view().extensionOf(m, r.record, a.record, len(a.covers)+r.s.inFlight()) {
+	switch r.view().extensionOf(m, r.runs.record, a.record, len(a.covers)+r.s.inFlight()) {
 	case extensionNone:
 		return false, nil
 	case extensionEarly:
@@ -212,7 +212,7 @@ func (r *run) landExtension(m *msg) (early bool, err error) {
 // flushAhead lands the save in flight, if any, before a save of the run's own: one save at a
 // time.
 func (r *run) flushAhead() error {
-	if r.ahead == nil {
+	if r.bg.save == nil {
 		return nil
 	}
 	return r.landAhead(true)
@@ -220,7 +220,7 @@ func (r *run) flushAhead() error {
 
 // waitAhead waits for the save in flight to return, so that nothing of the run outlives it.
 func (r *run) waitAhead() {
-	if r.ahead != nil {
-		<-r.ahead.done
+	if r.bg.save != nil {
+		<-r.bg.save.done
 	}
 }

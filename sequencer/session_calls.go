@@ -23,7 +23,7 @@ func (r *run) load() error {
 	if st.Deferred == nil {
 		st.Deferred = map[int64]int64{}
 	}
-	r.st, r.ver, r.gapAtLoad = st, ver, st.GapSince
+	r.st, r.saved.ver, r.gap.atLoad = st, ver, st.GapSince
 	return nil
 }
 
@@ -47,22 +47,22 @@ func (r *run) save() error {
 	clear(r.s.settled)
 	r.st.UpdatedAt = r.now()
 	r.e.stats.storeCalls.Add(1)
-	ver, err := r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: r.st, ExpectedVersion: r.ver})
+	ver, err := r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: r.st, ExpectedVersion: r.saved.ver})
 	if err != nil {
 		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, r.st.Next, err)
 	}
 	if r.e.sessionBound {
 		r.s.noteAnswered(r.st.UpdatedAt) // the store's save is a call on the session
 	}
-	r.ver, r.dirty, r.record, r.claimed, r.aheadStored = ver, false, nil, true, false
-	r.endSaved = !r.st.EndedAt.IsZero()
+	r.saved.ver, r.saved.dirty, r.runs.record, r.saved.claimed, r.bg.aheadStored = ver, false, nil, true, false
+	r.saved.ended = !r.st.EndedAt.IsZero()
 	// Every entry handled so far is in this save: a refused completion no longer makes it a
 	// replay (view.savesForReplay). A refusal of one of them that lands later still counts: one save
 	// too many at worst.
 	r.s.refusedEntries.Store(0)
 	r.flushGap()
-	unsaved := r.unsaved
-	r.unsaved = nil
+	unsaved := r.bg.unsaved
+	r.bg.unsaved = nil
 	for _, m := range unsaved {
 		if err := r.s.completeLater(m, false); err != nil {
 			return err
@@ -79,7 +79,7 @@ func (r *run) recordRun(entries map[int64]int64) error {
 	if err != nil {
 		return err
 	}
-	r.record = entries
+	r.runs.record = entries
 	r.e.stats.runs.Add(1)
 	return nil
 }
@@ -89,10 +89,10 @@ func (r *run) recordRun(entries map[int64]int64) error {
 func (r *run) saveWith(m *msg, next *State) error {
 	next.UpdatedAt = r.now()
 	r.e.stats.storeCalls.Add(1)
-	ver, err := r.e.atomic.SaveWith(r.ctx, SaveParams{Session: r.sess, State: next, ExpectedVersion: r.ver},
+	ver, err := r.e.atomic.SaveWith(r.ctx, SaveParams{Session: r.sess, State: next, ExpectedVersion: r.saved.ver},
 		func(ctx context.Context) error { return r.callHandler(ctx, m) })
 	if err != nil {
-		r.pendingGap = 0
+		r.gap.pending = 0
 		var herr *handlerError
 		if errors.As(err, &herr) {
 			return herr
@@ -100,15 +100,15 @@ func (r *run) saveWith(m *msg, next *State) error {
 		return fmt.Errorf("sequencer: session %s: saving state with handler (next %d): %w", r.id, next.Next, err)
 	}
 	clear(r.s.settled)
-	r.st, r.ver, r.dirty, r.record, r.claimed = next, ver, false, nil, true
-	r.endSaved = !r.st.EndedAt.IsZero()
+	r.st, r.saved.ver, r.saved.dirty, r.runs.record, r.saved.claimed = next, ver, false, nil, true
+	r.saved.ended = !r.st.EndedAt.IsZero()
 	r.flushGap()
 	return nil
 }
 
 func (r *run) flushGap() {
-	r.reportGap(r.pendingGap, r.st.Next)
-	r.pendingGap = 0
+	r.reportGap(r.gap.pending, r.st.Next)
+	r.gap.pending = 0
 }
 
 // reportGap reports a resolved gap wait (none when wait is 0) once a save with Next next stored it.
@@ -124,10 +124,10 @@ func (r *run) deleteState() error {
 		return err
 	}
 	r.e.stats.storeCalls.Add(1)
-	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.sess, ExpectedVersion: r.ver}); err != nil {
+	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.sess, ExpectedVersion: r.saved.ver}); err != nil {
 		return fmt.Errorf("sequencer: session %s: deleting state: %w", r.id, err)
 	}
-	r.ver, r.dirty, r.record, r.endSaved = 0, false, nil, false
+	r.saved.ver, r.saved.dirty, r.runs.record, r.saved.ended = 0, false, nil, false
 	return nil
 }
 
@@ -158,15 +158,15 @@ func (r *run) callHandler(ctx context.Context, m *msg) error {
 // receive waits for the next batch of active messages, read against the contract. An empty batch
 // means the idle timeout or a stop ended the wait.
 func (r *run) receive() ([]msg, error) {
-	if p := r.next; p != nil {
-		r.next = nil
+	if p := r.bg.next; p != nil {
+		r.bg.next = nil
 		return r.takeNextBatch(p)
 	}
 	rctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	idle := r.e.clock.AfterFunc(r.e.cfg.IdleTimeout, cancel)
 	defer idle.Stop()
-	stopWatch := context.AfterFunc(r.stop, cancel)
+	stopWatch := context.AfterFunc(r.opts.stop, cancel)
 	defer stopWatch()
 	r.e.stats.calls[CallReceive].Add(1)
 	raw, err := r.sess.Receive(rctx, r.e.cfg.ReceiveBatch)
@@ -201,14 +201,14 @@ type nextBatch struct {
 func (r *run) askNextBatch() {
 	ctx, cancel := context.WithCancel(r.ctx)
 	p := &nextBatch{ctx: ctx, cancel: cancel, done: make(chan struct{})}
-	stopWatch := context.AfterFunc(r.stop, cancel)
+	stopWatch := context.AfterFunc(r.opts.stop, cancel)
 	r.e.stats.calls[CallReceive].Add(1)
 	r.e.workers.run(func() {
 		defer close(p.done)
 		defer stopWatch()
 		p.raw, p.err = r.sess.Receive(ctx, r.e.cfg.ReceiveBatch)
 	})
-	r.next = p
+	r.bg.next = p
 }
 
 // takeNextBatch returns the batch of p, waiting for it up to the idle timeout from now, as a
@@ -239,7 +239,7 @@ func (r *run) takeNextBatch(p *nextBatch) ([]msg, error) {
 // and without taking it (the batch in hand is still being handled): a recorded run may extend
 // over it (extendRun). It looks once per receive.
 func (r *run) peekNextBatch() []msg {
-	p := r.next
+	p := r.bg.next
 	if p == nil || p.peeked {
 		return nil
 	}
@@ -258,8 +258,8 @@ func (r *run) peekNextBatch() []msg {
 
 // dropNextBatch ends a receive the run started and will not take: the run ends.
 func (r *run) dropNextBatch() {
-	if p := r.next; p != nil {
-		r.next = nil
+	if p := r.bg.next; p != nil {
+		r.bg.next = nil
 		p.cancel()
 		<-p.done
 	}

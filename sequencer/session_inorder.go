@@ -36,7 +36,7 @@ func (r *run) inOrder(m *msg) error {
 		return err
 	}
 	// The stored state tells the next holder to wait when it is this run's record or says Ahead.
-	marked := h.how == completeInRun || r.record != nil || h.ahead && r.aheadStored
+	marked := h.how == completeInRun || r.runs.record != nil || h.ahead && r.bg.aheadStored
 	if err := r.beforeHandler(marked); err != nil {
 		return err
 	}
@@ -68,12 +68,12 @@ func (r *run) plan(m *msg) (handling, error) {
 		return handling{}, err
 	}
 	h := handling{early: early}
-	h.how, h.entries = r.view().settlementOf(m, r.e.strategy.recordsRuns(), r.record, r.upcoming)
+	h.how, h.entries = r.view().settlementOf(m, r.e.strategy.recordsRuns(), r.runs.record, r.runs.upcoming)
 	if early {
 		h.how, h.entries = completeInRun, nil
 	}
 	f := r.pipelining()
-	if r.view().tailsRun(m, h.how, h.entries, r.upcoming, f) {
+	if r.view().tailsRun(m, h.how, h.entries, r.runs.upcoming, f) {
 		h.how, h.entries, h.ahead = saveThenComplete, nil, true
 	} else {
 		h.ahead = r.view().goesAhead(m, h.how, f)
@@ -94,7 +94,7 @@ func (r *run) beforeCall(m *msg, h handling) error {
 		r.extendRun(m)
 	case h.how == completeInRun:
 		r.extendRun(m)
-	case !r.claimed && !r.e.sessionBound && r.e.strategy != transactional:
+	case !r.saved.claimed && !r.e.sessionBound && r.e.strategy != transactional:
 		return r.save()
 	}
 	return nil
@@ -107,7 +107,7 @@ func (r *run) beforeCall(m *msg, h handling) error {
 func (r *run) settleHandled(m *msg, h handling) error {
 	switch anchor := r.view().needsAnchor(); {
 	case h.how == completeInRun:
-		if a := r.ahead; h.early && a != nil {
+		if a := r.bg.save; h.early && a != nil {
 			a.covers = append(a.covers, m)
 			return nil
 		}
@@ -153,7 +153,7 @@ func (r *run) passThrough(m *msg) error {
 		if r.e.strategy != transactional {
 			return r.callHandler(r.ctx, m)
 		}
-		stored := r.ver != 0
+		stored := r.saved.ver != 0
 		same := r.st.clone()
 		same.pruneSettled(r.s.settled)
 		if err := r.saveWith(m, same); err != nil {
@@ -205,11 +205,11 @@ func (r *run) beforeHandler(marked bool) error {
 // The save matters as much as the call: a save that resolves the record removes it, and a run
 // that loads the state after that save finds no record to wait for.
 func (r *run) holdHandover() error {
-	if r.handoverAt.IsZero() {
+	if r.inherited.handoverAt.IsZero() {
 		return nil
 	}
-	wait := r.handoverAt.Sub(r.now())
-	r.handoverAt = time.Time{}
+	wait := r.inherited.handoverAt.Sub(r.now())
+	r.inherited.handoverAt = time.Time{}
 	if wait <= 0 {
 		return nil
 	}
@@ -273,7 +273,7 @@ func (r *run) retry(m *msg, once func() error) error {
 		}
 		if !m.unsequenced {
 			r.st.Counters.Retries++
-			r.dirty = true
+			r.saved.dirty = true
 		}
 		r.e.stats.retries.Add(1)
 		r.e.observe(Event{Kind: EventRetry, SessionID: r.id, Sequence: m.seq, Err: herr.err})
@@ -296,12 +296,12 @@ func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 		next := r.st.clone()
 		next.pruneSettled(r.s.settled)
 		if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {
-			r.pendingGap = wait
+			r.gap.pending = wait
 		}
 		if err := r.saveWith(m, next); err != nil {
 			return err
 		}
-		if r.endSaved {
+		if r.saved.ended {
 			r.freeSlot() // the last message: its handler's transaction has committed
 		}
 		return nil
@@ -310,7 +310,7 @@ func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 		return err
 	}
 	if wait := r.st.handled(m.seq, m.bs, r.now()); wait > 0 {
-		r.pendingGap = wait
+		r.gap.pending = wait
 	}
 	if !r.st.EndedAt.IsZero() {
 		// The last message: what is left (its save, the completions, the close) is the tail,
@@ -318,7 +318,7 @@ func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 		r.freeSlot()
 	}
 	if how == completeInRun || ahead {
-		r.dirty = true
+		r.saved.dirty = true
 		return nil
 	}
 	return r.save()
@@ -344,9 +344,9 @@ func (r *run) verifyTenure() error {
 	if err != nil {
 		return fmt.Errorf("sequencer: session %s: checking the state after a retry wait: %w", r.id, err)
 	}
-	if ver != r.ver {
+	if ver != r.saved.ver {
 		return fmt.Errorf("sequencer: session %s: the stored state changed during a retry wait (version %d, this run's %d): %w",
-			r.id, ver, r.ver, ErrVersionConflict)
+			r.id, ver, r.saved.ver, ErrVersionConflict)
 	}
 	return nil
 }
