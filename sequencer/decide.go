@@ -600,7 +600,7 @@ func (v view) savesForReplay(refused int64, inFlight int) bool {
 // would be for nothing): batch holds its last message, or the last sequence is known and the
 // messages held, deferred and in batch are as many as the sequences left.
 func (v view) asksNextBatch(batch []msg) bool {
-	if !v.cfg.PipelineRuns || v.resolving || v.cooling {
+	if v.cfg.Pipelining != Pipelined || v.resolving || v.cooling {
 		return false
 	}
 	if last := v.st.Last; last != 0 && last-v.st.Next+1 <= int64(len(v.w.held)+len(v.st.Deferred)+len(batch)) {

@@ -69,7 +69,7 @@ func (w world) view(cfg *EngineConfig) view {
 }
 
 func testConfig() *EngineConfig {
-	cfg := EngineConfig{MaxGap: 100}.WithDefaults()
+	cfg := EngineConfig{Pipelining: Awaited, MaxGap: 100}.WithDefaults()
 	return &cfg
 }
 
@@ -370,7 +370,7 @@ func TestPoisonOf(t *testing.T) {
 		{PoisonPark, in{unsequenced: true, bs: 1}, poisonDeadLetter},
 	}
 	for _, tt := range tests {
-		cfg := EngineConfig{Poison: tt.policy}.WithDefaults()
+		cfg := EngineConfig{Pipelining: Awaited, Poison: tt.policy}.WithDefaults()
 		require.Equal(t, tt.want, world{next: 4}.view(&cfg).poisonOf(tt.m.msg()), "%s, %+v", tt.policy, tt.m)
 	}
 }
@@ -401,7 +401,7 @@ func TestGapPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := EngineConfig{GapPolicy: tt.policy, GapTimeout: tt.timeout}.WithDefaults()
+			cfg := EngineConfig{Pipelining: Awaited, GapPolicy: tt.policy, GapTimeout: tt.timeout}.WithDefaults()
 			v := tt.world.view(&cfg)
 			if !tt.noGap {
 				v.st.GapSince = since
@@ -570,8 +570,8 @@ func TestExtensionOf(t *testing.T) {
 
 func TestSavesForReplay(t *testing.T) {
 	t.Parallel()
-	pipelined := EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}.WithDefaults() // window 5
-	single := EngineConfig{MaxPendingSettlements: 4}.WithDefaults()                        // window 1
+	pipelined := EngineConfig{MaxPendingSettlements: 4}.WithDefaults()                   // window 5
+	single := EngineConfig{Pipelining: Awaited, MaxPendingSettlements: 4}.WithDefaults() // window 1
 	tests := []struct {
 		name     string
 		cfg      EngineConfig
@@ -595,9 +595,8 @@ func TestSavesForReplay(t *testing.T) {
 
 func TestAsksNextBatch(t *testing.T) {
 	t.Parallel()
-	runs := EngineConfig{PipelineRuns: true}.WithDefaults()
-	off := EngineConfig{}.WithDefaults()
-	off.PipelineRuns = false
+	runs := EngineConfig{}.WithDefaults()
+	off := EngineConfig{Pipelining: Awaited}.WithDefaults()
 	batch := func(ins ...in) []msg {
 		out := make([]msg, len(ins))
 		for i, x := range ins {
@@ -635,7 +634,7 @@ func TestAsksNextBatch(t *testing.T) {
 
 func TestGathersAhead(t *testing.T) {
 	t.Parallel()
-	cfg := EngineConfig{MaxPendingSettlements: 16}.WithDefaults() // gathers up to 12
+	cfg := EngineConfig{Pipelining: Awaited, MaxPendingSettlements: 16}.WithDefaults() // gathers up to 12
 	tests := []struct {
 		name              string
 		stored            bool

@@ -42,8 +42,8 @@
 //
 // How a handled in-order message is made durable and settled depends on the configuration,
 // fixed when the engine is built: one save each (SaveEachMessage), recorded runs (the default),
-// pipelined runs (PipelineRuns, the worker's default), save-ahead (SaveEachMessage with
-// PipelineRuns) and transactional (an AtomicStore). The crash argument of each is in its own
+// pipelined runs (Pipelined, the worker's default), save-ahead (SaveEachMessage with
+// Pipelined) and transactional (an AtomicStore). The crash argument of each is in its own
 // section below: In order, one save each; One save each, pipelined; Recorded runs, Pipelined
 // runs, Extended runs and The tail of a run; Lock tenure for the AtomicStore.
 //
@@ -112,7 +112,7 @@
 // the message is decided and acted on, and what became due is drained. After the batch the
 // window is bounded (deferring what does not fit). An empty receive means the session idles: it
 // is released with its state kept, unless that resolves an inherited record or a gap timed out.
-// With PipelineRuns the run asks the broker for its next batch while it handles one, unless
+// With Pipelined the run asks the broker for its next batch while it handles one, unless
 // what it has in hand may end the session (view.asksNextBatch), and for the first with the load
 // (except a woken run): the round trip of a receive overlaps the handling (and a recorded run
 // may extend over that batch, see Extended runs). The idle timeout still counts from the moment
@@ -135,14 +135,14 @@
 // With EngineConfig.SaveEachMessage, and whenever a recorded run (below) does not apply:
 // handler → save(Next+1) → complete. A crash before the handler returns, or after it returned
 // but before the save, leaves the message unsettled and Next unchanged: it is redelivered and
-// handled again. This is the one documented at-least-once window (PipelineRuns widens it; an
+// handled again. This is the one documented at-least-once window (Pipelined widens it; an
 // AtomicStore, whose SaveWith runs the handler and the save in one transaction, closes it). A crash after the
 // save leaves the message unsettled with Next past it: it is redelivered, classified as a
 // duplicate and completed.
 //
 // # One save each, pipelined
 //
-// With SaveEachMessage and PipelineRuns (and MaxPendingSettlements > 1) every message is still
+// With SaveEachMessage and Pipelined (and MaxPendingSettlements > 1) every message is still
 // completed only after a save that records it handled (Next exact, no record), but the handler
 // is not held up by that save: the save of the messages handled so far runs in the background
 // (one at a time: each expects the version the one before returned), the handler goes on with
@@ -213,7 +213,7 @@
 //
 // # Pipelined runs
 //
-// With EngineConfig.PipelineRuns (and MaxPendingSettlements > 1) the complete of an entry goes
+// With EngineConfig.Pipelining (Pipelined) (and MaxPendingSettlements > 1) the complete of an entry goes
 // to the background pipeline like the completes above, and the next entry's handler is called
 // without waiting for its answer: one handler call at a time, not one broker round trip at a
 // time. Nothing about the record changes: the state still says "run from
@@ -429,7 +429,7 @@
 //     on from the latest state;
 //   - before each handler call it waits for the answers to the completions issued since the
 //     last save (no completion overlaps the next message; completions of a lost lock fail),
-//     except, with PipelineRuns, before the entries of a recorded run (an extension's
+//     except, with Pipelined, before the entries of a recorded run (an extension's
 //     included), the tail of a run and a message saved on its own right after a record, which
 //     the record and the lease bound instead, and before a message that goes ahead of its save
 //     after a save with Ahead (see Pipelined runs, Extended runs, The tail of a run and One
@@ -442,7 +442,7 @@
 // effects in the store commit only with the version check, whatever the interleaving; a
 // handler's effects elsewhere (an HTTP call) are at least once, as ever: at most the message a
 // holder had in hand when it lost its lock is handed over again, by the next holder (with
-// PipelineRuns, up to MaxPendingSettlements + 1 of the messages it handled last, in order).
+// Pipelined, up to MaxPendingSettlements + 1 of the messages it handled last, in order).
 //
 // # Gaps
 //

@@ -76,7 +76,7 @@ type Engine struct {
 	stats        statsCounters
 	// strategy is how an in-order message is made durable and settled.
 	strategy strategy
-	// pipelined: EngineConfig.PipelineRuns with MaxPendingSettlements > 1: a run goes on before
+	// pipelined: EngineConfig.Pipelining (Pipelined) with MaxPendingSettlements > 1: a run goes on before
 	// the broker has answered, within the lease.
 	pipelined bool
 	// workers run the background calls of every run (completions, saves, receives).
@@ -95,7 +95,7 @@ const (
 	pipelinedRuns
 	// perMessage: handler → save → complete (EngineConfig.SaveEachMessage).
 	perMessage
-	// saveAhead: one save each, the saves in the background (SaveEachMessage with PipelineRuns).
+	// saveAhead: one save each, the saves in the background (SaveEachMessage with Pipelined).
 	saveAhead
 	// transactional: the handler and the save in one transaction (an AtomicStore).
 	transactional
@@ -136,7 +136,7 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 		obs:     deps.Observer,
 		workers: newWorkers(),
 
-		pipelined: cfg.PipelineRuns && cfg.MaxPendingSettlements > 1,
+		pipelined: cfg.Pipelining == Pipelined && cfg.MaxPendingSettlements > 1,
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)

@@ -58,7 +58,7 @@ func idleOut(t *testing.T, b *bundle, done <-chan sequencer.Outcome) sequencer.O
 // messages stay at the broker for the next run.
 func TestNextBatch(t *testing.T) {
 	t.Parallel()
-	cfg := sequencer.EngineConfig{PipelineRuns: true, ReceiveBatch: 4, IdleTimeout: time.Second}
+	cfg := sequencer.EngineConfig{ReceiveBatch: 4, IdleTimeout: time.Second}
 
 	t.Run("the next batch is asked for while one is handled", func(t *testing.T) {
 		t.Parallel()

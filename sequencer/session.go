@@ -183,7 +183,7 @@ func (r *run) loop() (Outcome, error) {
 	// overlap: a receive only puts messages in hand, and nothing is decided before the state is
 	// in. A woken run (a sweeper's wake, a planned retry) may release at once: it receives when
 	// it needs to.
-	if r.e.cfg.PipelineRuns && !r.opts.woken {
+	if r.e.cfg.Pipelining == Pipelined && !r.opts.woken {
 		r.askNextBatch()
 	}
 	if err := r.load(); err != nil {
@@ -191,7 +191,7 @@ func (r *run) loop() (Outcome, error) {
 	}
 	if len(r.st.InFlight) > 0 {
 		r.phase = resolving
-		if r.e.cfg.PipelineRuns && r.e.cfg.PipelineLease > 0 {
+		if r.e.cfg.Pipelining == Pipelined && r.e.cfg.PipelineLease > 0 {
 			r.inherited.handoverAt = r.now().Add(r.e.cfg.PipelineLease)
 		}
 	}

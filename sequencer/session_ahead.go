@@ -8,7 +8,7 @@ import (
 )
 
 // This file saves a run's state in the background while the handler goes on, in two cases. For
-// one save each with pipelined runs (EngineConfig.SaveEachMessage and PipelineRuns; see "One
+// one save each with pipelined runs (EngineConfig.SaveEachMessage and Pipelined; see "One
 // save each, pipelined" in the package documentation): every handled message is still covered by
 // a save of the exact Next before it is completed, but the next handler call does not wait for
 // that save. And for a recorded run that extends over the next batch, received while its entries

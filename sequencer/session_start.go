@@ -129,7 +129,7 @@ func (r *run) settleStale() error {
 // Next moves past the highest entry known to be gone as soon as it is known; the record is
 // settled once every entry is decided. Held messages that end up below Next are duplicates: the
 // entries still at the broker below a gone one were handled, their completions cut short (with
-// EngineConfig.PipelineRuns completions land in no fixed order). Without PipelineRuns each entry
+// EngineConfig.Pipelining (Pipelined) completions land in no fixed order). Without Pipelined each entry
 // is completed before the next is handled, so the gone entries are those below the first one
 // still there.
 func (r *run) resolve(m *msg) error {

@@ -84,7 +84,7 @@ func setupSettler(t *testing.T, pending int) settlerBundle {
 	t.Helper()
 	var events []Event
 	var mu sync.Mutex
-	e, err := NewEngine(EngineConfig{MaxPendingSettlements: pending}, EngineDeps{
+	e, err := NewEngine(EngineConfig{Pipelining: Awaited, MaxPendingSettlements: pending}, EngineDeps{
 		Store:   nopStore{},
 		Handler: HandlerFunc(func(context.Context, *Message) error { return nil }),
 		Observer: ObserverFunc(func(ev Event) {
