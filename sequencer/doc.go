@@ -213,7 +213,7 @@
 //
 // # Pipelined runs
 //
-// With EngineConfig.Pipelining (Pipelined) (and MaxPendingSettlements > 1) the complete of an entry goes
+// With Pipelined (and MaxPendingSettlements > 1) the complete of an entry goes
 // to the background pipeline like the completes above, and the next entry's handler is called
 // without waiting for its answer: one handler call at a time, not one broker round trip at a
 // time. Nothing about the record changes: the state still says "run from

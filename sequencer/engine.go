@@ -76,7 +76,7 @@ type Engine struct {
 	stats        statsCounters
 	// strategy is how an in-order message is made durable and settled.
 	strategy strategy
-	// pipelined: EngineConfig.Pipelining (Pipelined) with MaxPendingSettlements > 1: a run goes on before
+	// pipelined: Pipelined with MaxPendingSettlements > 1: a run goes on before
 	// the broker has answered, within the lease.
 	pipelined bool
 	// workers run the background calls of every run (completions, saves, receives).

@@ -180,7 +180,7 @@ func (r *run) receive() ([]msg, error) {
 }
 
 // nextBatch is a receive started while the batch before it is handled, or the state loaded
-// (EngineConfig.Pipelining (Pipelined)): the broker's round trip for the next batch overlaps the handling
+// (Pipelined): the broker's round trip for the next batch overlaps the handling
 // of this one, or the load. Nothing about the
 // receive changes but when it is sent: the idle timeout counts from the moment the run asks for
 // the batch (takeNextBatch), a stop ends it, and a run that ends first drops it (dropNextBatch):

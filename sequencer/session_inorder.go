@@ -174,12 +174,10 @@ func (r *run) passThrough(m *msg) error {
 
 // beforeHandler holds the next handler call until this run may make it: not after a failed
 // background completion, not before the completions since the last save are answered with a
-// store that says nothing about the lock (the fence), not while an earlier holder of a pipelined
-// run may still be calling (holdHandover), and not past the lease of a pipelined run. marked says
-// the state stored last tells the next holder to wait (it is this run's record, or it said
-// Ahead), or the message starts a run whose record is saved before the call: with pipelined runs
-// the mark and the lease, not the fence, bound the call (see "Pipelined runs" in the package
-// documentation).
+// store of its own (the fence), not while an earlier holder may still be calling (holdHandover),
+// and not past the lease. marked says the stored state tells the next holder to wait (this run's
+// record, or Ahead): with pipelined runs the mark and the lease then bound the call instead of
+// the fence (see "Pipelined runs" in the package documentation).
 func (r *run) beforeHandler(marked bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler

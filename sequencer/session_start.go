@@ -115,23 +115,11 @@ func (r *run) settleStale() error {
 
 // resolve settles an inherited run record with the active messages the broker delivers after the
 // earlier run ended; m is the next one delivered, or nil when a receive found nothing more (the
-// session idles: everything still at the broker has been delivered). The entries were handled in
-// sequence order and an entry is completed only after it was handled, so an entry gone from the
-// broker was handled, and so was every entry below it. The broker delivers a session's active
-// messages in broker sequence order, so each entry is decided by itself:
-//
-//   - a delivered entry is still at the broker;
-//   - an entry not delivered whose broker sequence number is lower than one delivered is gone,
-//     unless the broker says it still holds it (HoldingSession: a client may get a message after
-//     a later one), and then it is decided by one of the other two rules;
-//   - an entry not delivered before the session idles is gone.
-//
-// Next moves past the highest entry known to be gone as soon as it is known; the record is
-// settled once every entry is decided. Held messages that end up below Next are duplicates: the
-// entries still at the broker below a gone one were handled, their completions cut short (with
-// EngineConfig.Pipelining (Pipelined) completions land in no fixed order). Without Pipelined each entry
-// is completed before the next is handled, so the gone entries are those below the first one
-// still there.
+// session idles). Each entry is decided by the three rules of "Recorded runs" in the package
+// documentation: delivered, still at the broker; not delivered while a later message was (and
+// the broker does not hold it, HoldingSession), gone; not delivered before the session idles,
+// gone. Next moves past the highest entry known to be gone as soon as it is known; the record is
+// settled once every entry is decided, and held messages that end up below Next are duplicates.
 func (r *run) resolve(m *msg) error {
 	if r.phase != resolving {
 		return nil

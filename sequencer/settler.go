@@ -142,13 +142,9 @@ func (s *settler) noteAnswered(sent time.Time) {
 }
 
 // holdLease makes a pipelined run wait for its completions in flight before the next handler
-// call once the latest answered call was sent EngineConfig.PipelineLease ago or more. The broker
-// gives the session to another replica only after it stopped holding the lock for this run, so
-// a run that does not know its lock is lost (a connection cut: its completions hang, then fail)
-// starts handler calls at most until the lease after its last answered call, plus the one call
-// that follows an await whose completions all landed, as without pipelining; a run that
-// inherits a record waits the lease before its first handler call (run.holdHandover), so the
-// earlier holder's calls come before the replay.
+// call once the latest answered call was sent EngineConfig.PipelineLease ago or more: a run that
+// does not know its lock is lost starts no handler call past the lease (see "Pipelined runs" in
+// the package documentation).
 func (s *settler) holdLease() error {
 	lease := s.e.cfg.PipelineLease
 	if !s.e.pipelined || lease < 0 {
