@@ -45,7 +45,9 @@
 // pipelined runs (Pipelined, the worker's default), save-ahead (SaveEachMessage with
 // Pipelined) and transactional (an AtomicStore). The crash argument of each is in its own
 // section below: In order, one save each; One save each, pipelined; Recorded runs, Pipelined
-// runs, Extended runs and The tail of a run; Lock tenure for the AtomicStore.
+// runs, Extended runs and The tail of a run; Lock tenure for the AtomicStore. The engine picks
+// one when it is built (Engine.strategy, strategyOf); another way to make a message durable
+// (early messages held in the store, say) is one more strategy there, with its section here.
 //
 // # One in-order message's way
 //

@@ -89,18 +89,22 @@ type strategy int
 
 const (
 	// recordedRuns: the in-order messages in hand are recorded in one save, then each goes
-	// handler → complete (the default).
+	// handler → complete ("Recorded runs" in the package documentation).
 	recordedRuns strategy = iota
-	// pipelinedRuns: recorded runs whose entries are completed in the background.
+	// pipelinedRuns: recorded runs whose entries are completed in the background ("Pipelined
+	// runs", "Extended runs", "The tail of a run").
 	pipelinedRuns
-	// perMessage: handler → save → complete (EngineConfig.SaveEachMessage).
+	// perMessage: handler → save → complete ("In order, one save each").
 	perMessage
-	// saveAhead: one save each, the saves in the background (SaveEachMessage with Pipelined).
+	// saveAhead: one save each, the saves in the background ("One save each, pipelined").
 	saveAhead
-	// transactional: the handler and the save in one transaction (an AtomicStore).
+	// transactional: the handler and the save in one transaction of an AtomicStore ("Lock
+	// tenure").
 	transactional
 )
 
+// strategyOf chooses the strategy: an AtomicStore is transactional whatever the settings,
+// SaveEachMessage saves each message, and Pipelined runs them in the background.
 func strategyOf(saveEach, pipelined, atomic bool) strategy {
 	switch {
 	case atomic:
