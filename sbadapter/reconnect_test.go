@@ -205,7 +205,8 @@ func TestRunnersSurviveConnectionDrops(t *testing.T) {
 		require.NoError(t, err)
 		r, err := sequencer.NewRunner(sequencer.RunnerConfig{
 			Source: src, Store: sbstate.New(nil), Handler: h,
-			Engine:                sequencer.EngineConfig{WindowMessages: 2, ReceiveBatch: 4, IdleTimeout: 300 * time.Millisecond},
+			Engine: sequencer.EngineConfig{WindowMessages: 2, ReceiveBatch: 4, IdleTimeout: 300 * time.Millisecond,
+				Pipelining: sequencer.Awaited}, // the order check allows no replay
 			MaxConcurrentSessions: 3, AcceptTimeout: 300 * time.Millisecond, ErrorBackoff: 20 * time.Millisecond,
 		})
 		require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -82,7 +81,7 @@ type Session struct {
 	stateVersion int64
 	stateKnown   bool
 
-	// watches watches the settlements in flight (watchSettlement).
+	// watches watches the settlements in flight (settlewatch.go).
 	watches settleWatches
 }
 
@@ -204,8 +203,7 @@ func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
 //
 // It runs for every message, on the engine's completion goroutines: what is rare (a refusal, a
 // failure, its log line and error text) is kept out of line, so that the frames on the way to
-// the SDK stay small and those goroutines' stacks do not grow (profiled: stack copying was a few
-// percent of the worker's CPU in the unthrottled benchmark).
+// the SDK stay small and those goroutines' stacks do not grow.
 func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message, fn func(context.Context, *azservicebus.ReceivedMessage) error) error {
 	rm, err := raw(m)
 	if err != nil {
@@ -236,12 +234,12 @@ func (s *Session) settle(ctx context.Context, what string, m *sequencer.Message,
 	return nil
 }
 
-// settleOnce makes one attempt of a settlement under its watch (watchSettlement). refused says
+// settleOnce makes one attempt of a settlement under its watch (settlewatch.go). refused says
 // the broker refused it as busy (err is nil then: the SDK will not send it again); timedOut says
 // the watch's settleTimeout ended it.
 func (s *Session) settleOnce(ctx context.Context, what string, rm *azservicebus.ReceivedMessage, fn func(context.Context, *azservicebus.ReceivedMessage) error) (err error, timedOut, refused bool) {
 	sctx, slot := s.watchSettlement(ctx)
-	defer func() { s.stopSettlement(slot, err == nil) }()
+	defer s.watches.remove(slot)
 	start := time.Now()
 	err = fn(sctx, rm)
 	if err == nil {
@@ -312,219 +310,6 @@ func (s *Session) settleFailed(what string, m *sequencer.Message, err error, tim
 // settlement that was answered takes 3 s otherwise; one that was not answered ends in
 // Config.SettleTimeout.
 const refusedSettlementHint = 3 * time.Second
-
-// refusedSettlementWait is how long a settlement may go unanswered while the namespace refuses
-// calls as busy (a server-busy answer was seen since it started, see watchSettlement) before it
-// is presumed refused (sequencer.ErrSettlementRefused). The SDK would report a refused
-// settlement settled after its fixed retry delay of about 4 s, without sending it again (see
-// refusedSettlementHint): waiting for it only stalls the session. Either the message is settled
-// or it stays locked with the session until it is closed; then an active one is delivered again
-// and dropped as a duplicate, and a deferred one stays deferred, its index entry kept for the
-// next run because the settlement was reported refused. Giving the session up instead (ErrLockLost)
-// would release the message at once, but with SEQBUS_PIPELINE_RUNS the next run would replay
-// the entries whose completions had not landed (measured: 90 and 115 replays counted as order
-// violations by the bench with 4 and 8 replicas). A settlement answers within a round trip
-// otherwise.
-const refusedSettlementWait = 500 * time.Millisecond
-
-// refusedSettlementPoll is how often a settlement past refusedSettlementWait looks again for a
-// server-busy answer.
-const refusedSettlementPoll = 100 * time.Millisecond
-
-// errSettleRefused is the cause of a settlement's ctx when it was presumed refused as busy.
-var errSettleRefused = errors.New("settlement presumed refused as busy")
-
-// watchSettlement returns the ctx of one settlement attempt and the slot of its watch in the
-// session's settleWatches, which stopSettlement frees. The ctx is canceled with
-// errSettleTimeout once settleTimeout has passed and, with a Limiter, with errSettleRefused once
-// the settlement has run refusedSettlementWait and a server-busy answer was seen since it
-// started: by the Limiter, or in the SDK's log of a settlement refused (sdklog.go), which is how
-// a session whose only calls are settlements learns of it (the namespace refuses everything for
-// the rest of its period, so this settlement most likely was refused too; one that was not is
-// answered within a round trip). A settlement runs for every message, so the session's
-// settlements share one timer and their watches live in one slice, where a timer and a watch of
-// its own for each cost three of the fifteen allocations of a completion (BenchmarkSessionComplete),
-// and a slot keeps the ctx of a settlement that ended by itself for the next one with the same
-// parent (settleWatches.idle).
-func (s *Session) watchSettlement(ctx context.Context) (context.Context, int) {
-	now := time.Now()
-	e := settleEntry{start: now}
-	first := s.settleTimeout
-	if s.limit != nil {
-		e.mark, e.logged = s.limit.busyCount(), s.settleRefusals.Load()
-		first = min(first, refusedSettlementWait)
-	}
-	return s.watches.add(s, ctx, e, now.Add(first))
-}
-
-// stopSettlement ends the watch in slot; ok says the settlement succeeded, and only then may the
-// slot keep its ctx (after a failure the SDK may be recovering its links).
-func (s *Session) stopSettlement(slot int, ok bool) {
-	s.watches.remove(slot, ok)
-}
-
-// settleWatches watches a session's settlements in flight (watchSettlement) with one timer,
-// which runs while any is in flight.
-type settleWatches struct {
-	mu      sync.Mutex
-	entries []settleEntry // in flight where cancel is set
-	free    []int         // slots of entries without a settlement
-	// idle holds, by slot, the ctx of the slot's last settlement when that ended by itself: the
-	// next settlement in the slot with the same parent uses it again rather than deriving one
-	// (a derived ctx is an allocation and a registration with the parent under its lock, for
-	// every message). A settlement does not keep its ctx past its return (go-amqp v1.7 returns
-	// once the disposition's frame is written and answered).
-	idle     []idleCtx
-	t        *time.Timer
-	due      time.Time // when t fires; zero: not armed
-	released bool      // nothing is kept idle any more (release)
-}
-
-// idleCtx is a settlement ctx not canceled, derived from parent, kept for the next settlement.
-type idleCtx struct {
-	parent, ctx context.Context
-	cancel      context.CancelCauseFunc
-}
-
-// settleEntry is the watch of one settlement attempt.
-type settleEntry struct {
-	start        time.Time
-	mark, logged uint64 // the server-busy answers seen when it started
-	cancel       context.CancelCauseFunc
-	// ended: the watch canceled the settlement's ctx; it waits for stopSettlement.
-	ended bool
-}
-
-// add watches e, a settlement under parent, which needs a look at first, and returns its ctx
-// and slot.
-func (w *settleWatches) add(s *Session, parent context.Context, e settleEntry, first time.Time) (context.Context, int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var slot int
-	if n := len(w.free); n > 0 {
-		slot = w.free[n-1]
-		w.free = w.free[:n-1]
-	} else {
-		slot = len(w.entries)
-		w.entries = append(w.entries, settleEntry{})
-		w.idle = append(w.idle, idleCtx{})
-	}
-	sctx := w.idle[slot].ctx
-	if sctx == nil || !sameCtx(w.idle[slot].parent, parent) || sctx.Err() != nil {
-		if old := w.idle[slot].cancel; old != nil {
-			old(nil) // release it from its parent
-		}
-		var cancel context.CancelCauseFunc
-		sctx, cancel = context.WithCancelCause(parent)
-		w.idle[slot] = idleCtx{parent: parent, ctx: sctx, cancel: cancel}
-	}
-	e.cancel = w.idle[slot].cancel
-	w.entries[slot] = e
-	w.armLocked(s, first)
-	return sctx, slot
-}
-
-// sameCtx reports whether a and b are the same context value (comparing two values of a type
-// that is not comparable would panic).
-func sameCtx(a, b context.Context) bool {
-	ta := reflect.TypeOf(a)
-	return ta != nil && ta == reflect.TypeOf(b) && ta.Comparable() && a == b
-}
-
-// remove frees slot. With keep, the ctx of its settlement stays for the next one in the slot
-// unless the watch canceled it (or the watches were released).
-func (w *settleWatches) remove(slot int, keep bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !keep || w.entries[slot].ended || w.released {
-		w.idle[slot].cancel(nil)
-		w.idle[slot] = idleCtx{}
-	}
-	w.entries[slot] = settleEntry{}
-	w.free = append(w.free, slot)
-	if len(w.free) == len(w.entries) && !w.due.IsZero() {
-		// Nothing in flight: stop the timer, which would keep the session reachable until
-		// it fires.
-		w.t.Stop()
-		w.due = time.Time{}
-	}
-}
-
-// release cancels the ctxs kept idle, which would otherwise stay registered with a parent that
-// outlives the session, and keeps none from now on.
-func (w *settleWatches) release() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.released = true
-	for i := range w.idle {
-		if w.entries[i].cancel == nil && w.idle[i].cancel != nil {
-			w.idle[i].cancel(nil)
-			w.idle[i] = idleCtx{}
-		}
-	}
-}
-
-// armLocked makes the timer fire at at, unless it fires before.
-func (w *settleWatches) armLocked(s *Session, at time.Time) {
-	if !w.due.IsZero() && !at.Before(w.due) {
-		return
-	}
-	w.due = at
-	d := time.Until(at)
-	if w.t == nil {
-		w.t = time.AfterFunc(d, func() { w.check(s) })
-		return
-	}
-	w.t.Reset(d)
-}
-
-// check runs when the timer fires: it ends the ctx of each settlement past settleTimeout or
-// presumed refused, and sets the timer for the next look while any is in flight: the first
-// threshold of each, then every refusedSettlementPoll for one past refusedSettlementWait.
-func (w *settleWatches) check(s *Session) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := time.Now()
-	w.due = time.Time{}
-	var next time.Time
-	for i := range w.entries {
-		e := &w.entries[i]
-		if e.cancel == nil || e.ended {
-			continue
-		}
-		ran := now.Sub(e.start)
-		timeout := e.start.Add(s.settleTimeout)
-		switch {
-		case ran >= s.settleTimeout:
-			e.cancel(errSettleTimeout)
-			e.ended = true
-			continue
-		case s.limit != nil && ran >= refusedSettlementWait && (s.limit.busyCount() > e.mark || s.settleRefusals.Load() > e.logged):
-			e.cancel(errSettleRefused)
-			e.ended = true
-			continue
-		}
-		at := timeout
-		if s.limit != nil {
-			look := e.start.Add(refusedSettlementWait)
-			if ran >= refusedSettlementWait {
-				look = now.Add(refusedSettlementPoll)
-			}
-			if look.Before(at) {
-				at = look
-			}
-		}
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
-	}
-	if !next.IsZero() {
-		w.armLocked(s, next)
-	}
-}
-
-// errSettleTimeout is the cause of a settlement's ctx when settleTimeout passed.
-var errSettleTimeout = errors.New("settlement timeout")
 
 // RenewLock renews the session lock and returns the new expiry: the lock duration from the
 // moment the renewal was sent, which is never later than the broker's own expiry.
@@ -636,7 +421,6 @@ func (s *Session) Holding(ctx context.Context, brokerSequences []int64) ([]int64
 // Close releases the session lock. Closing twice is not an error, nor is closing a session
 // whose lock is already known lost (its link is gone; closing only frees the receiver).
 func (s *Session) Close(ctx context.Context) error {
-	s.watches.release()
 	err := s.r.Close(ctx)
 	if err == nil || s.usable("close") != nil {
 		return nil

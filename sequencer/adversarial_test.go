@@ -69,42 +69,42 @@ func adversarialScenarios() []adversarial {
 			// A recorded run 1..8; after a fault, copies of recorded sequences arrive, some
 			// already handled, some not, then the end.
 			name: "duplicates-of-recorded", n: 10,
-			cfg:    sequencer.EngineConfig{ReceiveBatch: 32},
+			cfg:    sequencer.EngineConfig{Pipelining: sequencer.Awaited, ReceiveBatch: 32},
 			chunks: [][]int64{{1, 2, 3, 4, 5, 6, 7, 8}, {3, 4, 8, 5, 9, 10, 2}},
 		},
 		{
 			// Reverse order with a window of 2 smaller than the batch: most is deferred, and
 			// the head 1..4 arrives as a run whose last entry is the anchor of the drain.
 			name: "window-full-drain", n: 12,
-			cfg:    sequencer.EngineConfig{ReceiveBatch: 32, WindowMessages: 2, DeferredBatch: 3},
+			cfg:    sequencer.EngineConfig{Pipelining: sequencer.Awaited, ReceiveBatch: 32, WindowMessages: 2, DeferredBatch: 3},
 			chunks: [][]int64{{12, 11, 10, 9, 8, 7, 6, 5}, {1, 2, 3, 4}},
 		},
 		{
 			// A run interrupted by a batch boundary (batch of 3) with copies and an invalid
 			// message inside, the last message inside the batch of the run.
 			name: "last-inside-run", n: 7,
-			cfg:    sequencer.EngineConfig{ReceiveBatch: 3},
+			cfg:    sequencer.EngineConfig{Pipelining: sequencer.Awaited, ReceiveBatch: 3},
 			chunks: [][]int64{{2, 1, 3, -1, 5, 4, 7, 6, 6, 1}},
 		},
 		{
 			// Poison in the middle of a run, parked (the sweeper resumes with a skip).
 			name: "poison-park-mid-run", n: 8,
 			poison: []int64{4},
-			cfg:    sequencer.EngineConfig{ReceiveBatch: 32, Poison: sequencer.PoisonPark},
+			cfg:    sequencer.EngineConfig{Pipelining: sequencer.Awaited, ReceiveBatch: 32, Poison: sequencer.PoisonPark},
 			chunks: [][]int64{{1, 2, 3, 4, 5, 6}, {7, 8}},
 		},
 		{
 			// Poison in the middle of a run, skipped.
 			name: "poison-skip-mid-run", n: 8,
 			poison: []int64{3},
-			cfg:    sequencer.EngineConfig{ReceiveBatch: 32, Poison: sequencer.PoisonSkip},
+			cfg:    sequencer.EngineConfig{Pipelining: sequencer.Awaited, ReceiveBatch: 32, Poison: sequencer.PoisonSkip},
 			chunks: [][]int64{{2, 1, 3, 4, 5, 6, 7, 8}},
 		},
 		{
 			// A drain in progress when the run is recorded: 4..6 deferred, 1..3 arrive (3 is
 			// the anchor), then a run of 7.. follows the drain in the same batch.
 			name: "drain-then-run", n: 10,
-			cfg:    sequencer.EngineConfig{ReceiveBatch: 32, WindowMessages: sequencer.NoWindow, DeferredBatch: 2},
+			cfg:    sequencer.EngineConfig{Pipelining: sequencer.Awaited, ReceiveBatch: 32, WindowMessages: sequencer.NoWindow, DeferredBatch: 2},
 			chunks: [][]int64{{4, 5, 6}, {1, 2, 3, 7, 8, 9, 10}},
 		},
 	}
@@ -224,7 +224,7 @@ func TestAdversarialLockExpiryRace(t *testing.T) {
 				seen = append(seen, fmt.Sprintf("%s%d", who, seq))
 				<-mu
 			}
-			cfg := sequencer.EngineConfig{SaveEachMessage: tc.eachMessage, MaxPendingSettlements: tc.pending, TombstoneTTL: time.Hour}
+			cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited, SaveEachMessage: tc.eachMessage, MaxPendingSettlements: tc.pending, TombstoneTTL: time.Hour}
 			newEngine := func(who string, h func(seq int64)) *sequencer.Engine {
 				e, err := sequencer.NewEngine(cfg, sequencer.EngineDeps{
 					Store: store.Client(nil), Clock: clk,
@@ -335,7 +335,7 @@ func TestAdversarialCrashLoopDeadLettersRun(t *testing.T) {
 			var handled []int64
 			runOnce := func() bool {
 				proc := &sequencertest.Process{}
-				e, err := sequencer.NewEngine(sequencer.EngineConfig{SaveEachMessage: eachMessage, TombstoneTTL: time.Hour,
+				e, err := sequencer.NewEngine(sequencer.EngineConfig{Pipelining: sequencer.Awaited, SaveEachMessage: eachMessage, TombstoneTTL: time.Hour,
 					Retry: sequencer.RetryPolicy{Attempts: 1}},
 					sequencer.EngineDeps{Store: store.Client(proc), Clock: clk,
 						Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
@@ -392,7 +392,7 @@ func TestAdversarialStopKeepsTheNextMessageActive(t *testing.T) {
 	for _, eachMessage := range []bool{false, true} {
 		t.Run(fmt.Sprintf("save-each=%v", eachMessage), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sequencer.EngineConfig{SaveEachMessage: eachMessage})
+			b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, SaveEachMessage: eachMessage})
 			publish(b, "s1", []int64{3, 2, 1}, 3)
 			stop, cancel := context.WithCancel(t.Context())
 			b.setFail(func(m *sequencer.Message) error {
@@ -431,7 +431,7 @@ func TestAdversarialLockExpiryWhileResolving(t *testing.T) {
 	}
 	seen := make(chan int64, 32)
 	engine := func(proc *sequencertest.Process, h func(seq int64)) *sequencer.Engine {
-		e, err := sequencer.NewEngine(sequencer.EngineConfig{TombstoneTTL: time.Hour, Retry: sequencer.RetryPolicy{Attempts: 1}},
+		e, err := sequencer.NewEngine(sequencer.EngineConfig{Pipelining: sequencer.Awaited, TombstoneTTL: time.Hour, Retry: sequencer.RetryPolicy{Attempts: 1}},
 			sequencer.EngineDeps{Store: store.Client(proc), Clock: clk,
 				Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
 					seen <- m.Sequence
@@ -526,7 +526,7 @@ func TestAdversarialPipelinedRunHole(t *testing.T) {
 		return nil
 	}
 	engine := func(proc *sequencertest.Process) *sequencer.Engine {
-		e, err := sequencer.NewEngine(sequencer.EngineConfig{TombstoneTTL: time.Hour, PipelineRuns: true, PipelineLease: -1,
+		e, err := sequencer.NewEngine(sequencer.EngineConfig{TombstoneTTL: time.Hour, PipelineLease: -1,
 			Retry: sequencer.RetryPolicy{Attempts: 1}},
 			sequencer.EngineDeps{Store: store.BoundClient(proc), Clock: clk,
 				Handler: sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {

@@ -21,7 +21,7 @@ import (
 // nothing wakes); TestPropertyReleasedRetries found that (seed 1795813116691169845).
 func TestIndexedActiveMessageAnchorsTheDrain(t *testing.T) {
 	t.Parallel()
-	cfg := sequencer.EngineConfig{WindowMessages: sequencer.NoWindow, ReceiveBatch: 1}
+	cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited, WindowMessages: sequencer.NoWindow, ReceiveBatch: 1}
 	b := setup(t, cfg)
 	// 3 and 2 come early and are deferred, each saved in the index first; the process dies at
 	// the defer of 2, which stays active and indexed.

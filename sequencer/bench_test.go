@@ -38,6 +38,7 @@ func BenchmarkEngine(b *testing.B) {
 				clk := clock.NewFake(time.Time{})
 				store := sequencertest.NewStore()
 				e, err := sequencer.NewEngine(sequencer.EngineConfig{
+					Pipelining:     sequencer.Awaited,
 					WindowMessages: w.size, ReceiveBatch: 32, DeferredBatch: 32, TombstoneTTL: sequencer.NoTombstone,
 					SaveEachMessage: w.eachMessage,
 				}, sequencer.EngineDeps{

@@ -37,7 +37,7 @@ import (
 // Flags a decoder does not know make the state unreadable to it: a state with Blocked (written by
 // a worker that uses PoisonBlock) cannot be read by a worker from before Blocked existed, nor one
 // with Retrying (RetryReleaseAfter) by a worker from before Retrying existed, nor one with Ahead
-// (SaveEachMessage with PipelineRuns) by a worker from before Ahead existed.
+// (SaveEachMessage with Pipelined) by a worker from before Ahead existed.
 //
 // A time is sv seconds since the Unix epoch followed by uv nanoseconds (< 1e9), decoded in UTC.
 // Sorted application sequences are usually consecutive and broker sequence numbers grow with them,

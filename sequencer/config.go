@@ -140,28 +140,27 @@ type EngineConfig struct {
 	// messages already in hand in one save (State.InFlight), then handles and completes them one
 	// by one, and the next save records the new Next: one state write per run instead of one per
 	// message. Either way at most one message is handed to the handler again after a crash
-	// (PipelineRuns widens that); the run relies on the broker delivering a session's messages in
+	// (Pipelined widens that); the run relies on the broker delivering a session's messages in
 	// order and on nothing but the engine removing them (see the package documentation). Runs
-	// are not used with an AtomicStore. With PipelineRuns the saves run in the background while
+	// are not used with an AtomicStore. With Pipelined the saves run in the background while
 	// the handler goes on, each message completed once a save covering it landed (see "One save
 	// each, pipelined" in the package documentation): fewer saves than messages, as a save
 	// waits for three quarters of MaxPendingSettlements handled messages while more of the batch
 	// is in hand.
 	SaveEachMessage bool
-	// PipelineRuns completes the entries of a recorded run in the background too (up to
-	// MaxPendingSettlements at a time) instead of waiting for each answer before the next
-	// handler call: the session is held up by one handler call at a time, not by one broker
-	// round trip at a time. The price is the at-least-once window: a crash or a lost lock may
-	// hand over again up to MaxPendingSettlements + 1 of the entries handled last (the one in
-	// hand and those whose completion had not landed), in their order, instead of one message
-	// (see "Pipelined runs" in the package documentation). With SaveEachMessage it runs the
-	// saves in the background instead, with the same window. No effect on those with an
-	// AtomicStore or MaxPendingSettlements 1. It also makes a run receive its next batch while
-	// it handles one (see "The session loop"), and with pipelining a recorded run extend over
-	// that batch and the tail before the last message go without a record of its own (see
-	// "Extended runs" and "The tail of a run").
-	PipelineRuns bool
-	// PipelineLease bounds, with PipelineRuns, how long a run goes on calling the handler
+	// Pipelining says whether a run goes on with the next handler call before the broker has
+	// answered for the messages before it (default Pipelined; see "Pipelined runs" in the package
+	// documentation). Pipelined completes the entries of a recorded run in the background (up to
+	// MaxPendingSettlements at a time), runs the saves of SaveEachMessage in the background,
+	// receives the next batch while a run handles one, extends a recorded run over that batch and
+	// hands over the tail before the last message without a record of its own: the session is
+	// held up by one handler call at a time, not by one broker round trip at a time. The price is
+	// the at-least-once window: a crash or a lost lock may hand over again up to
+	// MaxPendingSettlements + 1 of the messages handled last, in their order, instead of one.
+	// Awaited waits for each answer. No effect on the entries and saves with an AtomicStore or
+	// MaxPendingSettlements 1.
+	Pipelining Pipelining
+	// PipelineLease bounds, with Pipelined, how long a run goes on calling the handler
 	// without waiting for its completions in flight after the last call the broker answered,
 	// and is how long a run that inherits a record waits before its first handler call, so that
 	// a replica whose lock was lost without its knowing (a cut connection) has stopped calling
@@ -172,6 +171,19 @@ type EngineConfig struct {
 	// remaining lock time, at least 100ms; 10s when Session.LockedUntil is zero).
 	LockRenewInterval time.Duration
 }
+
+// Pipelining says whether a run waits for the broker's answers before its next handler call
+// (EngineConfig.Pipelining).
+type Pipelining string
+
+const (
+	// Pipelined: the run goes on while the broker answers, within MaxPendingSettlements and
+	// PipelineLease (the default).
+	Pipelined Pipelining = "pipelined"
+	// Awaited: each completion of a recorded run's entries, and each save of SaveEachMessage, is
+	// answered before the next handler call.
+	Awaited Pipelining = "awaited"
+)
 
 // NoWindow disables the reorder window (EngineConfig.WindowMessages), giving the plain defer flow.
 const NoWindow = -1
@@ -200,6 +212,7 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.TombstoneTTL = cmp.Or(c.TombstoneTTL, 24*time.Hour)
 	c.MaxPendingSettlements = cmp.Or(c.MaxPendingSettlements, 16)
 	c.PipelineLease = cmp.Or(c.PipelineLease, time.Second)
+	c.Pipelining = cmp.Or(c.Pipelining, Pipelined)
 	return c
 }
 
@@ -237,6 +250,11 @@ func (c EngineConfig) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("GapPolicy %q: want wait, skip or park", c.GapPolicy))
 	}
+	switch c.Pipelining {
+	case Pipelined, Awaited:
+	default:
+		errs = append(errs, fmt.Errorf("Pipelining %q: want pipelined or awaited", c.Pipelining))
+	}
 	switch c.Unsequenced {
 	case UnsequencedDeadLetter, UnsequencedPassThrough:
 	default:
@@ -262,15 +280,15 @@ func (c EngineConfig) Validate() error {
 
 // ReplayWindow is the at-least-once window this configuration promises: after a crash, a lost
 // lock or a failed settlement, at most this many of the messages handled last are handed to the
-// handler again, in their order (1, or MaxPendingSettlements + 1 with PipelineRuns; see Crash
+// handler again, in their order (1, or MaxPendingSettlements + 1 with Pipelined; see Crash
 // consistency in the package documentation). It is a bound: an AtomicStore, which runs no
 // recorded runs, keeps the window at 1.
 func (c EngineConfig) ReplayWindow() int {
-	pending := c.WithDefaults().MaxPendingSettlements
-	if !c.PipelineRuns || pending <= 1 {
+	d := c.WithDefaults()
+	if d.Pipelining != Pipelined || d.MaxPendingSettlements <= 1 {
 		return 1
 	}
-	return pending + 1
+	return d.MaxPendingSettlements + 1
 }
 
 func (c EngineConfig) windowMessages() int         { return max(c.WindowMessages, 0) }

@@ -506,3 +506,123 @@ func (v view) lookahead(m *msg, upcoming []msg) map[int64]int64 {
 	}
 	return entries
 }
+
+// pipelining is what the decisions of the pipelined strategies look at besides the view: the mode
+// the engine runs in and what the run has handed over and not yet completed.
+type pipelining struct {
+	// runs: the entries of recorded runs are completed in the background (Engine.pipelinedRuns).
+	runs bool
+	// ahead: one save each, pipelined: saves run in the background (run.aheadMode).
+	ahead bool
+	// recordStored: the run's own record is what the store holds, with no save in flight.
+	recordStored bool
+	// pending counts the messages handed over and not completed: those handled since the last
+	// save and the completions in flight.
+	pending int
+}
+
+// goesAhead reports whether the in-order message m, settled handler → save → complete, may be
+// handed over ahead of its save (one save each, pipelined): an active message that no index
+// entry names and that does not end the session (the tombstone's save comes before the last
+// message is completed, and nothing is handed over after it).
+func (v view) goesAhead(m *msg, how settlement, f pipelining) bool {
+	if how != saveThenComplete || !f.ahead || m.last || m.deferred || (v.st.Last != 0 && m.seq >= v.st.Last) {
+		return false
+	}
+	bs, indexed := v.st.Deferred[m.seq]
+	return !indexed || bs != m.bs
+}
+
+// tailsRun reports whether the in-order message m, settled as how and entries say, is part of
+// the tail of this run's record: the record is what the store holds, m is not one of its entries,
+// and the messages from m up to the session's last one are in hand (held, or later in upcoming),
+// so the last message's save follows them at once. Such a message is handed over with no record
+// or save of its own, and the messages handed over and not completed stay within
+// MaxPendingSettlements. See "The tail of a run" in the package documentation.
+func (v view) tailsRun(m *msg, how settlement, entries map[int64]int64, upcoming []msg, f pipelining) bool {
+	if !f.recordStored || f.ahead || !f.runs || v.resolving {
+		return false
+	}
+	if how == completeInRun && entries == nil {
+		return false // an entry of the record
+	}
+	if m.deferred || m.redelivered() || !runnable(v.st, m.seq, m.last) || f.pending+1 > v.cfg.MaxPendingSettlements {
+		return false
+	}
+	if bs, indexed := v.st.Deferred[m.seq]; indexed && bs == m.bs {
+		return false
+	}
+	// entries, when m starts a run, are the sequences from m on in hand; the one after them
+	// must be the last message.
+	end := m.seq + max(int64(len(entries)), 1)
+	x := v.inHand(end, upcoming)
+	return x != nil && x.last
+}
+
+// extensionStep is what an in-order message does about an extension of the run in flight.
+type extensionStep int
+
+const (
+	// extensionNone: m is an entry of the record that has landed, or no extension is in flight.
+	extensionNone extensionStep = iota
+	// extensionEarly: m is an entry of the extension in flight and is handed over before it
+	// lands; its completion waits for the extension.
+	extensionEarly
+	// extensionWait: the extension must land before m is handed over.
+	extensionWait
+)
+
+// extensionOf says whether the in-order message m may be handed over before the extension in
+// flight (extension, the record it saves) lands: an entry of the record that has landed (record)
+// needs nothing, an entry of the extension goes early while the messages so handed over and the
+// completions in flight stay within MaxPendingSettlements, and anything else waits for it.
+func (v view) extensionOf(m *msg, record, extension map[int64]int64, pending int) extensionStep {
+	if bs, ok := record[m.seq]; ok && bs == m.bs {
+		return extensionNone
+	}
+	if bs, ok := extension[m.seq]; ok && bs == m.bs && pending+1 <= v.cfg.MaxPendingSettlements {
+		return extensionEarly
+	}
+	return extensionWait
+}
+
+// savesForReplay reports whether the run saves before its next in-order message so that a crash
+// or a lost lock hands over again at most ReplayWindow messages: the entries whose completion
+// the broker refused as busy since the last save stay at the broker, as after a crash, and with
+// the completions in flight they reach the window.
+func (v view) savesForReplay(refused int64, inFlight int) bool {
+	return refused > 0 && int(refused)+inFlight >= v.cfg.ReplayWindow()
+}
+
+// asksNextBatch reports whether the run asks the broker for its next batch while it handles
+// batch: with pipelined runs, while it receives (not while it resolves an inherited record or
+// waits for a released retry), unless the session may well end with what is in hand (the receive
+// would be for nothing): batch holds its last message, or the last sequence is known and the
+// messages held, deferred and in batch are as many as the sequences left.
+func (v view) asksNextBatch(batch []msg) bool {
+	if v.cfg.Pipelining != Pipelined || v.resolving || v.cooling {
+		return false
+	}
+	if last := v.st.Last; last != 0 && last-v.st.Next+1 <= int64(len(v.w.held)+len(v.st.Deferred)+len(batch)) {
+		return false
+	}
+	for i := range batch {
+		if batch[i].last {
+			return false
+		}
+	}
+	return true
+}
+
+// aheadGather is, in quarters of MaxPendingSettlements, how many handled messages a background
+// save of one save each waits for while more are in hand (gathersAhead).
+const aheadGather = 3
+
+// gathersAhead reports whether the next background save of one save each waits for more handled
+// messages: the stored state says Ahead already, more of the batch is in hand (upcoming), and
+// fewer than three quarters of MaxPendingSettlements (unsaved) wait for a save. Fewer saves then
+// cover more messages each, and the rest of the window covers the save's round trip; the end of
+// the batch saves the rest.
+func (v view) gathersAhead(storedAhead bool, upcoming, unsaved int) bool {
+	return storedAhead && upcoming > 0 && unsaved < v.cfg.MaxPendingSettlements*aheadGather/4
+}

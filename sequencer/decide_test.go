@@ -69,7 +69,7 @@ func (w world) view(cfg *EngineConfig) view {
 }
 
 func testConfig() *EngineConfig {
-	cfg := EngineConfig{MaxGap: 100}.WithDefaults()
+	cfg := EngineConfig{Pipelining: Awaited, MaxGap: 100}.WithDefaults()
 	return &cfg
 }
 
@@ -370,7 +370,7 @@ func TestPoisonOf(t *testing.T) {
 		{PoisonPark, in{unsequenced: true, bs: 1}, poisonDeadLetter},
 	}
 	for _, tt := range tests {
-		cfg := EngineConfig{Poison: tt.policy}.WithDefaults()
+		cfg := EngineConfig{Pipelining: Awaited, Poison: tt.policy}.WithDefaults()
 		require.Equal(t, tt.want, world{next: 4}.view(&cfg).poisonOf(tt.m.msg()), "%s, %+v", tt.policy, tt.m)
 	}
 }
@@ -401,7 +401,7 @@ func TestGapPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := EngineConfig{GapPolicy: tt.policy, GapTimeout: tt.timeout}.WithDefaults()
+			cfg := EngineConfig{Pipelining: Awaited, GapPolicy: tt.policy, GapTimeout: tt.timeout}.WithDefaults()
 			v := tt.world.view(&cfg)
 			if !tt.noGap {
 				v.st.GapSince = since
@@ -454,4 +454,203 @@ func TestCallHandlerRecoversAPanic(t *testing.T) {
 	require.EqualError(t, err, "handler panic: kaboom")
 	require.Equal(t, boom, CallHandler(t.Context(), HandlerFunc(func(context.Context, *Message) error { return boom }), &Message{}))
 	require.NoError(t, CallHandler(t.Context(), HandlerFunc(func(context.Context, *Message) error { return nil }), &Message{}))
+}
+
+func TestGoesAhead(t *testing.T) {
+	t.Parallel()
+	ahead := pipelining{runs: true, ahead: true}
+	tests := []struct {
+		name string
+		w    world
+		m    in
+		how  settlement
+		f    pipelining
+		want bool
+	}{
+		{"an active message with one save each, pipelined", world{next: 3}, in{seq: 3, bs: 30}, saveThenComplete, ahead, true},
+		{"not in that mode", world{next: 3}, in{seq: 3, bs: 30}, saveThenComplete, pipelining{runs: true}, false},
+		{"an entry of a run", world{next: 3}, in{seq: 3, bs: 30}, completeInRun, ahead, false},
+		{"the last message", world{next: 3}, in{seq: 3, bs: 30, last: true}, saveThenComplete, ahead, false},
+		{"the last sequence known", world{next: 3, last: 3}, in{seq: 3, bs: 30}, saveThenComplete, ahead, false},
+		{"before the known last", world{next: 3, last: 4}, in{seq: 3, bs: 30}, saveThenComplete, ahead, true},
+		{"a deferred message", world{next: 3}, in{seq: 3, bs: 30, deferred: true}, saveThenComplete, ahead, false},
+		{"named by an index entry", world{next: 3, deferred: map[int64]int64{3: 30}}, in{seq: 3, bs: 30}, saveThenComplete, ahead, false},
+		{"another copy indexed", world{next: 3, deferred: map[int64]int64{3: 31}}, in{seq: 3, bs: 30}, saveThenComplete, ahead, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, tt.w.view(testConfig()).goesAhead(tt.m.msg(), tt.how, tt.f))
+		})
+	}
+}
+
+func TestTailsRun(t *testing.T) {
+	t.Parallel()
+	stored := pipelining{runs: true, recordStored: true}
+	batch := func(ins ...in) []msg {
+		out := make([]msg, len(ins))
+		for i, x := range ins {
+			out[i] = *x.msg()
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		w        world
+		m        in
+		how      settlement
+		entries  map[int64]int64
+		upcoming []msg
+		f        pipelining
+		want     bool
+	}{
+		{"the last message follows in the batch", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), stored, true},
+		{"the last message is held", world{next: 5, held: []in{{seq: 6, bs: 60, last: true}}}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			nil, stored, true},
+		{"a run in hand up to the last", world{next: 5}, in{seq: 5, bs: 50}, completeInRun, map[int64]int64{5: 50, 6: 60},
+			batch(in{seq: 6, bs: 60}, in{seq: 7, bs: 70, last: true}), stored, true},
+		{"the last is not in hand", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60}), stored, false},
+		{"no record stored", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), pipelining{runs: true}, false},
+		{"runs not pipelined", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), pipelining{recordStored: true}, false},
+		{"one save each, pipelined", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), pipelining{runs: true, ahead: true, recordStored: true}, false},
+		{"an entry of the record", world{next: 5}, in{seq: 5, bs: 50}, completeInRun, nil,
+			batch(in{seq: 6, bs: 60, last: true}), stored, false},
+		{"the window is full", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), pipelining{runs: true, recordStored: true, pending: 16}, false},
+		{"redelivered", world{next: 5}, in{seq: 5, bs: 50, redelivered: true}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), stored, false},
+		{"deferred", world{next: 5}, in{seq: 5, bs: 50, deferred: true}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), stored, false},
+		{"indexed", world{next: 5, deferred: map[int64]int64{5: 50}}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), stored, false},
+		{"m is the last", world{next: 5}, in{seq: 5, bs: 50, last: true}, saveThenComplete, nil,
+			nil, stored, false},
+		{"resolving", world{next: 5, resolving: true}, in{seq: 5, bs: 50}, saveThenComplete, nil,
+			batch(in{seq: 6, bs: 60, last: true}), stored, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := tt.w.view(testConfig()).tailsRun(tt.m.msg(), tt.how, tt.entries, tt.upcoming, tt.f)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestExtensionOf(t *testing.T) {
+	t.Parallel()
+	record := map[int64]int64{3: 30, 4: 40}
+	extension := map[int64]int64{4: 40, 5: 50, 6: 60}
+	tests := []struct {
+		name    string
+		m       in
+		pending int
+		want    extensionStep
+	}{
+		{"an entry of the record that landed", in{seq: 4, bs: 40}, 16, extensionNone},
+		{"an entry of the extension", in{seq: 5, bs: 50}, 0, extensionEarly},
+		{"the last slot", in{seq: 5, bs: 50}, 15, extensionEarly},
+		{"no slot left", in{seq: 5, bs: 50}, 16, extensionWait},
+		{"another copy of an entry", in{seq: 5, bs: 51}, 0, extensionWait},
+		{"not in the extension", in{seq: 7, bs: 70}, 0, extensionWait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, world{next: 3}.view(testConfig()).extensionOf(tt.m.msg(), record, extension, tt.pending))
+		})
+	}
+}
+
+func TestSavesForReplay(t *testing.T) {
+	t.Parallel()
+	pipelined := EngineConfig{MaxPendingSettlements: 4}.WithDefaults()                   // window 5
+	single := EngineConfig{Pipelining: Awaited, MaxPendingSettlements: 4}.WithDefaults() // window 1
+	tests := []struct {
+		name     string
+		cfg      EngineConfig
+		refused  int64
+		inFlight int
+		want     bool
+	}{
+		{"nothing refused", pipelined, 0, 4, false},
+		{"below the window", pipelined, 1, 3, false},
+		{"reaches the window", pipelined, 2, 3, true},
+		{"refusals alone", pipelined, 5, 0, true},
+		{"a window of one", single, 1, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, world{}.view(&tt.cfg).savesForReplay(tt.refused, tt.inFlight))
+		})
+	}
+}
+
+func TestAsksNextBatch(t *testing.T) {
+	t.Parallel()
+	runs := EngineConfig{}.WithDefaults()
+	off := EngineConfig{Pipelining: Awaited}.WithDefaults()
+	batch := func(ins ...in) []msg {
+		out := make([]msg, len(ins))
+		for i, x := range ins {
+			out[i] = *x.msg()
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		cfg     EngineConfig
+		w       world
+		cooling bool
+		batch   []msg
+		want    bool
+	}{
+		{"pipelined runs", runs, world{next: 1}, false, batch(in{seq: 1, bs: 1}, in{seq: 2, bs: 2}), true},
+		{"not pipelined", off, world{next: 1}, false, batch(in{seq: 1, bs: 1}), false},
+		{"resolving", runs, world{next: 1, resolving: true}, false, batch(in{seq: 1, bs: 1}), false},
+		{"cooling", runs, world{next: 1}, true, batch(in{seq: 1, bs: 1}), false},
+		{"the batch holds the last", runs, world{next: 1}, false, batch(in{seq: 1, bs: 1}, in{seq: 2, bs: 2, last: true}), false},
+		{"all sequences left in hand", runs, world{next: 2, last: 4, deferred: map[int64]int64{4: 40}, held: []in{{seq: 3, bs: 30}}}, false,
+			batch(in{seq: 2, bs: 20}), false},
+		{"one sequence left out", runs, world{next: 2, last: 5, deferred: map[int64]int64{4: 40}, held: []in{{seq: 3, bs: 30}}}, false,
+			batch(in{seq: 2, bs: 20}), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			v := tt.w.view(&tt.cfg)
+			v.cooling = tt.cooling
+			require.Equal(t, tt.want, v.asksNextBatch(tt.batch))
+		})
+	}
+}
+
+func TestGathersAhead(t *testing.T) {
+	t.Parallel()
+	cfg := EngineConfig{Pipelining: Awaited, MaxPendingSettlements: 16}.WithDefaults() // gathers up to 12
+	tests := []struct {
+		name              string
+		stored            bool
+		upcoming, unsaved int
+		want              bool
+	}{
+		{"more in hand, few handled", true, 3, 4, true},
+		{"the stored state does not say Ahead yet", false, 3, 4, false},
+		{"the end of the batch", true, 0, 4, false},
+		{"three quarters handled", true, 3, 12, false},
+		{"just below", true, 3, 11, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, world{}.view(&cfg).gathersAhead(tt.stored, tt.upcoming, tt.unsaved))
+		})
+	}
 }

@@ -11,38 +11,64 @@
 // adapters (the Service Bus adapter, sessionstate/*) implement its interfaces. Test fakes live
 // in sequencertest.
 //
+// # Glossary
+//
+//   - run: one RunSession call, from the load of the state to the release of the session.
+//   - receive batch: the messages one Receive returns (at most EngineConfig.ReceiveBatch; the
+//     worker's SEQBUS_PREFETCH). The next batch is the one a pipelined run asks for while it
+//     handles the batch in hand.
+//   - hand over: call the handler for a message (with its retries and, once they are spent, the
+//     poison policy).
+//   - window: the reorder window, the early messages a run holds in memory, unsettled.
+//   - index: State.Deferred, the broker sequence number of each deferred message by its
+//     application sequence.
+//   - record: State.InFlight, a recorded run: the in-order messages in hand saved in one write
+//     before they are handed over; its entries are completed without a save of their own.
+//   - extension: a record saved again over the next batch while the entries are handed over.
+//   - tail: the messages after a record up to the session's last one, covered by the last save.
+//   - ahead: with one save each, pipelined, a message handed over before the save that covers it
+//     has landed (State.Ahead tells the next holder to wait).
+//   - anchor: a handled active message kept unsettled until the drain of the deferred messages
+//     after it is durable: it is what makes the broker offer the session again after a crash.
+//   - lease: EngineConfig.PipelineLease, how long a pipelined run goes on after the broker last
+//     answered it, and how long the next holder waits before it replays.
+//   - fence: with a store of its own, the wait for the completions before the next handler call.
+//   - tombstone: the state of an ended session, kept for TombstoneTTL so that late copies are
+//     duplicates.
+//   - cooling: the message for Next waits for a released retry that is not due (State.Retrying).
+//   - completer: what completes handled messages at the broker, synchronous or pipelined.
+//
+// # Settlement strategies
+//
+// How a handled in-order message is made durable and settled depends on the configuration,
+// fixed when the engine is built: one save each (SaveEachMessage), recorded runs (the default),
+// pipelined runs (Pipelined, the worker's default), save-ahead (SaveEachMessage with
+// Pipelined) and transactional (an AtomicStore). The crash argument of each is in its own
+// section below: In order, one save each; One save each, pipelined; Recorded runs, Pipelined
+// runs, Extended runs and The tail of a run; Lock tenure for the AtomicStore. The engine picks
+// one when it is built (Engine.strategy, strategyOf); another way to make a message durable
+// (early messages held in the store, say) is one more strategy there, with its section here.
+//
+// # One in-order message's way
+//
+// Files in the order a reader opens them, with the default settings:
+//
+//	engine.go           RunSession: the run is set up, run and released
+//	session.go          the loop of receive batches; step decides a message (decide.go)
+//	decide.go           view.decide: in order; view.settlementOf: an entry of a run or a save of its own
+//	session_inorder.go  inOrder: the record saved, the handler called (handOver), the completion issued
+//	session_calls.go    the calls: load, save, recordRun, the handler, receive
+//	settler.go          the completer: the entry completed now or in the background
+//
 // # Where things are
 //
-// decide.go is the core without I/O: a received message read once against the contract (msg),
-// what a run holds besides the state (the window), and every choice taken from the state, the
-// window, a message and the time alone: what to do with a message (view.decide; view.leftover for
-// a message that is only settled, of its own type settleDecision), how a handled one is settled
-// (view.settlementOf), what the poison policy does (view.poisonOf), what the gap policy does now
-// (view.gapPolicy, on the one expiry rule State.GapExpired that the worker's sweeper applies too)
-// and what leaves the window (view.overflow). state.go holds State and its transitions (handled,
-// park, skip, unpark, …), each written once; engine.go and runner.go the Engine and the Runner.
-//
-// The session loop carries the decisions out, one RunSession call from the load to the release,
-// in files to read in this order:
-//
-//	session.go          the run and its phases; the loop of receive batches; one message's step
-//	                    (decide, then hand over, hold or settle)
-//	session_start.go    what a run settles before it receives (startup: an expired tombstone, a
-//	                    parked message, a resume, stale deferred messages), and the resolution of
-//	                    an inherited run record
-//	session_inorder.go  an in-order message: handler → save → settle, or an entry of a recorded
-//	                    run (completed at once, or in the background with PipelineRuns); an
-//	                    unsequenced one; the retry (backoff, tenure check); the poison policy
-//	session_ahead.go    the saves in the background of one save each, pipelined
-//	session_retry.go    a retry whose wait is spent with the session released (State.Retrying)
-//	session_drain.go    the drain of what became due (window, then deferred fetched by number),
-//	                    the bound of the window, the gap clock and the gap policy
-//	session_end.go      the end of a session (tombstone or delete) and the release of a run
-//	session_calls.go    the calls to the store, the handler (through CallHandler, which turns a
-//	                    panic into a *PanicError) and the broker's receive side, lock renewal
-//	settler.go          every settlement at the broker, and what they share: the background
-//	                    completions (pipeline), the lost-lock flag, the anchors, the settled
-//	                    index entries the next save removes
+// decide.go takes every choice about a message from the state, the window, the message and the
+// time alone (view), without I/O; state.go holds State and its transitions. The session files
+// carry the choices out: session.go (the run, its phases, the loop), session_start.go (what a
+// run settles before it receives; an inherited record), session_inorder.go, session_ahead.go
+// (saves in the background), session_retry.go, session_drain.go, session_end.go,
+// session_calls.go (the store, the handler, receives, lock renewal) and settler.go (every
+// settlement at the broker).
 //
 // # Message contract
 //
@@ -88,15 +114,12 @@
 // the message is decided and acted on, and what became due is drained. After the batch the
 // window is bounded (deferring what does not fit). An empty receive means the session idles: it
 // is released with its state kept, unless that resolves an inherited record or a gap timed out.
-// With PipelineRuns the run asks the broker for its next batch while it handles one (a
-// prefetch), unless what it has in hand may end the session (the batch holds the last message,
-// or the last sequence is known and as many messages as sequences left are in hand): the round
-// trip of a receive then overlaps the handling instead of following it (and a recorded run may
-// extend over the batch received so, see Extended runs); the first batch is asked for with the
-// load (except by a woken run, which may release at once). The idle timeout still
-// counts from the moment the run is ready for the batch, and a run that ends before it takes the
-// batch drops it: its messages were never decided, and return to the broker with the session,
-// unsettled.
+// With Pipelined the run asks the broker for its next batch while it handles one, unless
+// what it has in hand may end the session (view.asksNextBatch), and for the first with the load
+// (except a woken run): the round trip of a receive overlaps the handling (and a recorded run
+// may extend over that batch, see Extended runs). The idle timeout still counts from the moment
+// the run is ready for the batch, and a run that ends before it takes the batch drops it: its
+// messages return to the broker with the session, undecided and unsettled.
 // The run is in one phase at a time: resolving an inherited record (Next only a lower bound),
 // receiving, or finished (parked, blocked or ended here), which releases the session. The stored
 // State, not the phase, says whether the session is parked or ended: a run of a parked session
@@ -114,15 +137,14 @@
 // With EngineConfig.SaveEachMessage, and whenever a recorded run (below) does not apply:
 // handler → save(Next+1) → complete. A crash before the handler returns, or after it returned
 // but before the save, leaves the message unsettled and Next unchanged: it is redelivered and
-// handled again. This is the one documented at-least-once window (PipelineRuns widens it, see
-// One save each, pipelined; use an AtomicStore, whose
-// SaveWith runs the handler and the save in one transaction, to close it). A crash after the
+// handled again. This is the one documented at-least-once window (Pipelined widens it; an
+// AtomicStore, whose SaveWith runs the handler and the save in one transaction, closes it). A crash after the
 // save leaves the message unsettled with Next past it: it is redelivered, classified as a
 // duplicate and completed.
 //
 // # One save each, pipelined
 //
-// With SaveEachMessage and PipelineRuns (and MaxPendingSettlements > 1) every message is still
+// With SaveEachMessage and Pipelined (and MaxPendingSettlements > 1) every message is still
 // completed only after a save that records it handled (Next exact, no record), but the handler
 // is not held up by that save: the save of the messages handled so far runs in the background
 // (one at a time: each expects the version the one before returned), the handler goes on with
@@ -130,9 +152,7 @@
 // batch is in hand, the next save waits for three quarters of MaxPendingSettlements handled
 // messages (the rest of the window covers its round trip); at the end of the batch, unless the
 // next one is in hand already, the run saves and completes everything handled before it waits
-// for the broker. Fewer saves, each covering more messages, where one started as soon as
-// the one before landed covered a few. At most
-// MaxPendingSettlements messages are handled and not yet in a save that landed; the next handler
+// for the broker. At most MaxPendingSettlements messages are handled and not yet in a save that landed; the next handler
 // call waits for the save in flight beyond that. A crash or a lost lock hands over again, in
 // order, the messages handled since the last save that landed and the one in hand (at most
 // MaxPendingSettlements + 1); those in a save that landed and not yet completed are duplicates,
@@ -184,8 +204,7 @@
 // message is gone; an entry not delivered before the session idles is gone. A client need not
 // see the broker's order, though: the Service Bus SDK releases a message that lands on the link
 // between two receives, while a later one may already wait in the link's buffer, and the broker
-// delivers the released one again after it (a chaos run with a short receive wait skipped
-// entries so). So before the second rule takes an entry as gone, the run asks the broker whether
+// delivers the released one again after it. So before the second rule takes an entry as gone, the run asks the broker whether
 // it still holds it (HoldingSession, a peek, once per entry and only then): one it holds is left
 // to the first or the third rule. Delivered entries below the highest gone one are duplicates.
 // Until every entry is decided (the run's phase is
@@ -196,7 +215,7 @@
 //
 // # Pipelined runs
 //
-// With EngineConfig.PipelineRuns (and MaxPendingSettlements > 1) the complete of an entry goes
+// With Pipelined (and MaxPendingSettlements > 1) the complete of an entry goes
 // to the background pipeline like the completes above, and the next entry's handler is called
 // without waiting for its answer: one handler call at a time, not one broker round trip at a
 // time. Nothing about the record changes: the state still says "run from
@@ -216,8 +235,7 @@
 // A lost lock is not always known at once: after a cut connection the broker gives the session to
 // another replica while the old run's completions hang in the SDK's recovery, and without a bound
 // the old run would go on calling the handler for the entries in hand (up to MaxPendingSettlements
-// of them) while the new run replays the same entries, the two runs' calls interleaved (a chaos
-// run with connection cuts showed exactly that). The lease rules it out
+// of them) while the new run replays the same entries, the two runs' calls interleaved. The lease rules it out
 // (EngineConfig.PipelineLease, 1s by default). A pipelined run calls the handler without waiting
 // for its completions only while the latest call the broker answered for it (the accept that
 // locked the session, a settlement or a save in the session) was sent less than the lease ago;
@@ -227,9 +245,8 @@
 // without pipelining. A run that inherits a record waits the lease after it loaded the state
 // before its first handler call, so its replay comes after the old run's calls, except one still
 // running, as without pipelining; and before its first save, because a save that resolves the
-// record removes it, and the run after that one, finding no record, waits for nothing (a chaos run
-// showed that too: the second holder resolved the record and lost the session, and the third
-// replayed at once while the first was still calling). The lease costs nothing while completions
+// record removes it, and the run after that one, finding no record, waits for nothing, and would replay
+// at once while the first holder is still calling. The lease costs nothing while completions
 // are answered in milliseconds, and a replacement waits one lease for a session whose earlier run
 // ended without its release.
 //
@@ -328,8 +345,7 @@
 // Next (in a tombstone too) makes State.DueDeferred true, and a sweeper wakes the session. The
 // entry of a recorded run whose completion was refused stays at the broker like one whose
 // completion a crash cut off, but its slot in the pipeline is free again: under a throttle the
-// entries a lost lock hands over again would grow with every refusal (a throttled bench cell
-// replayed 32). So once the refused entries since the last save and the completions in flight
+// entries a lost lock hands over again would grow with every refusal. So once the refused entries since the last save and the completions in flight
 // reach EngineConfig.ReplayWindow, the run saves before its next in-order message: the save
 // records every message handled so far (the refused ones come back as duplicates) and ends the
 // run's record.
@@ -395,9 +411,9 @@
 // That covers every stretch in which the run makes calls, provided no call can succeed on a lock
 // that was lost and taken again behind the run's back. The Service Bus SDK does exactly that when
 // it retries: it recovers the link, which locks the session again, seconds after another worker
-// could have taken the session, ended it and let it go; a state write then replaced the tombstone
-// with a state from before the end, and a late copy of sequence 1 was handled after the last
-// message. The adapter (sbadapter, "Lock tenure") turns the SDK's retries off and refuses every
+// could have taken the session, ended it and let it go; a state write would then replace the
+// tombstone with a state from before the end, and a late copy of sequence 1 be handled after the
+// last message. The adapter (sbadapter, "Lock tenure") turns the SDK's retries off and refuses every
 // call on a session once one call showed the lock gone, so a Session either holds its first
 // lock or fails.
 //
@@ -407,7 +423,7 @@
 // such a call. A store of its own (Postgres) is not: a holder that lost its lock in a cut could
 // go on saving there and handing messages over while its completions hang in the SDK's retries
 // (seconds), and meanwhile another holder, started from a state the first then overwrote, hands
-// the same messages over again: a call for N after N+1 (seen with Postgres in the chaos test).
+// the same messages over again: a call for N after N+1.
 // For such a store the engine fences:
 //
 //   - before a run's first handler call it saves the state once (a claim): the version moves, so
@@ -415,7 +431,7 @@
 //     on from the latest state;
 //   - before each handler call it waits for the answers to the completions issued since the
 //     last save (no completion overlaps the next message; completions of a lost lock fail),
-//     except, with PipelineRuns, before the entries of a recorded run (an extension's
+//     except, with Pipelined, before the entries of a recorded run (an extension's
 //     included), the tail of a run and a message saved on its own right after a record, which
 //     the record and the lease bound instead, and before a message that goes ahead of its save
 //     after a save with Ahead (see Pipelined runs, Extended runs, The tail of a run and One
@@ -428,7 +444,7 @@
 // effects in the store commit only with the version check, whatever the interleaving; a
 // handler's effects elsewhere (an HTTP call) are at least once, as ever: at most the message a
 // holder had in hand when it lost its lock is handed over again, by the next holder (with
-// PipelineRuns, up to MaxPendingSettlements + 1 of the messages it handled last, in order).
+// Pipelined, up to MaxPendingSettlements + 1 of the messages it handled last, in order).
 //
 // # Gaps
 //

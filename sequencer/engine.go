@@ -74,9 +74,53 @@ type Engine struct {
 	log          *slog.Logger
 	obs          Observer
 	stats        statsCounters
+	// strategy is how an in-order message is made durable and settled.
+	strategy strategy
+	// pipelined: Pipelined with MaxPendingSettlements > 1: a run goes on before
+	// the broker has answered, within the lease.
+	pipelined bool
 	// workers run the background calls of every run (completions, saves, receives).
 	workers *workers
 }
+
+// strategy is how a handled in-order message is made durable and settled, chosen once when the
+// engine is built (see "Settlement strategies" in the package documentation).
+type strategy int
+
+const (
+	// recordedRuns: the in-order messages in hand are recorded in one save, then each goes
+	// handler → complete ("Recorded runs" in the package documentation).
+	recordedRuns strategy = iota
+	// pipelinedRuns: recorded runs whose entries are completed in the background ("Pipelined
+	// runs", "Extended runs", "The tail of a run").
+	pipelinedRuns
+	// perMessage: handler → save → complete ("In order, one save each").
+	perMessage
+	// saveAhead: one save each, the saves in the background ("One save each, pipelined").
+	saveAhead
+	// transactional: the handler and the save in one transaction of an AtomicStore ("Lock
+	// tenure").
+	transactional
+)
+
+// strategyOf chooses the strategy: an AtomicStore is transactional whatever the settings,
+// SaveEachMessage saves each message, and Pipelined runs them in the background.
+func strategyOf(saveEach, pipelined, atomic bool) strategy {
+	switch {
+	case atomic:
+		return transactional
+	case saveEach && pipelined:
+		return saveAhead
+	case saveEach:
+		return perMessage
+	case pipelined:
+		return pipelinedRuns
+	}
+	return recordedRuns
+}
+
+// recordsRuns reports whether the strategy records runs of in-order messages.
+func (s strategy) recordsRuns() bool { return s == recordedRuns || s == pipelinedRuns }
 
 // NewEngine checks cfg (after WithDefaults) and returns an Engine.
 func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
@@ -95,6 +139,8 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 		log:     deps.Logger,
 		obs:     deps.Observer,
 		workers: newWorkers(),
+
+		pipelined: cfg.Pipelining == Pipelined && cfg.MaxPendingSettlements > 1,
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -102,6 +148,7 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 	if a, ok := deps.Store.(AtomicStore); ok {
 		e.atomic = a
 	}
+	e.strategy = strategyOf(cfg.SaveEachMessage, e.pipelined, e.atomic != nil)
 	if sb, ok := deps.Store.(SessionBoundStore); ok {
 		e.sessionBound = sb.WritesThroughSession()
 	}
@@ -159,15 +206,17 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	r := &run{
-		e:         e,
-		ctx:       rctx,
-		stop:      cmp.Or[context.Context](opts.Stop, context.Background()),
-		resume:    opts.Resume,
-		woken:     opts.Woken,
-		onRelease: opts.Released,
-		sess:      sess,
-		id:        sess.ID(),
-		w:         newWindow(),
+		e:   e,
+		ctx: rctx,
+		opts: runOptions{
+			stop:      cmp.Or[context.Context](opts.Stop, context.Background()),
+			resume:    opts.Resume,
+			woken:     opts.Woken,
+			onRelease: opts.Released,
+		},
+		sess: sess,
+		id:   sess.ID(),
+		w:    newWindow(),
 	}
 	r.s.init(rctx, cancel, e, sess)
 	if !opts.AcceptSent.IsZero() {
@@ -176,7 +225,7 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	var wg sync.WaitGroup
 	wg.Go(r.renewLoop)
 	out, err := r.run()
-	r.dropPrefetch()
+	r.dropNextBatch()
 	r.waitAhead()
 	// A successful run has awaited its completions already (release, end); after a failure
 	// the ones still in flight finish (or fail) before the session is closed.
@@ -185,7 +234,6 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	} else if perr != nil && !errors.Is(err, perr) {
 		err = errors.Join(err, perr) // the background failure is often the cause of err
 	}
-	r.s.close()
 	if out == OutcomeFailed && r.s.lost.Load() {
 		out = OutcomeLockLost
 	}

@@ -16,7 +16,7 @@ import (
 
 func TestEngineEarlyMessageNeverHandledBeforePredecessors(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	publish(b, "s1", []int64{2, 3}, 0)
 	out, _ := b.runNext(t)
 	require.Equal(t, sequencer.OutcomeIdle, out)
@@ -41,7 +41,7 @@ func TestEngineEarlyMessageNeverHandledBeforePredecessors(t *testing.T) {
 
 func TestEngineDuplicates(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	// 1, then copies of 3 (held), then 1 again (late), then 2.
 	publish(b, "s1", []int64{1, 3, 3, 1, 2}, 3)
 	out, _ := b.runNext(t)
@@ -54,7 +54,7 @@ func TestEngineDuplicates(t *testing.T) {
 	require.Equal(t, uint64(2), st.Counters.Duplicates)
 
 	// A copy of a deferred message is a duplicate too.
-	b2 := setup(t, sequencer.EngineConfig{})
+	b2 := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	publish(b2, "s", []int64{2}, 0)
 	b2.runAll(t)
 	publish(b2, "s", []int64{2, 1}, 0)
@@ -82,7 +82,7 @@ func TestEngineInvalidMessagesAreDeadLettered(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sequencer.EngineConfig{MaxGap: 100})
+			b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, MaxGap: 100})
 			b.broker.Publish("s1", tt.props, nil)
 			publish(b, "s1", []int64{1}, 0) // the session is not blocked
 			b.runAll(t)
@@ -98,7 +98,7 @@ func TestEngineInvalidMessagesAreDeadLettered(t *testing.T) {
 
 func TestEngineSequenceTypesAndLastMarks(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{SequenceProperty: "seq", LastProperty: "end"})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, SequenceProperty: "seq", LastProperty: "end"})
 	for i, v := range []any{int8(1), int16(2), int32(3), int64(4), uint8(5), uint16(6), uint32(7), uint(8), 9, "10"} {
 		props := map[string]any{"seq": v, "end": "false"}
 		if i == 9 {
@@ -113,7 +113,7 @@ func TestEngineSequenceTypesAndLastMarks(t *testing.T) {
 
 func TestEngineMessagesAfterLastAreInvalid(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	publish(b, "s1", []int64{4, 3}, 0)
 	b.broker.PublishSeq("s1", 2, true) // the last mark arrives after 3 and 4
 	publish(b, "s1", []int64{1}, 0)
@@ -131,6 +131,7 @@ func TestEngineMessagesAfterLastAreInvalid(t *testing.T) {
 func TestEngineRetriesWithBackoffThenSucceeds(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sequencer.EngineConfig{
+		Pipelining:        sequencer.Awaited,
 		Retry:             sequencer.RetryPolicy{Attempts: 4, Base: 10 * time.Second, Cap: 15 * time.Second},
 		LockRenewInterval: 20 * time.Second,
 	})
@@ -173,6 +174,7 @@ func TestEngineRetriesWithBackoffThenSucceeds(t *testing.T) {
 func TestEngineRetryWaitChecksTheStoredStateFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sequencer.EngineConfig{
+		Pipelining:        sequencer.Awaited,
 		Retry:             sequencer.RetryPolicy{Attempts: 3, Base: 10 * time.Second},
 		LockRenewInterval: time.Hour,
 	})
@@ -212,7 +214,7 @@ func TestEnginePoisonPark(t *testing.T) {
 	for _, skip := range []bool{false, true} {
 		t.Run(fmt.Sprintf("resume skip=%v", skip), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sequencer.EngineConfig{})
+			b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 			b.setFail(func(m *sequencer.Message) error {
 				if m.Sequence == 2 && m.DeliveryCount < 100 && m.MessageID != "replayed" {
 					return errors.New("boom")
@@ -261,7 +263,7 @@ func TestEnginePoisonPark(t *testing.T) {
 
 func TestEnginePoisonSkip(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{Poison: sequencer.PoisonSkip})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Poison: sequencer.PoisonSkip})
 	b.setFail(func(m *sequencer.Message) error {
 		if m.Sequence == 2 {
 			return errors.New("boom")
@@ -281,7 +283,7 @@ func TestEnginePoisonSkip(t *testing.T) {
 
 func TestEnginePoisonBlockEndsByMaxDeliveryCount(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{Poison: sequencer.PoisonBlock})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Poison: sequencer.PoisonBlock})
 	b.setFail(func(*sequencer.Message) error { return errors.New("boom") })
 	publish(b, "s1", []int64{1}, 0)
 	outs := b.runAll(t)
@@ -296,7 +298,7 @@ func TestEnginePoisonBlockEndsByMaxDeliveryCount(t *testing.T) {
 
 func TestEngineHandlerPanicIsAFailure(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{Poison: sequencer.PoisonSkip})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Poison: sequencer.PoisonSkip})
 	b.setFail(func(m *sequencer.Message) error {
 		if m.Sequence == 1 {
 			panic("kaboom")
@@ -311,7 +313,7 @@ func TestEngineHandlerPanicIsAFailure(t *testing.T) {
 
 func TestEngineGapTimeoutSkipsMissingSequence(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{GapTimeout: 5 * time.Minute, GapPolicy: sequencer.GapSkip})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, GapTimeout: 5 * time.Minute, GapPolicy: sequencer.GapSkip})
 	publish(b, "s1", []int64{1, 3, 4}, 0)
 	require.Equal(t, []sequencer.Outcome{sequencer.OutcomeIdle}, b.runAll(t))
 	require.Equal(t, []int64{1}, b.got("s1"))
@@ -332,11 +334,11 @@ func TestEngineGapTimeoutSkipsMissingSequence(t *testing.T) {
 
 func TestEngineLockLostStopsAllWork(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{LockRenewInterval: 10 * time.Second})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, LockRenewInterval: 10 * time.Second})
 	publish(b, "s1", []int64{1, 2}, 0)
 	started := make(chan struct{})
 	var handlerCtxErr error
-	e2, err := sequencer.NewEngine(sequencer.EngineConfig{LockRenewInterval: 10 * time.Second}, sequencer.EngineDeps{
+	e2, err := sequencer.NewEngine(sequencer.EngineConfig{Pipelining: sequencer.Awaited, LockRenewInterval: 10 * time.Second}, sequencer.EngineDeps{
 		Store: b.store.Client(b.proc),
 		Handler: sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
 			close(started)
@@ -372,7 +374,7 @@ func TestEngineLockLostStopsAllWork(t *testing.T) {
 
 func TestEngineGracefulStopDefersHeldMessages(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	publish(b, "s1", []int64{3, 1, 2}, 0)
 	stop, cancel := context.WithCancel(t.Context())
 	b.setFail(func(m *sequencer.Message) error {
@@ -397,7 +399,7 @@ func TestEngineStoreAndBrokerErrorsReleaseTheSession(t *testing.T) {
 	for _, op := range []string{"load", "save", "receive", "complete", "defer", "receive_deferred"} {
 		t.Run(op, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sequencer.EngineConfig{WindowMessages: sequencer.NoWindow, ReceiveBatch: 1})
+			b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, WindowMessages: sequencer.NoWindow, ReceiveBatch: 1})
 			failed := false
 			b.proc.Hook = func(c sequencertest.Call) error {
 				if c.Op == op && c.Phase == sequencertest.Before && !failed {
@@ -421,7 +423,7 @@ func TestEngineStoreAndBrokerErrorsReleaseTheSession(t *testing.T) {
 
 func TestEngineVersionConflictStops(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	publish(b, "s1", []int64{1}, 0)
 	b.proc.Hook = func(c sequencertest.Call) error {
 		if c.Op == "load" && c.Phase == sequencertest.After {
@@ -439,8 +441,8 @@ func TestEngineVersionConflictStops(t *testing.T) {
 
 func TestEngineAtomicStore(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{Retry: sequencer.RetryPolicy{Attempts: 2}})
-	b.engine = b.newEngine(t, sequencer.EngineConfig{Retry: sequencer.RetryPolicy{Attempts: 2}}, b.store.Client(b.proc).Atomic())
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Retry: sequencer.RetryPolicy{Attempts: 2}})
+	b.engine = b.newEngine(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Retry: sequencer.RetryPolicy{Attempts: 2}}, b.store.Client(b.proc).Atomic())
 	fails := 1
 	b.setFail(func(m *sequencer.Message) error {
 		if m.Sequence == 2 && fails > 0 {
@@ -462,15 +464,15 @@ func TestEngineConfigValidation(t *testing.T) {
 		name string
 		cfg  sequencer.EngineConfig
 	}{
-		{"same properties", sequencer.EngineConfig{SequenceProperty: "x", LastProperty: "x"}},
-		{"bad window", sequencer.EngineConfig{WindowMessages: -5}},
-		{"bad policy", sequencer.EngineConfig{Poison: "explode"}},
-		{"negative timeout", sequencer.EngineConfig{IdleTimeout: -time.Second}},
-		{"negative gap", sequencer.EngineConfig{MaxGap: -1}},
-		{"negative batch", sequencer.EngineConfig{DeferredBatch: -1}},
-		{"negative base", sequencer.EngineConfig{Retry: sequencer.RetryPolicy{Attempts: 1, Base: -1}}},
-		{"bad ttl", sequencer.EngineConfig{TombstoneTTL: -2}},
-		{"bad pending settlements", sequencer.EngineConfig{MaxPendingSettlements: -1}},
+		{"same properties", sequencer.EngineConfig{Pipelining: sequencer.Awaited, SequenceProperty: "x", LastProperty: "x"}},
+		{"bad window", sequencer.EngineConfig{Pipelining: sequencer.Awaited, WindowMessages: -5}},
+		{"bad policy", sequencer.EngineConfig{Pipelining: sequencer.Awaited, Poison: "explode"}},
+		{"negative timeout", sequencer.EngineConfig{Pipelining: sequencer.Awaited, IdleTimeout: -time.Second}},
+		{"negative gap", sequencer.EngineConfig{Pipelining: sequencer.Awaited, MaxGap: -1}},
+		{"negative batch", sequencer.EngineConfig{Pipelining: sequencer.Awaited, DeferredBatch: -1}},
+		{"negative base", sequencer.EngineConfig{Pipelining: sequencer.Awaited, Retry: sequencer.RetryPolicy{Attempts: 1, Base: -1}}},
+		{"bad ttl", sequencer.EngineConfig{Pipelining: sequencer.Awaited, TombstoneTTL: -2}},
+		{"bad pending settlements", sequencer.EngineConfig{Pipelining: sequencer.Awaited, MaxPendingSettlements: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -480,7 +482,7 @@ func TestEngineConfigValidation(t *testing.T) {
 			require.Error(t, err)
 		})
 	}
-	_, err := sequencer.NewEngine(sequencer.EngineConfig{}, sequencer.EngineDeps{})
+	_, err := sequencer.NewEngine(sequencer.EngineConfig{Pipelining: sequencer.Awaited}, sequencer.EngineDeps{})
 	require.Error(t, err)
 	require.Equal(t, 15*time.Second, sequencer.RetryPolicy{Base: time.Second, Cap: 15 * time.Second}.Backoff(5))
 	require.Equal(t, "lock_lost", sequencer.OutcomeLockLost.String())
@@ -521,9 +523,9 @@ func TestStateUnpark(t *testing.T) {
 
 func TestEngineRenewsLockWhileHandling(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	release := make(chan struct{})
-	e, err := sequencer.NewEngine(sequencer.EngineConfig{}, sequencer.EngineDeps{
+	e, err := sequencer.NewEngine(sequencer.EngineConfig{Pipelining: sequencer.Awaited}, sequencer.EngineDeps{
 		Store: b.store.Client(nil),
 		Handler: sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
 			select {

@@ -184,7 +184,7 @@ func publish(b *bundle, session string, order []int64, last int64) {
 
 func TestEngineInOrder(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	publish(b, "s1", seqs(1, 3), 0)
 	out, ok := b.runNext(t)
 	require.True(t, ok)
@@ -202,7 +202,7 @@ func TestEngineEndDeletesStateOrKeepsTombstone(t *testing.T) {
 	for _, ttl := range []time.Duration{sequencer.NoTombstone, time.Hour} {
 		t.Run(fmt.Sprint(ttl), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sequencer.EngineConfig{TombstoneTTL: ttl})
+			b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, TombstoneTTL: ttl})
 			publish(b, "s1", seqs(1, 3), 3)
 			out, _ := b.runNext(t)
 			require.Equal(t, sequencer.OutcomeEnded, out)
@@ -233,7 +233,7 @@ func TestEngineEndDeletesStateOrKeepsTombstone(t *testing.T) {
 
 func TestEngineReversedUsesWindowWithoutDeferral(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	publish(b, "s1", seqs(10, 1), 10)
 	out, _ := b.runNext(t)
 	require.Equal(t, sequencer.OutcomeEnded, out)
@@ -245,7 +245,7 @@ func TestEngineReversedUsesWindowWithoutDeferral(t *testing.T) {
 
 func TestEngineDefersBeyondWindowAndDrainsInBatches(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{WindowMessages: sequencer.NoWindow, DeferredBatch: 4, ReceiveBatch: 3})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, WindowMessages: sequencer.NoWindow, DeferredBatch: 4, ReceiveBatch: 3})
 	publish(b, "s1", seqs(10, 1), 10)
 	out, _ := b.runNext(t)
 	require.Equal(t, sequencer.OutcomeEnded, out)

@@ -37,7 +37,7 @@ type extendCase struct {
 
 func newExtendCase(t *testing.T, bound bool, last int64) *extendCase {
 	t.Helper()
-	cfg := sequencer.EngineConfig{PipelineRuns: true, ReceiveBatch: 4}
+	cfg := sequencer.EngineConfig{ReceiveBatch: 4}
 	c := &extendCase{handlerCalled: map[int64]chan struct{}{}, completedAfter: map[int64]int64{}, secondBatch: make(chan struct{})}
 	if bound {
 		c.b = setupBound(t, cfg)
@@ -155,7 +155,7 @@ func replayedInOrder(t *testing.T, got []int64, handled, replayFrom, last int64)
 
 // TestExtendedRuns: with pipelined runs, a recorded run extends over the next batch when that
 // was received while the run's entries were handled (the receive of the next batch is sent
-// meanwhile, see TestPrefetch): one save, sent in the background while the entries go on,
+// meanwhile, see TestNextBatch): one save, sent in the background while the entries go on,
 // records the run over both batches, and the entries of the next batch need no save of their
 // own. Entries of the extension handed over before it lands are completed only after it has
 // landed; a crash before it lands leaves them at the broker, handed over again in order.
@@ -243,7 +243,7 @@ func TestExtendedRunCrash(t *testing.T) {
 			got := c.b.got("s1")
 			require.GreaterOrEqual(t, len(got), 6, "6 was handed over before the crash")
 
-			c.b.restart(t, sequencer.EngineConfig{PipelineRuns: true, ReceiveBatch: 4})
+			c.b.restart(t, sequencer.EngineConfig{ReceiveBatch: 4})
 			runAllWithLease(t, c.b)
 			replayedInOrder(t, c.b.got("s1"), int64(len(got)), 5, 8)
 			require.Zero(t, c.b.broker.Len())
@@ -297,7 +297,7 @@ func TestRunTail(t *testing.T) {
 					out, _ := c.b.engine.RunSession(t.Context(), mustAccept(t, c.b), nil)
 					require.Equal(t, sequencer.OutcomeLockLost, out)
 					require.Equal(t, seqs(1, 7), c.b.got("s1"))
-					c.b.restart(t, sequencer.EngineConfig{PipelineRuns: true, ReceiveBatch: 4})
+					c.b.restart(t, sequencer.EngineConfig{ReceiveBatch: 4})
 					runAllWithLease(t, c.b)
 					replayedInOrder(t, c.b.got("s1"), 7, 5, 7)
 					require.Zero(t, c.b.broker.Len())

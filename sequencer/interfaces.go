@@ -196,7 +196,7 @@ type AtomicStore interface {
 // For such a store the engine fences: the first handler call of a run follows a save of its own
 // (a claim: the version moves, so the earlier holder's next save fails), every handler call
 // follows the broker's answers to the completions issued before it (no completion overlaps the
-// next message; with EngineConfig.PipelineRuns the entries of a recorded run are bounded by the
+// next message; with Pipelined the entries of a recorded run are bounded by the
 // record and the lease instead), and a retry wait ends with a lock renewal. See "Lock tenure" and "Pipelined
 // runs" in the package documentation.
 type SessionBoundStore interface {

@@ -34,7 +34,7 @@ func TestEndedSessionReleasesAfterItsLateCopies(t *testing.T) {
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
-					b := setup(t, sequencer.EngineConfig{TombstoneTTL: time.Hour, PipelineRuns: pipelined, ReceiveBatch: 3})
+					b := setup(t, sequencer.EngineConfig{TombstoneTTL: time.Hour, Pipelining: pipeliningOf(pipelined), ReceiveBatch: 3})
 					publish(b, "s", seqs(1, 3), 3)
 					out, _ := b.runNext(t)
 					require.Equal(t, sequencer.OutcomeEnded, out)

@@ -74,9 +74,9 @@ func TestEnginePipelinedCompletesOverlapTheNextHandler(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("pending=%d bound=%v runs=%v held=%d last=%v accepted=%v ago=%s", tt.pending, tt.bound, tt.runs, tt.held, tt.last, tt.accepted, tt.ago), func(t *testing.T) {
 			t.Parallel()
-			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: tt.pending}
+			cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited, SaveEachMessage: true, MaxPendingSettlements: tt.pending}
 			if tt.runs {
-				cfg = sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: tt.pending}
+				cfg = sequencer.EngineConfig{MaxPendingSettlements: tt.pending}
 			}
 			held := max(tt.held, 1)
 			b := setupStore(t, cfg, tt.bound)
@@ -135,7 +135,7 @@ func TestEnginePipelinedCompleteErrorStopsTheSession(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 4}
+			cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited, SaveEachMessage: true, MaxPendingSettlements: 4}
 			b := setupBound(t, cfg) // a store of its own never lets completes overlap handlers
 			third := make(chan struct{})
 			var handlerCause error
@@ -191,7 +191,7 @@ func TestEnginePipelinedCompleteErrorStopsTheSession(t *testing.T) {
 			require.GreaterOrEqual(t, active, 1+6-len(b.got("s1")), "message 1 and the unhandled ones return to the broker")
 
 			// The next run completes the handled ones as duplicates and hands nothing twice.
-			b.engine = b.newEngine(t, sequencer.EngineConfig{}, b.storeClient())
+			b.engine = b.newEngine(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited}, b.storeClient())
 			b.setFail(nil)
 			b.runAll(t)
 			require.Equal(t, seqs(1, 6), b.got("s1"), "in order, each once")
@@ -202,7 +202,7 @@ func TestEnginePipelinedCompleteErrorStopsTheSession(t *testing.T) {
 
 func TestEngineCrashWithCompletesInFlightOnlyLeavesDuplicates(t *testing.T) {
 	t.Parallel()
-	cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 8}
+	cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited, SaveEachMessage: true, MaxPendingSettlements: 8}
 	b := setupBound(t, cfg) // completes in flight while handlers run: a store kept in the session
 	crashed := make(chan struct{})
 	b.setFail(func(m *sequencer.Message) error {
@@ -258,7 +258,7 @@ func TestEngineRecordedRunSavesOncePerRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sequencer.EngineConfig{SaveEachMessage: tt.eachMessage, ReceiveBatch: 32})
+			b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, SaveEachMessage: tt.eachMessage, ReceiveBatch: 32})
 			publish(b, "s1", tt.order, 20)
 			out, _ := b.runNext(t)
 			require.Equal(t, sequencer.OutcomeEnded, out)
@@ -302,7 +302,7 @@ func TestEngineRecordedRunAfterACrash(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := sequencer.EngineConfig{}
+			cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited}
 			b := setup(t, cfg)
 			var completes atomic.Int64
 			b.proc.Hook = func(c sequencertest.Call) error {
@@ -342,7 +342,7 @@ func mustAccept(t *testing.T, b *bundle) sequencer.Session {
 
 func TestEngineInheritedRecordHoldsOtherCopiesUntilSettled(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 	copyOf1 := b.broker.PublishSeq("s1", 1, false)
 	b.broker.PublishSeq("s1", 3, true)
 	// An earlier run recorded 1 and 2 with broker sequence numbers the broker no longer holds:
@@ -370,7 +370,7 @@ func TestEngineInheritedRecordHoldsOtherCopiesUntilSettled(t *testing.T) {
 // handler call, so that the earlier holder can save no more.
 func TestEngineFencesAStoreOfItsOwn(t *testing.T) {
 	t.Parallel()
-	cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 4}
+	cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited, SaveEachMessage: true, MaxPendingSettlements: 4}
 	b := setup(t, cfg)
 	publish(b, "s1", seqs(1, 5), 5)
 
@@ -445,7 +445,7 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 
 	t.Run("a run stops calling once its completions go unanswered for the lease", func(t *testing.T) {
 		t.Parallel()
-		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}
+		cfg := sequencer.EngineConfig{MaxPendingSettlements: 4}
 		b := setupStore(t, cfg, bound)
 		release := make(chan struct{})
 		b.proc.Hook = onComplete(func(n int64) error {
@@ -493,7 +493,7 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 		t.Parallel()
 		// An unsequenced message passed through is handed over while the record is unresolved,
 		// before any save.
-		cfg := sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4, Unsequenced: sequencer.UnsequencedPassThrough}
+		cfg := sequencer.EngineConfig{MaxPendingSettlements: 4, Unsequenced: sequencer.UnsequencedPassThrough}
 		b, done := inherit(t, cfg, func(b *bundle) { b.broker.Publish("s1", nil, []byte("unsequenced")) })
 		time.Sleep(quiet)
 		require.Empty(t, b.got("s1"), "no handler call before the lease has passed")
@@ -504,7 +504,7 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 
 	t.Run("a run that inherits a record waits the lease before a save resolves it", func(t *testing.T) {
 		t.Parallel()
-		b, done := inherit(t, sequencer.EngineConfig{PipelineRuns: true, MaxPendingSettlements: 4}, nil)
+		b, done := inherit(t, sequencer.EngineConfig{MaxPendingSettlements: 4}, nil)
 		time.Sleep(quiet)
 		// Every entry is delivered, so the run could resolve the record (and save the exact
 		// Next) at once; a holder that loaded that save would find no record to wait for.
@@ -525,7 +525,7 @@ func testPipelinedRunLease(t *testing.T, bound bool) {
 func TestOneSaveEachPipelined(t *testing.T) {
 	t.Parallel()
 	const quiet = 200 * time.Millisecond // real time in which no further handler call may come
-	cfg := sequencer.EngineConfig{SaveEachMessage: true, PipelineRuns: true, MaxPendingSettlements: 4}
+	cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 4}
 
 	for _, bound := range []bool{true, false} {
 		t.Run(fmt.Sprintf("bound=%v/the handler goes at most MaxPendingSettlements ahead of a hanging save", bound), func(t *testing.T) {
@@ -579,7 +579,7 @@ func TestOneSaveEachPipelined(t *testing.T) {
 	for _, bound := range []bool{true, false} {
 		t.Run(fmt.Sprintf("bound=%v/a batch in hand is saved in a few saves, not one a message", bound), func(t *testing.T) {
 			t.Parallel()
-			cfg := sequencer.EngineConfig{SaveEachMessage: true, PipelineRuns: true, MaxPendingSettlements: 16}
+			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 16}
 			b := setupStore(t, cfg, bound)
 			var saves atomic.Int64
 			b.proc.Hook = onCall("save", func(int64) error { saves.Add(1); return nil })
@@ -604,7 +604,7 @@ func TestOneSaveEachPipelined(t *testing.T) {
 	for _, bound := range []bool{true, false} {
 		t.Run(fmt.Sprintf("bound=%v/the end of a batch saves what was handled after the save in flight", bound), func(t *testing.T) {
 			t.Parallel()
-			cfg := sequencer.EngineConfig{SaveEachMessage: true, PipelineRuns: true, MaxPendingSettlements: 16}
+			cfg := sequencer.EngineConfig{SaveEachMessage: true, MaxPendingSettlements: 16}
 			b := setupBlocking(t, cfg) // the next receive waits for the idle timeout
 			if !bound {
 				b.bound = false
@@ -697,7 +697,7 @@ func TestEngineInheritedRecordWithAnEntryDeliveredLate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := sequencer.EngineConfig{}
+			cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited}
 			b := setup(t, cfg)
 			bs := map[int64]int64{}
 			for seq := int64(1); seq <= 6; seq++ {

@@ -63,7 +63,7 @@ func TestEngineGapPolicy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(string(tt.policy), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sequencer.EngineConfig{GapTimeout: timeout, GapPolicy: tt.policy})
+			b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, GapTimeout: timeout, GapPolicy: tt.policy})
 			publish(b, "s1", []int64{1, 3, 4}, 0)
 			require.Equal(t, []sequencer.Outcome{sequencer.OutcomeIdle}, b.runAll(t))
 			opened := b.eventsOf(sequencer.EventGapOpened)
@@ -86,7 +86,7 @@ func TestEngineGapParkEndsWhenTheMissingMessageArrives(t *testing.T) {
 	for _, bound := range []bool{false, true} {
 		t.Run(map[bool]string{false: "own store", true: "session state"}[bound], func(t *testing.T) {
 			t.Parallel()
-			b := setupStore(t, sequencer.EngineConfig{GapTimeout: time.Minute, GapPolicy: sequencer.GapPark}, bound)
+			b := setupStore(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, GapTimeout: time.Minute, GapPolicy: sequencer.GapPark}, bound)
 			publish(b, "s1", []int64{1, 3, 4}, 4)
 			b.runAll(t)
 			b.clock.Advance(time.Minute)
@@ -120,7 +120,7 @@ func TestEngineGapParkResumeAndSkip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sequencer.EngineConfig{GapTimeout: time.Minute, GapPolicy: sequencer.GapPark})
+			b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, GapTimeout: time.Minute, GapPolicy: sequencer.GapPark})
 			publish(b, "s1", []int64{1, 4, 5}, 0)
 			b.runAll(t)
 			b.clock.Advance(time.Minute)
@@ -144,7 +144,7 @@ func TestEngineGapParkResumeAndSkip(t *testing.T) {
 
 func TestEnginePoisonBlockRecordsTheBlock(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{Poison: sequencer.PoisonBlock})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Poison: sequencer.PoisonBlock})
 	fails := 6 // two runs of three attempts
 	b.setFail(func(m *sequencer.Message) error {
 		if m.Sequence == 2 && fails > 0 {
@@ -180,7 +180,7 @@ func TestEnginePoisonBlockRecordsTheBlock(t *testing.T) {
 
 func TestEnginePoisonBlockUntilMaxDeliveryCountLeavesTheMark(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{Poison: sequencer.PoisonBlock})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Poison: sequencer.PoisonBlock})
 	b.setFail(func(*sequencer.Message) error { return errors.New("boom") })
 	publish(b, "s1", []int64{1, 2}, 0)
 	b.runAll(t)
@@ -199,7 +199,7 @@ func TestEngineUnsequencedMessages(t *testing.T) {
 	t.Parallel()
 	t.Run("dead-lettered by default", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, sequencer.EngineConfig{})
+		b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited})
 		publishUnsequenced(b, "s1", "n")
 		b.runAll(t)
 		require.Empty(t, b.got("s1"))
@@ -211,7 +211,7 @@ func TestEngineUnsequencedMessages(t *testing.T) {
 	for _, atomicStore := range []bool{false, true} {
 		t.Run(map[bool]string{false: "passed through", true: "passed through in the store's transaction"}[atomicStore], func(t *testing.T) {
 			t.Parallel()
-			cfg := sequencer.EngineConfig{Unsequenced: sequencer.UnsequencedPassThrough, Poison: sequencer.PoisonPark}
+			cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited, Unsequenced: sequencer.UnsequencedPassThrough, Poison: sequencer.PoisonPark}
 			b := setup(t, cfg)
 			if atomicStore {
 				b.engine = b.newEngine(t, cfg, b.store.Client(b.proc).Atomic())
@@ -251,7 +251,7 @@ func TestEngineUnsequencedMessages(t *testing.T) {
 
 	t.Run("no state for a session of unsequenced messages", func(t *testing.T) {
 		t.Parallel()
-		cfg := sequencer.EngineConfig{Unsequenced: sequencer.UnsequencedPassThrough}
+		cfg := sequencer.EngineConfig{Pipelining: sequencer.Awaited, Unsequenced: sequencer.UnsequencedPassThrough}
 		b := setup(t, cfg)
 		b.engine = b.newEngine(t, cfg, b.store.Client(b.proc).Atomic())
 		publishUnsequenced(b, "s1", "n1")
@@ -264,7 +264,7 @@ func TestEngineUnsequencedMessages(t *testing.T) {
 
 	t.Run("a sequence property that does not parse is invalid, not unsequenced", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, sequencer.EngineConfig{Unsequenced: sequencer.UnsequencedPassThrough})
+		b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Unsequenced: sequencer.UnsequencedPassThrough})
 		b.broker.Publish("s1", map[string]any{contract.SequenceProperty: "soon"}, nil)
 		b.runAll(t)
 		require.Empty(t, b.got("s1"))

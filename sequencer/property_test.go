@@ -70,6 +70,7 @@ func newPropCase(seed uint64) *propCase {
 		unsequenced: map[int64]bool{},
 	}
 	c.cfg = sequencer.EngineConfig{
+		Pipelining:     sequencer.Awaited,
 		WindowMessages: []int{sequencer.NoWindow, 1, 3, 256}[rng.IntN(4)],
 		ReceiveBatch:   []int{1, 3, 32}[rng.IntN(3)],
 		DeferredBatch:  []int{1, 2, 32}[rng.IntN(3)],
@@ -489,7 +490,7 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 			}
 			compact = append(compact, s)
 		}
-		if c.cfg.PipelineRuns {
+		if c.cfg.WithDefaults().Pipelining == sequencer.Pipelined {
 			compact = compactReplays(t, seed, id, got, c.cfg.MaxPendingSettlements+1)
 		}
 		require.Equal(t, want, compact, "seed %d: session %s handled %v", seed, id, got)
@@ -617,7 +618,7 @@ const noLease = -1
 // and pipelineRuns as given, and no lease (noLease).
 func pipelinedCase(seed uint64, saveEach, pipelineRuns bool) *propCase {
 	c := newPropCase(seed)
-	c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = []int{2, 4, 16}[seed%3], saveEach, pipelineRuns
+	c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.Pipelining = []int{2, 4, 16}[seed%3], saveEach, pipeliningOf(pipelineRuns)
 	c.cfg.PipelineLease = noLease
 	return c
 }
@@ -667,7 +668,7 @@ func TestCrashAtEveryStepPipelinedRuns(t *testing.T) {
 					t.Parallel()
 					scenario := func() *propCase {
 						c := newPropCase(seed)
-						c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.PipelineRuns = 16, each, true
+						c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage, c.cfg.Pipelining = 16, each, sequencer.Pipelined
 						c.cfg.PipelineLease = noLease
 						return c
 					}

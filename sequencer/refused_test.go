@@ -37,7 +37,7 @@ func TestRefusedCompletionOfADeferredMessageKeepsItsIndexEntry(t *testing.T) {
 	for _, bound := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bound=%v", bound), func(t *testing.T) {
 			t.Parallel()
-			b := setupStore(t, sequencer.EngineConfig{WindowMessages: sequencer.NoWindow, ReceiveBatch: 1}, bound)
+			b := setupStore(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, WindowMessages: sequencer.NoWindow, ReceiveBatch: 1}, bound)
 			b.broker.PublishSeq("s1", 3, true)
 			bs2 := b.broker.PublishSeq("s1", 2, false)
 			b.broker.PublishSeq("s1", 1, false)
@@ -72,7 +72,7 @@ func TestRefusedCompletionOfADeferredMessageKeepsItsIndexEntry(t *testing.T) {
 // dead-lettered, not completed as a duplicate of a handled message.
 func TestRefusedDeadLetteringOfASkippedPoisonMessageKeepsItsMarker(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sequencer.EngineConfig{Poison: sequencer.PoisonSkip})
+	b := setup(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, Poison: sequencer.PoisonSkip})
 	bs1 := b.broker.PublishSeq("s1", 1, false)
 	b.broker.PublishSeq("s1", 2, false)
 	b.setFail(func(m *sequencer.Message) error {
@@ -121,7 +121,7 @@ func TestRefusedCompletionsOfARunKeepTheReplayWindow(t *testing.T) {
 // testRefusedCompletionsKeepTheReplayWindow is one case of
 // TestRefusedCompletionsOfARunKeepTheReplayWindow.
 func testRefusedCompletionsKeepTheReplayWindow(t *testing.T, pipelined, bound, slowSaves bool) {
-	cfg := sequencer.EngineConfig{MaxPendingSettlements: 4, PipelineRuns: pipelined, PipelineLease: -1, ReceiveBatch: 8}
+	cfg := sequencer.EngineConfig{MaxPendingSettlements: 4, Pipelining: pipeliningOf(pipelined), PipelineLease: -1, ReceiveBatch: 8}
 	window := int64(cfg.ReplayWindow())
 	b := setupStore(t, cfg, bound)
 	b.proc.Hook = func(c sequencertest.Call) error {

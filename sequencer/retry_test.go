@@ -20,6 +20,7 @@ import (
 // releaseConfig retries in place once, then spends each wait released: 1s, 2s, 4s, 4s, …
 func releaseConfig(attempts int) sequencer.EngineConfig {
 	return sequencer.EngineConfig{
+		Pipelining:        sequencer.Awaited,
 		Retry:             sequencer.RetryPolicy{Attempts: attempts, Base: time.Second, Cap: 4 * time.Second},
 		RetryReleaseAfter: 1,
 	}
@@ -150,16 +151,16 @@ func TestEngineConfigRetryReleaseAfter(t *testing.T) {
 		cfg  sequencer.EngineConfig
 		want string
 	}{
-		{"negative", sequencer.EngineConfig{RetryReleaseAfter: -1}, "must not be negative"},
-		{"not below the attempts", sequencer.EngineConfig{Retry: sequencer.RetryPolicy{Attempts: 3}, RetryReleaseAfter: 3}, "must be below Retry.Attempts 3"},
-		{"block", sequencer.EngineConfig{RetryReleaseAfter: 1, Poison: sequencer.PoisonBlock}, "does not go with PoisonBlock"},
+		{"negative", sequencer.EngineConfig{Pipelining: sequencer.Awaited, RetryReleaseAfter: -1}, "must not be negative"},
+		{"not below the attempts", sequencer.EngineConfig{Pipelining: sequencer.Awaited, Retry: sequencer.RetryPolicy{Attempts: 3}, RetryReleaseAfter: 3}, "must be below Retry.Attempts 3"},
+		{"block", sequencer.EngineConfig{Pipelining: sequencer.Awaited, RetryReleaseAfter: 1, Poison: sequencer.PoisonBlock}, "does not go with PoisonBlock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			require.ErrorContains(t, tc.cfg.WithDefaults().Validate(), tc.want)
 		})
 	}
-	require.NoError(t, sequencer.EngineConfig{RetryReleaseAfter: 4}.WithDefaults().Validate(), "below the default 5 attempts")
+	require.NoError(t, sequencer.EngineConfig{Pipelining: sequencer.Awaited, RetryReleaseAfter: 4}.WithDefaults().Validate(), "below the default 5 attempts")
 }
 
 // withReleasedRetries turns a property case into one whose failing handlers spend their waits
@@ -253,7 +254,7 @@ func TestRunnerWakesItsReleasedRetry(t *testing.T) {
 			got[m.SessionID] = append(got[m.SessionID], m.Sequence)
 			return nil
 		}),
-		Engine: sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond, RetryReleaseAfter: 1,
+		Engine: sequencer.EngineConfig{Pipelining: sequencer.Awaited, IdleTimeout: 30 * time.Millisecond, RetryReleaseAfter: 1,
 			Retry: sequencer.RetryPolicy{Attempts: 5, Base: wait, Cap: wait}},
 		MaxConcurrentSessions: 1,
 		AcceptTimeout:         time.Hour, // only a wake ends an accept-next wait early

@@ -75,7 +75,7 @@ func setupRunnerWith(t *testing.T, maxSessions int, handlerDelay, acceptTimeout 
 			b.handled[m.SessionID] = append(b.handled[m.SessionID], m.Sequence)
 			return nil
 		}),
-		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 1}},
+		Engine:                sequencer.EngineConfig{Pipelining: sequencer.Awaited, IdleTimeout: 30 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 1}},
 		MaxConcurrentSessions: maxSessions,
 		AcceptTimeout:         acceptTimeout,
 		ErrorBackoff:          5 * time.Millisecond,
@@ -248,7 +248,7 @@ func TestRunnerResumeParkedSession(t *testing.T) {
 			handled = append(handled, m.Sequence)
 			return nil
 		}),
-		Engine:                sequencer.EngineConfig{IdleTimeout: 20 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 2}},
+		Engine:                sequencer.EngineConfig{Pipelining: sequencer.Awaited, IdleTimeout: 20 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 2}},
 		MaxConcurrentSessions: 2,
 		AcceptTimeout:         30 * time.Millisecond,
 		Observer:              sequencer.ObserverFunc(func(sequencer.Event) { events.Add(1) }),
@@ -367,7 +367,7 @@ func TestRunnerLeaseCountsFromTheAccept(t *testing.T) {
 			return nil
 		}),
 		Engine: sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond, Retry: sequencer.RetryPolicy{Attempts: 1},
-			PipelineRuns: true, MaxPendingSettlements: 4},
+			MaxPendingSettlements: 4},
 		MaxConcurrentSessions: 1,
 		AcceptTimeout:         50 * time.Millisecond,
 	})
@@ -394,7 +394,7 @@ func oneSlotRunner(t *testing.T, broker *sequencertest.Broker, proc *sequencerte
 			ids = append(ids, m.SessionID)
 			return nil
 		}),
-		Engine:                sequencer.EngineConfig{IdleTimeout: 30 * time.Millisecond},
+		Engine:                sequencer.EngineConfig{Pipelining: sequencer.Awaited, IdleTimeout: 30 * time.Millisecond},
 		MaxConcurrentSessions: 1,
 		AcceptTimeout:         50 * time.Millisecond,
 	})

@@ -11,9 +11,10 @@ import (
 )
 
 // The session loop is one RunSession call from the load of the state to the release, split by
-// phase into the session*.go files and settler.go (the package documentation, "Where things
-// are", gives the order to read them in). This file holds the run, its phases, the loop of
-// receive batches and one message's step; every decision comes from decide.go.
+// phase into the session*.go files and settler.go (see "Where things are" in the package
+// documentation). This file holds the run, its phases, the loop of receive batches and one
+// message's step. The choices about a message are taken in decide.go (view); the session files
+// carry them out and track what the run has in flight.
 
 // phase is where a run stands. The stored State says what the session is (parked, ended,
 // waiting on a gap); the phase says what this run does next.
@@ -58,59 +59,90 @@ func (p phase) outcome() (Outcome, bool) {
 // run is the state of one RunSession call. Only the renewal goroutine and the background
 // completions (the settler's) run concurrently with the RunSession goroutine.
 type run struct {
-	e      *Engine
-	ctx    context.Context
+	e    *Engine
+	ctx  context.Context
+	opts runOptions
+	sess Session
+	id   string
+	// s makes the run's settlements and holds the lost-lock flag, the completer, the anchors
+	// and the settled messages whose index entries the next save removes.
+	s     settler
+	phase phase
+	st    *State
+	saved saved
+	w     window
+	// runs is this run's recorded run, inherited what it resolves of an earlier run's, bg what
+	// runs in the background: a save and the receive of the next batch.
+	runs      recording
+	inherited inheritance
+	bg        background
+	gap       gapReport
+}
+
+// runOptions are the RunOptions a run keeps.
+type runOptions struct {
 	stop   context.Context
 	resume *ResumeOptions
 	// woken: accepted by id for a wake (RunOptions.Woken).
 	woken bool
-	// onRelease is RunOptions.Released.
+	// onRelease is RunOptions.Released, nil once called.
 	onRelease func()
-	sess      Session
-	id        string
-	// s makes the run's settlements and holds the lost-lock flag, the background completions,
-	// the anchors and the settled messages whose index entries the next save removes.
-	s settler
+}
 
-	phase phase
-	st    *State
-	ver   int64
-	// dirty: st has changes (counters, Last, GapSince) not yet saved.
+// saved is what the run knows of the stored state.
+type saved struct {
+	ver int64
+	// dirty: the run's state has changes (counters, Last, GapSince) not yet saved.
 	dirty bool
-	w     window
+	// claimed: this run has saved the state at least once, so the version has moved since any
+	// earlier holder's last save (see SessionBoundStore).
+	claimed bool
+	// ended: the last save stored the tombstone (EndedAt set); with dirty false and nothing
+	// held or deferred, the stored state is the run's and end need not write it again.
+	ended bool
+}
+
+// recording is the run's own recorded run.
+type recording struct {
 	// record is this run's own recorded run (sequence → broker sequence number) while its
 	// entries are handled; the next save ends it.
 	record map[int64]int64
 	// upcoming is the rest of the receive batch in hand, looked at when a run is recorded.
 	upcoming []msg
-	// While resolving: present holds the entries delivered again, lastDelivered the highest
-	// broker sequence number delivered by Receive, and peeked the entries the broker was asked
-	// about (HoldingSession), true for those it still held.
+}
+
+// inheritance is what a run that inherited a record learns while it resolves it.
+type inheritance struct {
+	// present holds the entries delivered again, lastDelivered the highest broker sequence
+	// number delivered by Receive, and peeked the entries the broker was asked about
+	// (HoldingSession), true for those it still held.
 	present       map[int64]bool
 	lastDelivered int64
 	peeked        map[int64]bool
-	// pendingGap is a resolved gap wait to report once saved.
-	pendingGap time.Duration
-	// gapAtLoad is State.GapSince as loaded: a gap open at the release but not at the load
-	// opened during this run.
-	gapAtLoad time.Time
-	// claimed: this run has saved the state at least once, so the version has moved since any
-	// earlier holder's last save (see SessionBoundStore).
-	claimed bool
-	// handoverAt, when set, is the earliest time of this run's first handler call: the run
-	// inherited a record and the engine pipelines runs (holdHandover).
+	// handoverAt, when set, is the earliest time of this run's first handler call: the earlier
+	// holder may still be calling (holdHandover).
 	handoverAt time.Time
-	// endSaved: the last save stored the tombstone (EndedAt set); with dirty false and nothing
-	// held or deferred, the stored state is st and end need not write it again.
-	endSaved bool
-	// With one save each, pipelined (session_ahead.go): ahead is the save in flight in the
-	// background, unsaved the messages handled since it started (completed once a later save
-	// landed), aheadStored that the last save landed said Ahead.
-	ahead       *aheadSave
+}
+
+// background is what a pipelined run has in flight besides its completions.
+type background struct {
+	// save is the save in flight in the background (session_ahead.go), unsaved the messages
+	// handled since it started (completed once a later save landed), aheadStored that the last
+	// save landed said Ahead.
+	save        *aheadSave
 	unsaved     []*msg
 	aheadStored bool
-	// next is the receive of the next batch, started while this one is handled (prefetch).
-	next *prefetch
+	// next is the receive of the next batch, started while this one is handled (askNextBatch).
+	next *nextBatch
+}
+
+// gapReport is what the run reports of a gap.
+type gapReport struct {
+	// pending is a resolved gap wait to report once saved.
+	pending time.Duration
+	// atLoad is State.GapSince as loaded: a gap open at the release but not at the load opened
+	// during this run.
+	atLoad time.Time
 }
 
 func (r *run) now() time.Time { return r.e.clock.Now() }
@@ -136,11 +168,11 @@ func (r *run) run() (Outcome, error) {
 // settlements a throttled namespace refused keeps its slot through its tail: the namespace is not
 // offered more work while it refuses this run's.
 func (r *run) freeSlot() {
-	if r.onRelease == nil || r.s.busy.Load() {
+	if r.opts.onRelease == nil || r.s.busy.Load() {
 		return
 	}
-	release := r.onRelease
-	r.onRelease = nil
+	release := r.opts.onRelease
+	r.opts.onRelease = nil
 	release()
 }
 
@@ -151,21 +183,21 @@ func (r *run) loop() (Outcome, error) {
 	// overlap: a receive only puts messages in hand, and nothing is decided before the state is
 	// in. A woken run (a sweeper's wake, a planned retry) may release at once: it receives when
 	// it needs to.
-	if r.e.cfg.PipelineRuns && !r.woken {
-		r.startPrefetch()
+	if r.e.cfg.Pipelining == Pipelined && !r.opts.woken {
+		r.askNextBatch()
 	}
 	if err := r.load(); err != nil {
 		return 0, err
 	}
 	if len(r.st.InFlight) > 0 {
 		r.phase = resolving
-		if r.e.cfg.PipelineRuns && r.e.cfg.PipelineLease > 0 {
-			r.handoverAt = r.now().Add(r.e.cfg.PipelineLease)
+		if r.e.cfg.Pipelining == Pipelined && r.e.cfg.PipelineLease > 0 {
+			r.inherited.handoverAt = r.now().Add(r.e.cfg.PipelineLease)
 		}
 	}
 	if r.st.Ahead && r.e.cfg.PipelineLease > 0 {
 		// The earlier holder may still be handing over messages ahead of its saves.
-		r.handoverAt = r.now().Add(r.e.cfg.PipelineLease)
+		r.inherited.handoverAt = r.now().Add(r.e.cfg.PipelineLease)
 	}
 	if err := r.startup(); err != nil {
 		return 0, err
@@ -173,7 +205,7 @@ func (r *run) loop() (Outcome, error) {
 	if err := r.drain(); err != nil {
 		return 0, err
 	}
-	r.releaseIfCooling(r.woken)
+	r.releaseIfCooling(r.opts.woken)
 	for {
 		if r.ctx.Err() != nil {
 			return 0, context.Cause(r.ctx)
@@ -181,7 +213,7 @@ func (r *run) loop() (Outcome, error) {
 		if out, done := r.phase.outcome(); done {
 			return out, nil
 		}
-		if r.stop.Err() != nil {
+		if r.opts.stop.Err() != nil {
 			return OutcomeStopped, nil
 		}
 		batch, err := r.receive()
@@ -192,8 +224,8 @@ func (r *run) loop() (Outcome, error) {
 			return 0, context.Cause(r.ctx)
 		}
 		if len(batch) > 0 {
-			if r.prefetches(batch) {
-				r.startPrefetch()
+			if r.opts.stop.Err() == nil && r.view().asksNextBatch(batch) {
+				r.askNextBatch()
 			}
 			if err := r.take(batch); err != nil {
 				return 0, err
@@ -207,7 +239,7 @@ func (r *run) loop() (Outcome, error) {
 		} else {
 			// Nothing more at the broker: the session idles, unless that resolves an inherited
 			// record or a gap timed out.
-			if r.stop.Err() != nil {
+			if r.opts.stop.Err() != nil {
 				return OutcomeStopped, nil
 			}
 			if r.phase == resolving {
@@ -255,11 +287,11 @@ func (r *run) settledLateCopies(n int) (bool, error) {
 // the session is closed.
 func (r *run) take(batch []msg) error {
 	for i := range batch {
-		if r.phase == blocked || r.stop.Err() != nil {
+		if r.phase == blocked || r.opts.stop.Err() != nil {
 			break
 		}
 		m := &batch[i]
-		r.upcoming = batch[i+1:]
+		r.runs.upcoming = batch[i+1:]
 		if err := r.resolve(m); err != nil {
 			return err
 		}
@@ -270,7 +302,7 @@ func (r *run) take(batch []msg) error {
 			return err
 		}
 	}
-	r.upcoming = nil
+	r.runs.upcoming = nil
 	if err := r.aheadAtBatchEnd(); err != nil {
 		return err
 	}
@@ -301,7 +333,7 @@ func (r *run) step(m *msg) error {
 			slog.Int64("sequence", m.seq))
 		since := r.st.GapSince
 		r.st.Unpark(false, r.now())
-		r.st.GapSince, r.dirty = since, true // the wait ends with this message: reported whole
+		r.st.GapSince, r.saved.dirty = since, true // the wait ends with this message: reported whole
 		if r.phase == parkedHere {
 			r.phase = receiving
 		}
@@ -321,7 +353,7 @@ func (r *run) step(m *msg) error {
 // learnLast records the last sequence, which a message marked last revealed: the held messages
 // beyond it are invalid now.
 func (r *run) learnLast(last int64) error {
-	r.st.Last, r.dirty = last, true
+	r.st.Last, r.saved.dirty = last, true
 	for _, k := range slices.Sorted(maps.Keys(r.w.held)) {
 		if k > last {
 			m := r.w.unhold(k)
@@ -374,12 +406,12 @@ func (r *run) hold(m *msg) {
 
 func (r *run) duplicate(m *msg) error {
 	r.st.Counters.Duplicates++
-	r.dirty = true
+	r.saved.dirty = true
 	r.e.stats.duplicates.Add(1)
 	r.e.observe(Event{Kind: EventDuplicate, SessionID: r.id, Sequence: m.seq})
 	if !r.indexed(m) {
 		// Nothing in the stored index waits for this completion.
-		return r.s.completeLater(m)
+		return r.s.completeLater(m, false)
 	}
 	landed, err := r.s.complete(m)
 	if err != nil {
@@ -392,7 +424,7 @@ func (r *run) duplicate(m *msg) error {
 func (r *run) invalid(m *msg, desc string) error {
 	r.st.Counters.Invalid++
 	r.st.Counters.DeadLettered++
-	r.dirty = true
+	r.saved.dirty = true
 	r.e.stats.invalid.Add(1)
 	r.e.stats.deadLettered.Add(1)
 	r.e.observe(Event{Kind: EventInvalid, SessionID: r.id, Sequence: m.seq})
@@ -414,7 +446,7 @@ func (r *run) deadLetterParked(m *msg) error {
 	r.e.stats.deadLettered.Add(1)
 	if r.st.Deferred[m.seq] == m.bs {
 		delete(r.st.Deferred, m.seq)
-		r.dirty = true
+		r.saved.dirty = true
 	}
 	return nil
 }

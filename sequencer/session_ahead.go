@@ -8,7 +8,7 @@ import (
 )
 
 // This file saves a run's state in the background while the handler goes on, in two cases. For
-// one save each with pipelined runs (EngineConfig.SaveEachMessage and PipelineRuns; see "One
+// one save each with pipelined runs (EngineConfig.SaveEachMessage and Pipelined; see "One
 // save each, pipelined" in the package documentation): every handled message is still covered by
 // a save of the exact Next before it is completed, but the next handler call does not wait for
 // that save. And for a recorded run that extends over the next batch, received while its entries
@@ -29,38 +29,24 @@ type aheadSave struct {
 	err    error
 }
 
-// aheadMode reports whether messages saved one by one may be handed over ahead of their saves.
-func (r *run) aheadMode() bool {
-	return r.e.cfg.SaveEachMessage && r.s.pipelinedRuns() && r.e.atomic == nil
-}
-
-// goesAhead reports whether the in-order message m, settled handler → save → complete, may be
-// handed over ahead of its save: an active message that no index entry names and that does not
-// end the session (the tombstone's save comes before the last message is completed, and nothing
-// is handed over after it).
-func (r *run) goesAhead(m *msg, how settlement) bool {
-	return how == saveThenComplete && r.aheadMode() && !m.last && !m.deferred && !r.indexed(m) &&
-		(r.st.Last == 0 || m.seq < r.st.Last)
+// pipelining is what the pipelined strategies' decisions look at besides the view.
+func (r *run) pipelining() pipelining {
+	return pipelining{
+		runs:         r.e.strategy == pipelinedRuns,
+		ahead:        r.e.strategy == saveAhead,
+		recordStored: r.runs.record != nil && r.bg.save == nil && r.phase == receiving,
+		pending:      len(r.bg.unsaved) + r.s.inFlight(),
+	}
 }
 
 // handledAhead queues m, handled, for the next save and, with one save each, keeps the
 // background saves going; the tail of a recorded run waits for the last message's save.
 func (r *run) handledAhead(m *msg) error {
-	r.unsaved = append(r.unsaved, m)
-	if !r.aheadMode() {
+	r.bg.unsaved = append(r.bg.unsaved, m)
+	if r.e.strategy != saveAhead {
 		return nil
 	}
 	return r.pumpAhead()
-}
-
-// gathersAhead reports whether the next background save should wait for more handled messages:
-// more of the batch is in hand and fewer than aheadGather of the window's MaxPendingSettlements
-// wait for a save. Every save is a store call (a broker call with Service Bus session state),
-// and a save started as soon as the one before landed covered a few messages each (14 saves a
-// session of 100 in the e2e cell); the rest of the window still covers the save's round trip.
-// The end of the batch saves the rest (aheadAtBatchEnd).
-func (r *run) gathersAhead() bool {
-	return r.aheadStored && len(r.upcoming) > 0 && len(r.unsaved) < r.e.cfg.MaxPendingSettlements*aheadGather/4
 }
 
 // aheadAtBatchEnd, with one save each, pipelined, keeps what was handled from waiting for the
@@ -68,53 +54,20 @@ func (r *run) gathersAhead() bool {
 // the run saves and completes everything handled before it waits for the broker (up to the idle
 // timeout).
 func (r *run) aheadAtBatchEnd() error {
-	if !r.aheadMode() || len(r.unsaved) == 0 && r.ahead == nil {
+	if r.e.strategy != saveAhead || len(r.bg.unsaved) == 0 && r.bg.save == nil {
 		return nil
 	}
-	if r.peekPrefetch() != nil {
+	if r.peekNextBatch() != nil {
 		return r.pumpAhead()
 	}
 	if err := r.flushAhead(); err != nil {
 		return err
 	}
-	if len(r.unsaved) == 0 {
+	if len(r.bg.unsaved) == 0 {
 		return nil
 	}
 	r.startAhead()
 	return r.flushAhead()
-}
-
-// aheadGather is, in quarters of MaxPendingSettlements, how many handled messages a background
-// save of one save each waits for while more are in hand (gathersAhead).
-const aheadGather = 3
-
-// tailsRun reports whether the in-order message m, settled as how and entries say, is part of
-// the tail of this run's record: the record is what the store holds (no save since), m is not
-// one of its entries, and the messages from m up to the session's last one are in hand, so the
-// last message's save (the session's end) follows them at once. Such a message is handed over
-// ahead of its save, with no record or save of its own: it is completed once that save has
-// landed (or any save before it), and a crash before leaves it at the broker, with the record
-// telling the next holder to wait its lease. The messages handed over and not completed (the
-// tail so far and the completions in flight) stay within MaxPendingSettlements, the window of
-// pipelined runs. See "The tail of a run" in the package documentation.
-func (r *run) tailsRun(m *msg, how settlement, entries map[int64]int64) bool {
-	if r.record == nil || r.ahead != nil || r.aheadMode() || !r.s.pipelinedRuns() || r.phase != receiving {
-		return false
-	}
-	if how == completeInRun && entries == nil {
-		return false // an entry of the record
-	}
-	if m.deferred || m.redelivered() || r.indexed(m) || !runnable(r.st, m.seq, m.last) {
-		return false
-	}
-	if len(r.unsaved)+1+r.s.pipe.inFlight() > r.e.cfg.MaxPendingSettlements {
-		return false
-	}
-	// entries, when m starts a run, are the sequences from m on in hand; the one after them
-	// must be the last message.
-	end := m.seq + max(int64(len(entries)), 1)
-	x := r.view().inHand(end, r.upcoming)
-	return x != nil && x.last
 }
 
 // pumpAhead lands the save in flight if it is done, or waits for it when the handler has gone
@@ -122,17 +75,17 @@ func (r *run) tailsRun(m *msg, how settlement, entries map[int64]int64) bool {
 // (a handler call may go ahead of the saves only once a save with Ahead has landed: the next
 // holder must find it), then starts the save of what was handled since.
 func (r *run) pumpAhead() error {
-	if a := r.ahead; a != nil {
-		wait := !r.aheadStored || len(a.covers)+len(r.unsaved) > r.e.cfg.MaxPendingSettlements
+	if a := r.bg.save; a != nil {
+		wait := !r.bg.aheadStored || len(a.covers)+len(r.bg.unsaved) > r.e.cfg.MaxPendingSettlements
 		if err := r.landAhead(wait); err != nil {
 			return err
 		}
 	}
-	if r.ahead != nil || len(r.unsaved) == 0 || r.gathersAhead() {
+	if r.bg.save != nil || len(r.bg.unsaved) == 0 || r.view().gathersAhead(r.bg.aheadStored, len(r.runs.upcoming), len(r.bg.unsaved)) {
 		return nil
 	}
 	r.startAhead()
-	if !r.aheadStored {
+	if !r.bg.aheadStored {
 		return r.landAhead(true)
 	}
 	return nil
@@ -142,8 +95,8 @@ func (r *run) pumpAhead() error {
 // messages handled since the last save.
 func (r *run) startAhead() {
 	r.st.Ahead = true
-	r.saveInBackground(&aheadSave{st: r.snapshot(), covers: r.unsaved, gap: r.pendingGap})
-	r.unsaved, r.pendingGap, r.dirty = nil, 0, false
+	r.saveInBackground(&aheadSave{st: r.snapshot(), covers: r.bg.unsaved, gap: r.gap.pending})
+	r.bg.unsaved, r.gap.pending, r.saved.dirty = nil, 0, false
 }
 
 // snapshot readies the state for a save (the index entries of messages settled since out, the
@@ -159,8 +112,8 @@ func (r *run) snapshot() *State {
 // workers, expecting the version the run last saved.
 func (r *run) saveInBackground(a *aheadSave) {
 	a.done = make(chan struct{})
-	r.ahead = a
-	expected := r.ver
+	r.bg.save = a
+	expected := r.saved.ver
 	r.e.stats.storeCalls.Add(1)
 	r.e.workers.run(func() {
 		defer close(a.done)
@@ -172,7 +125,7 @@ func (r *run) saveInBackground(a *aheadSave) {
 // it returns at once if the save is not done), and completes the messages it covers. A failed
 // save fails the run, as any failed save does.
 func (r *run) landAhead(wait bool) error {
-	a := r.ahead
+	a := r.bg.save
 	if wait {
 		select {
 		case <-a.done:
@@ -186,25 +139,21 @@ func (r *run) landAhead(wait bool) error {
 			return nil
 		}
 	}
-	r.ahead = nil
+	r.bg.save = nil
 	if a.err != nil {
 		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, a.st.Next, a.err)
 	}
-	r.ver, r.claimed, r.aheadStored = a.ver, true, a.st.Ahead
+	r.saved.ver, r.saved.claimed, r.bg.aheadStored = a.ver, true, a.st.Ahead
 	if a.record != nil {
-		r.record = a.record
+		r.runs.record = a.record
 		r.e.stats.runs.Add(1)
 	}
 	if r.e.sessionBound {
 		r.s.noteAnswered(a.st.UpdatedAt) // the store's save is a call on the session
 	}
 	r.reportGap(a.gap, a.st.Next)
-	complete := r.s.completeLater
-	if a.record != nil {
-		complete = r.s.completeExtensionEntry
-	}
 	for _, m := range a.covers {
-		if err := complete(m); err != nil {
+		if err := r.s.completeLater(m, a.record != nil); err != nil {
 			return err
 		}
 	}
@@ -212,22 +161,22 @@ func (r *run) landAhead(wait bool) error {
 }
 
 // extendRun extends the recorded run over the next batch when that batch has already been
-// received (prefetch) while m, an entry of the run, is about to be handed over: the record of
+// received (askNextBatch) while m, an entry of the run, is about to be handed over: the record of
 // the run from m on over everything in hand is saved in the background, and the entries past the
 // current record wait only for that save to land (landExtension), not for a save of their own
 // after the entries before them were handled. See "Extended runs" in the package documentation.
 func (r *run) extendRun(m *msg) {
-	if r.ahead != nil || r.record == nil || !r.s.pipelinedRuns() {
+	if r.bg.save != nil || r.runs.record == nil || r.e.strategy != pipelinedRuns {
 		return
 	}
-	more := r.peekPrefetch()
+	more := r.peekNextBatch()
 	if more == nil {
 		return
 	}
-	entries := r.view().lookahead(m, append(slices.Clip(r.upcoming), more...))
+	entries := r.view().lookahead(m, append(slices.Clip(r.runs.upcoming), more...))
 	extends := false
 	for seq, bs := range entries {
-		if was, ok := r.record[seq]; !ok || was != bs {
+		if was, ok := r.runs.record[seq]; !ok || was != bs {
 			extends = true
 			break
 		}
@@ -240,23 +189,21 @@ func (r *run) extendRun(m *msg) {
 	r.saveInBackground(&aheadSave{st: st, record: entries})
 }
 
-// landExtension lands the extension of the run in flight, if any, when it is done. When m is
-// not an entry of the record that has landed, it reports early if m is an entry of the extension
-// that may be handed over before the extension lands: its completion then waits for the
-// extension (aheadSave.covers), and the messages so handed over and the completions in flight
-// stay within MaxPendingSettlements; otherwise it waits for the extension to land.
+// landExtension lands the extension of the run in flight, if any, when it is done, and otherwise
+// says whether m may be handed over before it lands (view.extensionOf): early, its completion
+// then waits for the extension (aheadSave.covers); otherwise it waits for the extension to land.
 func (r *run) landExtension(m *msg) (early bool, err error) {
-	a := r.ahead
+	a := r.bg.save
 	if a == nil || a.record == nil {
 		return false, nil
 	}
-	if err := r.landAhead(false); err != nil || r.ahead == nil {
+	if err := r.landAhead(false); err != nil || r.bg.save == nil {
 		return false, err
 	}
-	if bs, ok := r.record[m.seq]; ok && bs == m.bs {
+	switch r.view().extensionOf(m, r.runs.record, a.record, len(a.covers)+r.s.inFlight()) {
+	case extensionNone:
 		return false, nil
-	}
-	if bs, ok := a.record[m.seq]; ok && bs == m.bs && len(a.covers)+1+r.s.pipe.inFlight() <= r.e.cfg.MaxPendingSettlements {
+	case extensionEarly:
 		return true, nil
 	}
 	return false, r.landAhead(true)
@@ -265,7 +212,7 @@ func (r *run) landExtension(m *msg) (early bool, err error) {
 // flushAhead lands the save in flight, if any, before a save of the run's own: one save at a
 // time.
 func (r *run) flushAhead() error {
-	if r.ahead == nil {
+	if r.bg.save == nil {
 		return nil
 	}
 	return r.landAhead(true)
@@ -273,7 +220,7 @@ func (r *run) flushAhead() error {
 
 // waitAhead waits for the save in flight to return, so that nothing of the run outlives it.
 func (r *run) waitAhead() {
-	if r.ahead != nil {
-		<-r.ahead.done
+	if r.bg.save != nil {
+		<-r.bg.save.done
 	}
 }

@@ -23,7 +23,7 @@ func (r *run) load() error {
 	if st.Deferred == nil {
 		st.Deferred = map[int64]int64{}
 	}
-	r.st, r.ver, r.gapAtLoad = st, ver, st.GapSince
+	r.st, r.saved.ver, r.gap.atLoad = st, ver, st.GapSince
 	return nil
 }
 
@@ -47,24 +47,24 @@ func (r *run) save() error {
 	clear(r.s.settled)
 	r.st.UpdatedAt = r.now()
 	r.e.stats.storeCalls.Add(1)
-	ver, err := r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: r.st, ExpectedVersion: r.ver})
+	ver, err := r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: r.st, ExpectedVersion: r.saved.ver})
 	if err != nil {
 		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, r.st.Next, err)
 	}
 	if r.e.sessionBound {
 		r.s.noteAnswered(r.st.UpdatedAt) // the store's save is a call on the session
 	}
-	r.ver, r.dirty, r.record, r.claimed, r.aheadStored = ver, false, nil, true, false
-	r.endSaved = !r.st.EndedAt.IsZero()
+	r.saved.ver, r.saved.dirty, r.runs.record, r.saved.claimed, r.bg.aheadStored = ver, false, nil, true, false
+	r.saved.ended = !r.st.EndedAt.IsZero()
 	// Every entry handled so far is in this save: a refused completion no longer makes it a
-	// replay (boundRefused). A refusal of one of them that lands later still counts: one save
+	// replay (view.savesForReplay). A refusal of one of them that lands later still counts: one save
 	// too many at worst.
 	r.s.refusedEntries.Store(0)
 	r.flushGap()
-	unsaved := r.unsaved
-	r.unsaved = nil
+	unsaved := r.bg.unsaved
+	r.bg.unsaved = nil
 	for _, m := range unsaved {
-		if err := r.s.completeLater(m); err != nil {
+		if err := r.s.completeLater(m, false); err != nil {
 			return err
 		}
 	}
@@ -79,7 +79,7 @@ func (r *run) recordRun(entries map[int64]int64) error {
 	if err != nil {
 		return err
 	}
-	r.record = entries
+	r.runs.record = entries
 	r.e.stats.runs.Add(1)
 	return nil
 }
@@ -89,10 +89,10 @@ func (r *run) recordRun(entries map[int64]int64) error {
 func (r *run) saveWith(m *msg, next *State) error {
 	next.UpdatedAt = r.now()
 	r.e.stats.storeCalls.Add(1)
-	ver, err := r.e.atomic.SaveWith(r.ctx, SaveParams{Session: r.sess, State: next, ExpectedVersion: r.ver},
+	ver, err := r.e.atomic.SaveWith(r.ctx, SaveParams{Session: r.sess, State: next, ExpectedVersion: r.saved.ver},
 		func(ctx context.Context) error { return r.callHandler(ctx, m) })
 	if err != nil {
-		r.pendingGap = 0
+		r.gap.pending = 0
 		var herr *handlerError
 		if errors.As(err, &herr) {
 			return herr
@@ -100,15 +100,15 @@ func (r *run) saveWith(m *msg, next *State) error {
 		return fmt.Errorf("sequencer: session %s: saving state with handler (next %d): %w", r.id, next.Next, err)
 	}
 	clear(r.s.settled)
-	r.st, r.ver, r.dirty, r.record, r.claimed = next, ver, false, nil, true
-	r.endSaved = !r.st.EndedAt.IsZero()
+	r.st, r.saved.ver, r.saved.dirty, r.runs.record, r.saved.claimed = next, ver, false, nil, true
+	r.saved.ended = !r.st.EndedAt.IsZero()
 	r.flushGap()
 	return nil
 }
 
 func (r *run) flushGap() {
-	r.reportGap(r.pendingGap, r.st.Next)
-	r.pendingGap = 0
+	r.reportGap(r.gap.pending, r.st.Next)
+	r.gap.pending = 0
 }
 
 // reportGap reports a resolved gap wait (none when wait is 0) once a save with Next next stored it.
@@ -124,10 +124,10 @@ func (r *run) deleteState() error {
 		return err
 	}
 	r.e.stats.storeCalls.Add(1)
-	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.sess, ExpectedVersion: r.ver}); err != nil {
+	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.sess, ExpectedVersion: r.saved.ver}); err != nil {
 		return fmt.Errorf("sequencer: session %s: deleting state: %w", r.id, err)
 	}
-	r.ver, r.dirty, r.record, r.endSaved = 0, false, nil, false
+	r.saved.ver, r.saved.dirty, r.runs.record, r.saved.ended = 0, false, nil, false
 	return nil
 }
 
@@ -158,15 +158,15 @@ func (r *run) callHandler(ctx context.Context, m *msg) error {
 // receive waits for the next batch of active messages, read against the contract. An empty batch
 // means the idle timeout or a stop ended the wait.
 func (r *run) receive() ([]msg, error) {
-	if p := r.next; p != nil {
-		r.next = nil
-		return r.takePrefetch(p)
+	if p := r.bg.next; p != nil {
+		r.bg.next = nil
+		return r.takeNextBatch(p)
 	}
 	rctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	idle := r.e.clock.AfterFunc(r.e.cfg.IdleTimeout, cancel)
 	defer idle.Stop()
-	stopWatch := context.AfterFunc(r.stop, cancel)
+	stopWatch := context.AfterFunc(r.opts.stop, cancel)
 	defer stopWatch()
 	r.e.stats.calls[CallReceive].Add(1)
 	raw, err := r.sess.Receive(rctx, r.e.cfg.ReceiveBatch)
@@ -179,63 +179,42 @@ func (r *run) receive() ([]msg, error) {
 	return r.e.read(raw, false), nil
 }
 
-// prefetch is a receive started while the batch before it is handled, or the state loaded
-// (EngineConfig.PipelineRuns): the broker's round trip for the next batch overlaps the handling
+// nextBatch is a receive started while the batch before it is handled, or the state loaded
+// (Pipelined): the broker's round trip for the next batch overlaps the handling
 // of this one, or the load. Nothing about the
 // receive changes but when it is sent: the idle timeout counts from the moment the run asks for
-// the batch (takePrefetch), a stop ends it, and a run that ends first drops it (dropPrefetch):
+// the batch (takeNextBatch), a stop ends it, and a run that ends first drops it (dropNextBatch):
 // what it received returns to the broker with the session, unsettled, as if never received.
-type prefetch struct {
+type nextBatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	raw    []*Message
 	err    error
-	// peeked: the run looked at the batch before taking it (peekPrefetch); read is the batch as
-	// read then, which takePrefetch returns.
+	// peeked: the run looked at the batch before taking it (peekNextBatch); read is the batch as
+	// read then, which takeNextBatch returns.
 	peeked bool
 	read   []msg
 }
 
-// prefetches reports whether the run receives its next batch while it handles batch: with
-// pipelined runs, while it receives (not while it resolves an inherited record or waits for a
-// released retry), unless a stop is asked for, and unless the session may well end with what is
-// in hand (the receive would be for nothing): batch holds its last message, or the last
-// sequence is known and the messages held, deferred and in batch are as many as the sequences
-// left.
-func (r *run) prefetches(batch []msg) bool {
-	if !r.e.cfg.PipelineRuns || r.phase != receiving || r.cooling() || r.stop.Err() != nil {
-		return false
-	}
-	if last := r.st.Last; last != 0 && last-r.st.Next+1 <= int64(len(r.w.held)+len(r.st.Deferred)+len(batch)) {
-		return false
-	}
-	for i := range batch {
-		if batch[i].last {
-			return false
-		}
-	}
-	return true
-}
-
-// startPrefetch starts the receive of the next batch on one of the engine's workers.
-func (r *run) startPrefetch() {
+// askNextBatch starts the receive of the next batch on one of the engine's workers.
+func (r *run) askNextBatch() {
 	ctx, cancel := context.WithCancel(r.ctx)
-	p := &prefetch{ctx: ctx, cancel: cancel, done: make(chan struct{})}
-	stopWatch := context.AfterFunc(r.stop, cancel)
+	p := &nextBatch{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	stopWatch := context.AfterFunc(r.opts.stop, cancel)
 	r.e.stats.calls[CallReceive].Add(1)
 	r.e.workers.run(func() {
 		defer close(p.done)
 		defer stopWatch()
 		p.raw, p.err = r.sess.Receive(ctx, r.e.cfg.ReceiveBatch)
 	})
-	r.next = p
+	r.bg.next = p
 }
 
-// takePrefetch returns the batch of p, waiting for it up to the idle timeout from now, as a
+// takeNextBatch returns the batch of p, waiting for it up to the idle timeout from now, as a
 // receive sent now would. A source that returns at once with nothing (one that does not wait, as
 // test fakes may) is asked again, now.
-func (r *run) takePrefetch(p *prefetch) ([]msg, error) {
+func (r *run) takeNextBatch(p *nextBatch) ([]msg, error) {
 	idle := r.e.clock.AfterFunc(r.e.cfg.IdleTimeout, p.cancel)
 	<-p.done
 	idle.Stop()
@@ -256,11 +235,11 @@ func (r *run) takePrefetch(p *prefetch) ([]msg, error) {
 	return r.e.read(p.raw, false), nil
 }
 
-// peekPrefetch returns the next batch if its receive has landed with messages, without waiting
+// peekNextBatch returns the next batch if its receive has landed with messages, without waiting
 // and without taking it (the batch in hand is still being handled): a recorded run may extend
 // over it (extendRun). It looks once per receive.
-func (r *run) peekPrefetch() []msg {
-	p := r.next
+func (r *run) peekNextBatch() []msg {
+	p := r.bg.next
 	if p == nil || p.peeked {
 		return nil
 	}
@@ -277,10 +256,10 @@ func (r *run) peekPrefetch() []msg {
 	return p.read
 }
 
-// dropPrefetch ends a receive the run started and will not take: the run ends.
-func (r *run) dropPrefetch() {
-	if p := r.next; p != nil {
-		r.next = nil
+// dropNextBatch ends a receive the run started and will not take: the run ends.
+func (r *run) dropNextBatch() {
+	if p := r.bg.next; p != nil {
+		r.bg.next = nil
 		p.cancel()
 		<-p.done
 	}

@@ -17,7 +17,7 @@ import (
 // A stop ends it after the message in hand; the anchors then stay unsettled and wake the session
 // later. A released retry that is not due (cooling) holds it up.
 func (r *run) drain() error {
-	for r.phase != blocked && r.st.Parked == nil && r.st.EndedAt.IsZero() && r.stop.Err() == nil && !r.cooling() {
+	for r.phase != blocked && r.st.Parked == nil && r.st.EndedAt.IsZero() && r.opts.stop.Err() == nil && !r.cooling() {
 		next := r.st.Next
 		if h, ok := r.w.held[next]; ok && !r.view().awaitsRecord(h) && !r.view().recorded(h) {
 			if err := r.step(r.w.unhold(next)); err != nil {
@@ -85,7 +85,7 @@ func (r *run) settleDrain() error {
 	if len(r.s.anchors) == 0 || r.view().needsAnchor() {
 		return nil
 	}
-	if r.dirty {
+	if r.saved.dirty {
 		if err := r.save(); err != nil {
 			return err
 		}
@@ -132,7 +132,7 @@ func (r *run) trimWindow(limit int) error {
 func (r *run) idle() Outcome {
 	if r.view().gapWaiting() {
 		r.openGap()
-		if !r.st.GapSince.Equal(r.gapAtLoad) {
+		if !r.st.GapSince.Equal(r.gap.atLoad) {
 			// The gap opened during this run: say so once; the worker's sweeper reports it again
 			// while it stays open.
 			lowest := r.view().lowestWaiting()
@@ -152,7 +152,7 @@ func (r *run) idle() Outcome {
 // later messages wait.
 func (r *run) openGap() {
 	if r.st.GapSince.IsZero() {
-		r.st.GapSince, r.dirty = r.now(), true
+		r.st.GapSince, r.saved.dirty = r.now(), true
 	}
 }
 
@@ -194,7 +194,7 @@ func (r *run) skipGap() error {
 		slog.Int64("from", from), slog.Int64("to", lowest-1))
 	skipped, wait := r.st.skipTo(lowest, r.now())
 	r.e.stats.skipped.Add(skipped)
-	r.pendingGap = wait
+	r.gap.pending = wait
 	r.e.observe(Event{Kind: EventSkipped, SessionID: r.id, Sequence: from})
 	return r.save()
 }

@@ -20,7 +20,7 @@ func (r *run) end() error {
 	// The save that handled the last message stored the tombstone. With nothing held, deferred
 	// or changed since, what follows settles nothing and changes nothing: writing the same state
 	// again would cost a store call per session (a broker call with Service Bus session state).
-	unchanged := r.endSaved && !r.dirty && len(r.w.held) == 0 && len(r.st.Deferred) == 0
+	unchanged := r.saved.ended && !r.saved.dirty && len(r.w.held) == 0 && len(r.st.Deferred) == 0
 	for _, k := range slices.Sorted(maps.Keys(r.w.held)) {
 		m := r.w.unhold(k)
 		if err := r.settleLeftover(m); err != nil {
@@ -50,11 +50,11 @@ func (r *run) end() error {
 // release ends a run that may settle: the window is deferred, the state saved if it changed and
 // the anchors completed when nothing depends on them.
 func (r *run) release(out Outcome) (Outcome, error) {
-	r.dropPrefetch()
-	if r.ahead != nil || len(r.unsaved) > 0 || r.st.Ahead {
+	r.dropNextBatch()
+	if r.bg.save != nil || len(r.bg.unsaved) > 0 || r.st.Ahead {
 		// The last save must cover what was handled ahead of it and clear the Ahead mark: the
 		// next holder then need not wait for this one.
-		r.dirty = true
+		r.saved.dirty = true
 	}
 	if err := r.s.await(); err != nil {
 		return r.failed(err)
@@ -62,8 +62,8 @@ func (r *run) release(out Outcome) (Outcome, error) {
 	if err := r.trimWindow(0); err != nil {
 		return r.failed(err)
 	}
-	if r.dirty || len(r.s.settled) > 0 {
-		if r.st.EndedAt.IsZero() || r.ver != 0 || len(r.st.Deferred) > 0 {
+	if r.saved.dirty || len(r.s.settled) > 0 {
+		if r.st.EndedAt.IsZero() || r.saved.ver != 0 || len(r.st.Deferred) > 0 {
 			if err := r.save(); err != nil {
 				return r.failed(err)
 			}

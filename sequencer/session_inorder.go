@@ -14,90 +14,40 @@ import (
 // (inOrder), hands over an unsequenced one (passThrough), retries a failing handler and, once
 // the retries are exhausted, applies the poison policy.
 
-// inOrder hands the in-order message m to the handler and settles it, in one of the two orders
-// the package documentation gives (settlementOf picks): as an entry of a recorded run, handler →
-// complete (the run's record stands for the save; an entry of an extension still in flight is
-// completed once it has landed, landExtension); otherwise handler → save(Next+1) → complete,
-// where a deferred message is completed at once and an active one waits as the drain's anchor
-// while the message for Next is deferred, and where the save runs in the background with one
-// save each, pipelined (goesAhead), and is the last message's for the tail of a run (tailsRun).
-// A handler that keeps failing meets the poison policy.
+// handling is how one in-order message is handed over and settled (plan).
+type handling struct {
+	how settlement
+	// entries, when set, are a new run's record, saved before the handler call.
+	entries map[int64]int64
+	// early: an entry of the extension in flight, completed once the extension has landed.
+	early bool
+	// ahead: handed over before the save that covers it (one save each, pipelined, or the tail
+	// of a run).
+	ahead bool
+}
+
+// inOrder hands the in-order message m to the handler and settles it, as plan says: as an entry
+// of a recorded run, handler → complete (the record stands for the save), or handler →
+// save(Next+1) → complete, the save in the background for a message that goes ahead. A handler
+// that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
-	if err := r.boundRefused(); err != nil {
-		return err
-	}
-	early, err := r.landExtension(m)
+	h, err := r.plan(m)
 	if err != nil {
 		return err
 	}
-	how, entries := r.view().settlementOf(m, !r.e.cfg.SaveEachMessage && r.e.atomic == nil, r.record, r.upcoming)
-	if early {
-		how, entries = completeInRun, nil // an entry of the extension in flight
-	}
-	tail := r.tailsRun(m, how, entries)
-	if tail {
-		how, entries = saveThenComplete, nil // handed over ahead of the last message's save
-	}
-	ahead := tail || r.goesAhead(m, how)
 	// The stored state tells the next holder to wait when it is this run's record or says Ahead.
-	marked := how == completeInRun || r.record != nil || ahead && r.aheadStored
+	marked := h.how == completeInRun || r.runs.record != nil || h.ahead && r.bg.aheadStored
 	if err := r.beforeHandler(marked); err != nil {
 		return err
 	}
-	switch {
-	case entries != nil:
-		if err := r.recordRun(entries); err != nil {
-			return err
-		}
-		r.extendRun(m)
-	case how == completeInRun:
-		r.extendRun(m)
-	case !r.claimed && !r.e.sessionBound && r.e.atomic == nil:
-		// Claim the session in the store before the run's first handler call: an earlier holder
-		// that lost its lock without noticing can save no more, and this run goes on from the
-		// state it loaded, which is the latest.
-		if err := r.save(); err != nil {
-			return err
-		}
-	}
-	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, how, ahead) }); !ok {
+	if err := r.beforeCall(m, h); err != nil {
 		return err
 	}
-	switch {
-	case how == completeInRun:
-		// Entries are never the last message. With PipelineRuns the completion runs in the
-		// background (see "Pipelined runs" in the package documentation); an entry of the
-		// extension in flight is completed once that has landed.
-		if a := r.ahead; early && a != nil {
-			a.covers = append(a.covers, m)
-			return nil
-		}
-		return r.s.completeEntry(m)
-	case ahead && !r.view().needsAnchor():
-		return r.handledAhead(m) // saved in the background, then completed
-	case ahead:
-		// m turned out to be the anchor of a drain: its save comes now, it waits unsettled.
-		if err := r.save(); err != nil {
-			return err
-		}
-		r.s.anchor(m, "", r.indexed(m))
-	case m.deferred || r.indexed(m) && !r.view().needsAnchor():
-		// A deferred message, or an active one an index entry names (its deferral was saved
-		// and the process died before the defer): the index entry stays until it is completed,
-		// so that a crash in between leaves something the next run (or a sweeper) finds.
-		landed, err := r.s.complete(m)
-		if err != nil {
-			return err
-		}
-		r.noteSettled(landed, m)
-	case r.view().needsAnchor():
-		// An active message, indexed or not, is what wakes the session if the drain is cut
-		// short (a stop): completed, it would leave only deferred messages at the broker.
-		r.s.anchor(m, "", r.indexed(m))
-	default:
-		if err := r.s.completeLater(m); err != nil {
-			return err
-		}
+	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, h.how, h.ahead) }); !ok {
+		return err
+	}
+	if err := r.settleHandled(m, h); err != nil {
+		return err
 	}
 	if !r.st.EndedAt.IsZero() {
 		return r.end()
@@ -105,27 +55,87 @@ func (r *run) inOrder(m *msg) error {
 	return nil
 }
 
-// boundRefused saves before the next in-order message once the entries whose completion the
-// broker refused as busy since the last save, with the completions still in flight, would make a
-// crash or a lost lock hand over again more than EngineConfig.ReplayWindow messages with the one
-// in hand. A refused completion frees its pipeline slot but leaves its entry at the broker, as a
-// crash would: under a throttle the refusals would otherwise stretch the replay over the whole
-// record and its extensions. The save records every message handled so far, which makes them
-// duplicates for the next holder, and ends the run's record (the entries left start a run of
-// their own).
-func (r *run) boundRefused() error {
-	refused := r.s.refusedEntries.Load()
-	if refused == 0 {
-		return nil
+// plan takes the view's choices for m (settlementOf, extensionOf, tailsRun, goesAhead), after
+// the save that bounds the replay (savesForReplay) and the landing of an extension that is done.
+func (r *run) plan(m *msg) (handling, error) {
+	if r.view().savesForReplay(r.s.refusedEntries.Load(), r.s.inFlight()) {
+		if err := r.save(); err != nil {
+			return handling{}, err
+		}
 	}
-	inFlight := 0
-	if r.s.pipe != nil {
-		inFlight = r.s.pipe.inFlight()
+	early, err := r.landExtension(m)
+	if err != nil {
+		return handling{}, err
 	}
-	if int(refused)+inFlight < r.e.cfg.ReplayWindow() {
-		return nil
+	h := handling{early: early}
+	h.how, h.entries = r.view().settlementOf(m, r.e.strategy.recordsRuns(), r.runs.record, r.runs.upcoming)
+	if early {
+		h.how, h.entries = completeInRun, nil
 	}
-	return r.save()
+	f := r.pipelining()
+	if r.view().tailsRun(m, h.how, h.entries, r.runs.upcoming, f) {
+		h.how, h.entries, h.ahead = saveThenComplete, nil, true
+	} else {
+		h.ahead = r.view().goesAhead(m, h.how, f)
+	}
+	return h, nil
+}
+
+// beforeCall saves what must be stored before m's handler call: a new run's record (and its
+// extension over the next batch), or, with a store of its own, the run's claim: an earlier holder
+// that lost its lock without noticing can save no more, and this run goes on from the state it
+// loaded, which is the latest.
+func (r *run) beforeCall(m *msg, h handling) error {
+	switch {
+	case h.entries != nil:
+		if err := r.recordRun(h.entries); err != nil {
+			return err
+		}
+		r.extendRun(m)
+	case h.how == completeInRun:
+		r.extendRun(m)
+	case !r.saved.claimed && !r.e.sessionBound && r.e.strategy != transactional:
+		return r.save()
+	}
+	return nil
+}
+
+// settleHandled settles m, handled: an entry of a run is completed (once the extension it belongs
+// to has landed), a message that went ahead waits for the save that covers it, the anchor of a
+// drain waits unsettled, a deferred or indexed message is completed now (its index entry goes
+// once that landed), and any other is completed through the completer.
+func (r *run) settleHandled(m *msg, h handling) error {
+	switch anchor := r.view().needsAnchor(); {
+	case h.how == completeInRun:
+		if a := r.bg.save; h.early && a != nil {
+			a.covers = append(a.covers, m)
+			return nil
+		}
+		return r.s.completeEntry(m)
+	case h.ahead && !anchor:
+		return r.handledAhead(m)
+	case h.ahead:
+		// m turned out to be the anchor of a drain: its save comes now, it waits unsettled.
+		if err := r.save(); err != nil {
+			return err
+		}
+		r.s.anchor(m, "", r.indexed(m))
+	case m.deferred || r.indexed(m) && !anchor:
+		// The index entry stays until m is completed, so that a crash in between leaves
+		// something the next run (or a sweeper) finds.
+		landed, err := r.s.complete(m)
+		if err != nil {
+			return err
+		}
+		r.noteSettled(landed, m)
+	case anchor:
+		// An active message is what wakes the session if the drain is cut short: completed, it
+		// would leave only deferred messages at the broker.
+		r.s.anchor(m, "", r.indexed(m))
+	default:
+		return r.s.completeLater(m, false)
+	}
+	return nil
 }
 
 // passThrough hands the unsequenced message m to the handler (UnsequencedPassThrough) and
@@ -140,10 +150,10 @@ func (r *run) passThrough(m *msg) error {
 		return err
 	}
 	ok, err := r.handOver(m, func() error {
-		if r.e.atomic == nil {
+		if r.e.strategy != transactional {
 			return r.callHandler(r.ctx, m)
 		}
-		stored := r.ver != 0
+		stored := r.saved.ver != 0
 		same := r.st.clone()
 		same.pruneSettled(r.s.settled)
 		if err := r.saveWith(m, same); err != nil {
@@ -159,22 +169,20 @@ func (r *run) passThrough(m *msg) error {
 	if !ok {
 		return err
 	}
-	return r.s.completeLater(m)
+	return r.s.completeLater(m, false)
 }
 
 // beforeHandler holds the next handler call until this run may make it: not after a failed
 // background completion, not before the completions since the last save are answered with a
-// store that says nothing about the lock (the fence), not while an earlier holder of a pipelined
-// run may still be calling (holdHandover), and not past the lease of a pipelined run. marked says
-// the state stored last tells the next holder to wait (it is this run's record, or it said
-// Ahead), or the message starts a run whose record is saved before the call: with pipelined runs
-// the mark and the lease, not the fence, bound the call (see "Pipelined runs" in the package
-// documentation).
+// store of its own (the fence), not while an earlier holder may still be calling (holdHandover),
+// and not past the lease. marked says the stored state tells the next holder to wait (this run's
+// record, or Ahead): with pipelined runs the mark and the lease then bound the call instead of
+// the fence (see "Pipelined runs" in the package documentation).
 func (r *run) beforeHandler(marked bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
 	}
-	if !r.e.sessionBound && !(marked && r.s.pipelinedRuns()) {
+	if !r.e.sessionBound && !(marked && r.e.pipelined) {
 		// Fence (see SessionBoundStore): a save to this store says nothing about the session
 		// lock, so the completions issued since the last save must have been answered (which
 		// they are not once the lock is lost) before the handler is called again.
@@ -195,11 +203,11 @@ func (r *run) beforeHandler(marked bool) error {
 // The save matters as much as the call: a save that resolves the record removes it, and a run
 // that loads the state after that save finds no record to wait for.
 func (r *run) holdHandover() error {
-	if r.handoverAt.IsZero() {
+	if r.inherited.handoverAt.IsZero() {
 		return nil
 	}
-	wait := r.handoverAt.Sub(r.now())
-	r.handoverAt = time.Time{}
+	wait := r.inherited.handoverAt.Sub(r.now())
+	r.inherited.handoverAt = time.Time{}
 	if wait <= 0 {
 		return nil
 	}
@@ -263,7 +271,7 @@ func (r *run) retry(m *msg, once func() error) error {
 		}
 		if !m.unsequenced {
 			r.st.Counters.Retries++
-			r.dirty = true
+			r.saved.dirty = true
 		}
 		r.e.stats.retries.Add(1)
 		r.e.observe(Event{Kind: EventRetry, SessionID: r.id, Sequence: m.seq, Err: herr.err})
@@ -282,16 +290,16 @@ func (r *run) retry(m *msg, once func() error) error {
 // entry of the recorded run or goes ahead of its save) saves it; with an AtomicStore both
 // happen in one transaction. Handler errors come back as *handlerError.
 func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
-	if r.e.atomic != nil {
+	if r.e.strategy == transactional {
 		next := r.st.clone()
 		next.pruneSettled(r.s.settled)
 		if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {
-			r.pendingGap = wait
+			r.gap.pending = wait
 		}
 		if err := r.saveWith(m, next); err != nil {
 			return err
 		}
-		if r.endSaved {
+		if r.saved.ended {
 			r.freeSlot() // the last message: its handler's transaction has committed
 		}
 		return nil
@@ -300,7 +308,7 @@ func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 		return err
 	}
 	if wait := r.st.handled(m.seq, m.bs, r.now()); wait > 0 {
-		r.pendingGap = wait
+		r.gap.pending = wait
 	}
 	if !r.st.EndedAt.IsZero() {
 		// The last message: what is left (its save, the completions, the close) is the tail,
@@ -308,7 +316,7 @@ func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 		r.freeSlot()
 	}
 	if how == completeInRun || ahead {
-		r.dirty = true
+		r.saved.dirty = true
 		return nil
 	}
 	return r.save()
@@ -334,9 +342,9 @@ func (r *run) verifyTenure() error {
 	if err != nil {
 		return fmt.Errorf("sequencer: session %s: checking the state after a retry wait: %w", r.id, err)
 	}
-	if ver != r.ver {
+	if ver != r.saved.ver {
 		return fmt.Errorf("sequencer: session %s: the stored state changed during a retry wait (version %d, this run's %d): %w",
-			r.id, ver, r.ver, ErrVersionConflict)
+			r.id, ver, r.saved.ver, ErrVersionConflict)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func (r *run) releaseRetry(m *msg, rerr *releaseError) error {
 	r.st.Retrying = &Retrying{Sequence: m.seq, BrokerSequence: m.bs, At: at, Attempts: uint64(rerr.attempts), Reason: rerr.err.Error()}
 	// The message for Next is here: whatever gap was open before it arrived has closed.
 	if gap := r.st.closeGap(now); gap > 0 {
-		r.pendingGap = gap
+		r.gap.pending = gap
 	}
 	r.st.recordDeferral(m.seq, m.bs)
 	if err := r.save(); err != nil {

@@ -25,11 +25,11 @@ func (r *run) startup() error {
 	if err := r.finishParking(); err != nil {
 		return err
 	}
-	if r.resume != nil && st.Parked != nil {
+	if r.opts.resume != nil && st.Parked != nil {
 		r.log().InfoContext(r.ctx, "sequencer: resuming parked session", slog.Int64("sequence", st.Parked.Sequence),
-			slog.Bool("skip", r.resume.Skip))
-		st.Unpark(r.resume.Skip, now)
-		if r.resume.Skip {
+			slog.Bool("skip", r.opts.resume.Skip))
+		st.Unpark(r.opts.resume.Skip, now)
+		if r.opts.resume.Skip {
 			r.e.stats.skipped.Add(1)
 		}
 		if err := r.save(); err != nil {
@@ -115,35 +115,23 @@ func (r *run) settleStale() error {
 
 // resolve settles an inherited run record with the active messages the broker delivers after the
 // earlier run ended; m is the next one delivered, or nil when a receive found nothing more (the
-// session idles: everything still at the broker has been delivered). The entries were handled in
-// sequence order and an entry is completed only after it was handled, so an entry gone from the
-// broker was handled, and so was every entry below it. The broker delivers a session's active
-// messages in broker sequence order, so each entry is decided by itself:
-//
-//   - a delivered entry is still at the broker;
-//   - an entry not delivered whose broker sequence number is lower than one delivered is gone,
-//     unless the broker says it still holds it (HoldingSession: a client may get a message after
-//     a later one), and then it is decided by one of the other two rules;
-//   - an entry not delivered before the session idles is gone.
-//
-// Next moves past the highest entry known to be gone as soon as it is known; the record is
-// settled once every entry is decided. Held messages that end up below Next are duplicates: the
-// entries still at the broker below a gone one were handled, their completions cut short (with
-// EngineConfig.PipelineRuns completions land in no fixed order). Without PipelineRuns each entry
-// is completed before the next is handled, so the gone entries are those below the first one
-// still there.
+// session idles). Each entry is decided by the three rules of "Recorded runs" in the package
+// documentation: delivered, still at the broker; not delivered while a later message was (and
+// the broker does not hold it, HoldingSession), gone; not delivered before the session idles,
+// gone. Next moves past the highest entry known to be gone as soon as it is known; the record is
+// settled once every entry is decided, and held messages that end up below Next are duplicates.
 func (r *run) resolve(m *msg) error {
 	if r.phase != resolving {
 		return nil
 	}
 	st := r.st
 	if m != nil {
-		r.lastDelivered = max(r.lastDelivered, m.bs)
+		r.inherited.lastDelivered = max(r.inherited.lastDelivered, m.bs)
 		if bs, ok := st.InFlight[m.seq]; ok && m.invalid == "" && bs == m.bs && m.seq >= st.Next {
-			if r.present == nil {
-				r.present = map[int64]bool{}
+			if r.inherited.present == nil {
+				r.inherited.present = map[int64]bool{}
 			}
-			r.present[m.seq] = true
+			r.inherited.present[m.seq] = true
 		}
 	}
 	if m != nil {
@@ -155,8 +143,8 @@ func (r *run) resolve(m *msg) error {
 	undecided := false
 	for seq, bs := range st.InFlight {
 		switch {
-		case seq < st.Next || r.present[seq]:
-		case m != nil && (bs > r.lastDelivered || r.peeked[seq]):
+		case seq < st.Next || r.inherited.present[seq]:
+		case m != nil && (bs > r.inherited.lastDelivered || r.inherited.peeked[seq]):
 			undecided = true
 		default:
 			gone = max(gone, seq)
@@ -164,13 +152,13 @@ func (r *run) resolve(m *msg) error {
 	}
 	for st.Next <= gone {
 		st.passRecorded()
-		r.dirty = true
+		r.saved.dirty = true
 	}
 	if undecided {
 		return r.settleHeldBelowNext() // not decided yet
 	}
 	st.InFlight = nil
-	r.phase, r.present, r.peeked = receiving, nil, nil
+	r.phase, r.inherited.present, r.inherited.peeked = receiving, nil, nil
 	// Save the exact Next now: if this run crashes before its next save, the record would be
 	// inherited again, and by then its entries may have left the broker other than by handling
 	// (dead-lettered after too many deliveries), which the inference would take as handled.
@@ -190,7 +178,7 @@ func (r *run) peekPassed() error {
 	}
 	var ask []int64
 	for seq, bs := range r.st.InFlight {
-		if _, asked := r.peeked[seq]; !asked && seq >= r.st.Next && !r.present[seq] && bs < r.lastDelivered {
+		if _, asked := r.inherited.peeked[seq]; !asked && seq >= r.st.Next && !r.inherited.present[seq] && bs < r.inherited.lastDelivered {
 			ask = append(ask, bs)
 		}
 	}
@@ -202,16 +190,16 @@ func (r *run) peekPassed() error {
 	if err != nil {
 		return r.s.callErr(CallPeek, err)
 	}
-	if r.peeked == nil {
-		r.peeked = map[int64]bool{}
+	if r.inherited.peeked == nil {
+		r.inherited.peeked = map[int64]bool{}
 	}
 	for seq, bs := range r.st.InFlight {
 		if slices.Contains(ask, bs) {
-			r.peeked[seq] = slices.Contains(held, bs)
-			if r.peeked[seq] {
+			r.inherited.peeked[seq] = slices.Contains(held, bs)
+			if r.inherited.peeked[seq] {
 				// Broker order would have taken it as handled: worth a line when a replay is studied.
 				r.log().InfoContext(r.ctx, "sequencer: an entry of the inherited run record is delivered after a later message; waiting for it",
-					slog.Int64("sequence", seq), slog.Int64("broker_sequence", bs), slog.Int64("later_broker_sequence", r.lastDelivered))
+					slog.Int64("sequence", seq), slog.Int64("broker_sequence", bs), slog.Int64("later_broker_sequence", r.inherited.lastDelivered))
 			}
 		}
 	}

@@ -10,17 +10,17 @@ import (
 )
 
 // settler makes one run's settlements at the broker (complete, defer, dead-letter, abandon) and
-// owns what they share: the completions running in the background (the pipeline), the flag that
-// the session lock is lost, the anchors whose completion waits for a drain, and the messages
-// settled whose index entries the next save removes. The run decides what to settle and when;
-// the settler makes the call, counts it, and keeps the rules every settlement follows:
+// owns what they share: the completer, the flag that the session lock is lost, the anchors whose
+// completion waits for a drain, and the messages settled whose index entries the next save
+// removes. The run decides what to settle and when; the settler makes the call, counts it, and
+// keeps the rules every settlement follows:
 //
 //   - nothing is settled once the lock is known to be lost, and the first lost lock cancels the
 //     run (its handler's ctx included);
-//   - every settlement but a background completion first waits for the completions in flight, so
-//     a defer, dead-letter or abandon never overtakes a complete issued before it;
+//   - every settlement but a completion through the completer first waits for the completions in
+//     flight, so a defer, dead-letter or abandon never overtakes a complete issued before it;
 //   - the first error of a background completion is kept and reported at the next completion,
-//     before the next handler call (failure) and when the run awaits the pipeline.
+//     before the next handler call (failure) and when the run awaits the completer.
 //
 // Only the renewal goroutine and the background completions touch lost and cancel concurrently;
 // everything else belongs to the run's goroutine.
@@ -35,13 +35,14 @@ type settler struct {
 	// lock was held then. Background completions land in any order, so it only moves forward.
 	answered atomic.Int64
 	// refusedEntries counts the entries of recorded runs whose completion the broker refused as
-	// busy since the last save (run.boundRefused): each stays at the broker, as after a crash, and
-	// the next holder hands it over again unless a save records it handled.
+	// busy since the last save: each stays at the broker, as after a crash, and the next holder
+	// hands it over again unless a save records it handled (replayBound).
 	refusedEntries atomic.Int64
 	// busy: the broker refused one of this run's settlements as busy (a throttled namespace).
 	busy atomic.Bool
-	// pipe runs the completions of handled messages in the background (nil: no pipelining).
-	pipe *pipeline
+	// done completes the messages whose handling is saved; entries the entries of a recorded run
+	// (the pipelined completer with pipelined runs, else the synchronous one).
+	done, entries completer
 	// settled maps the application sequence of settled messages that may still have an index
 	// entry (State.Deferred, State.SkippedPoison) to their broker sequence; the next save removes
 	// those entries (State.pruneSettled).
@@ -71,8 +72,13 @@ type anchor struct {
 func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *Engine, sess Session) {
 	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
 	s.settled = map[int64]int64{}
+	s.done = syncCompleter{s}
+	s.entries = s.done
 	if n := e.cfg.MaxPendingSettlements; n > 1 {
-		s.pipe = newPipeline(n, e.workers)
+		s.done = newPipeline(s, n)
+		if e.pipelined {
+			s.entries = s.done
+		}
 	}
 }
 
@@ -92,25 +98,20 @@ func (s *settler) callErr(kind CallKind, err error) error {
 	return fmt.Errorf("sequencer: session %s: %s: %w", s.id, kind, err)
 }
 
-// settle waits for the background completions, then runs one settlement. landed is false when
+// settle waits for the completions in flight, then runs one settlement now. landed is false when
 // the broker refused it as busy (ErrSettlementRefused), which is not an error: the message is
 // not settled, and is settled again later (see ErrSettlementRefused).
 func (s *settler) settle(kind CallKind, m *msg, fn func(context.Context, *Message) error) (landed bool, err error) {
 	if err := s.await(); err != nil {
 		return false, err
 	}
-	return s.settleNow(kind, m, fn)
+	return s.call(kind, m, fn, s.e.clock.Now())
 }
 
-// settleNow runs one settlement without waiting for the background completions.
-func (s *settler) settleNow(kind CallKind, m *msg, fn func(context.Context, *Message) error) (landed bool, err error) {
-	return s.settleAsked(kind, m, fn, s.e.clock.Now())
-}
-
-// settleAsked runs one settlement that the run asked for at asked: a background completion runs
-// it later, concurrently with the run, and the lease counts from the ask, which comes before the
-// call is sent.
-func (s *settler) settleAsked(kind CallKind, m *msg, fn func(context.Context, *Message) error, asked time.Time) (landed bool, err error) {
+// call runs one settlement that the run asked for at asked: a background completion runs it
+// later, concurrently with the run, and the lease counts from the ask, which comes before the
+// call is sent. landed as for settle.
+func (s *settler) call(kind CallKind, m *msg, fn func(context.Context, *Message) error, asked time.Time) (landed bool, err error) {
 	if s.lost.Load() {
 		return false, s.callErr(kind, ErrLockLost)
 	}
@@ -141,16 +142,12 @@ func (s *settler) noteAnswered(sent time.Time) {
 }
 
 // holdLease makes a pipelined run wait for its completions in flight before the next handler
-// call once the latest answered call was sent EngineConfig.PipelineLease ago or more. The broker
-// gives the session to another replica only after it stopped holding the lock for this run, so
-// a run that does not know its lock is lost (a connection cut: its completions hang, then fail)
-// starts handler calls at most until the lease after its last answered call, plus the one call
-// that follows an await whose completions all landed, as without pipelining; a run that
-// inherits a record waits the lease before its first handler call (run.holdHandover), so the
-// earlier holder's calls come before the replay.
+// call once the latest answered call was sent EngineConfig.PipelineLease ago or more: a run that
+// does not know its lock is lost starts no handler call past the lease (see "Pipelined runs" in
+// the package documentation).
 func (s *settler) holdLease() error {
 	lease := s.e.cfg.PipelineLease
-	if !s.pipelinedRuns() || lease < 0 {
+	if !s.e.pipelined || lease < 0 {
 		return nil
 	}
 	if s.e.clock.Now().Sub(time.Unix(0, s.answered.Load())) < lease {
@@ -159,11 +156,7 @@ func (s *settler) holdLease() error {
 	return s.await()
 }
 
-// pipelinedRuns reports whether the entries of a recorded run are completed in the background
-// (EngineConfig.PipelineRuns with a pipeline).
-func (s *settler) pipelinedRuns() bool { return s.pipe != nil && s.e.cfg.PipelineRuns }
-
-// complete completes m; landed as for settle.
+// complete completes m now, after the completions in flight; landed as for settle.
 func (s *settler) complete(m *msg) (landed bool, err error) {
 	return s.settle(CallComplete, m, s.sess.Complete)
 }
@@ -225,105 +218,37 @@ func (s *settler) refusedHere(seq, bs int64) bool {
 	return ok && b == bs
 }
 
-// completeLater completes m, an in-order or duplicate active message whose handling is saved and
-// that no index entry or drain depends on. With pipelining it returns once the completion is
-// started (after waiting for a free slot); its error surfaces at the next completeLater, before
-// the next handler call, or when the pipeline is awaited. Without pipelining it completes m now.
-func (s *settler) completeLater(m *msg) error {
-	p := s.pipe
-	if p == nil {
-		_, err := s.complete(m)
+// completeLater completes m, an active message whose handling is saved and that no index entry
+// or drain depends on, through the completer: unless an earlier background completion failed
+// (that error is returned), it is completed now or started in the background. entry says m is an
+// entry of the stored record (an extension's), whose refusal counts in refusedEntries.
+func (s *settler) completeLater(m *msg, entry bool) error {
+	if err := s.done.failure(); err != nil {
 		return err
 	}
-	if err := p.failure(); err != nil {
-		return err
-	}
-	return s.startComplete(m, false)
+	return s.done.issue(m, entry)
 }
 
-// completeExtensionEntry is completeLater for m, an entry of an extended run handed over before
-// the extension landed (aheadSave.covers): it is in the stored record now, so a refusal of its
-// completion counts in refusedEntries as an entry's does.
-func (s *settler) completeExtensionEntry(m *msg) error {
-	if err := s.pipe.failure(); err != nil {
-		return err
-	}
-	return s.startComplete(m, true)
-}
-
-// startComplete starts the completion of m in the background once a slot of the pipeline is
-// free; entry says m is an entry of a recorded run (its refusal counts in refusedEntries).
-func (s *settler) startComplete(m *msg, entry bool) error {
-	p := s.pipe
-	select {
-	case p.slots <- struct{}{}:
-	case <-s.ctx.Done():
-		return fmt.Errorf("sequencer: session %s: waiting to complete broker sequence %d: %w", s.id, m.bs, context.Cause(s.ctx))
-	}
-	if s.lost.Load() {
-		<-p.slots
-		return s.callErr(CallComplete, ErrLockLost)
-	}
-	asked := s.e.clock.Now()
-	p.run(func() {
-		defer func() { <-p.slots }()
-		landed, err := s.settleAsked(CallComplete, m, s.sess.Complete, asked)
-		if err != nil {
-			p.fail(err)
-		} else if !landed && entry {
-			s.refusedEntries.Add(1)
-		}
-	})
-	return nil
-}
-
-// completeEntry completes m, a handled entry of the run this engine recorded. With
-// EngineConfig.PipelineRuns and pipelining it starts the completion in the background (after
-// waiting for a free slot) and returns; otherwise the answer comes before the next handler call.
-// Either way m's completion is issued even when an earlier background completion failed (m is
-// handled: leaving it at the broker would hand it over again), and that failure is returned
+// completeEntry completes m, a handled entry of the run this engine recorded, through the
+// entries' completer. m's completion is issued even when an earlier background completion failed
+// (m is handled: leaving it at the broker would hand it over again), and that failure is returned
 // after it.
 func (s *settler) completeEntry(m *msg) error {
-	p := s.pipe
-	if !s.pipelinedRuns() {
-		landed, err := s.settleNow(CallComplete, m, s.sess.Complete)
-		if err != nil {
-			return err
-		}
-		if !landed {
-			s.refusedEntries.Add(1)
-		}
-		return s.failure()
-	}
-	if err := s.startComplete(m, true); err != nil {
+	if err := s.entries.issue(m, true); err != nil {
 		return err
 	}
-	return p.failure()
-}
-
-// close waits for the background completions.
-func (s *settler) close() {
-	if s.pipe != nil {
-		s.pipe.close()
-	}
+	return s.done.failure()
 }
 
 // failure reports the error of a background completion that has already finished.
-func (s *settler) failure() error {
-	if s.pipe == nil {
-		return nil
-	}
-	return s.pipe.failure()
-}
+func (s *settler) failure() error { return s.done.failure() }
 
 // await waits for every background completion and returns the first error. It runs before every
 // other settlement, at the end of a session and before the session is released.
-func (s *settler) await() error {
-	if s.pipe == nil {
-		return nil
-	}
-	return s.pipe.wait()
-}
+func (s *settler) await() error { return s.done.wait() }
+
+// inFlight is the number of completions started and not yet answered.
+func (s *settler) inFlight() int { return s.done.inFlight() }
 
 // anchor keeps m unsettled until the drain it wakes the session for is durable; deadLetter is the
 // description of a skipped poison message's dead-lettering ("" completes it).
@@ -354,12 +279,41 @@ func (s *settler) settleAnchors() error {
 	return nil
 }
 
-// pipeline runs the completions of one run in the background, on the engine's workers, at most
-// cap(slots) at a time, and keeps the first error. Only the run's own goroutine starts
-// completions and waits for them.
+// completer completes handled messages at the broker. The synchronous one completes before it
+// returns; the pipelined one (EngineConfig.MaxPendingSettlements > 1) starts the completion in the
+// background, at most MaxPendingSettlements at a time, and keeps the first error for failure and
+// wait. Only the run's own goroutine issues completions and waits for them.
+type completer interface {
+	// issue completes m, or starts its completion once a slot is free. entry: m is an entry of
+	// the stored record, whose refusal as busy counts in settler.refusedEntries.
+	issue(m *msg, entry bool) error
+	// failure returns the first error of a background completion that has finished, if any.
+	failure() error
+	// wait waits for every completion started and returns the first error.
+	wait() error
+	// inFlight is the number of completions started and not yet answered.
+	inFlight() int
+}
+
+// syncCompleter completes each message before issue returns.
+type syncCompleter struct{ s *settler }
+
+func (c syncCompleter) issue(m *msg, entry bool) error {
+	landed, err := c.s.call(CallComplete, m, c.s.sess.Complete, c.s.e.clock.Now())
+	if err == nil && !landed && entry {
+		c.s.refusedEntries.Add(1)
+	}
+	return err
+}
+
+func (syncCompleter) failure() error { return nil }
+func (syncCompleter) wait() error    { return nil }
+func (syncCompleter) inFlight() int  { return 0 }
+
+// pipeline completes in the background, on the engine's workers.
 type pipeline struct {
-	slots   chan struct{}
-	workers *workers
+	s     *settler
+	slots chan struct{}
 	// wg counts the tasks started and not finished.
 	wg sync.WaitGroup
 
@@ -367,33 +321,63 @@ type pipeline struct {
 	err error
 }
 
-func newPipeline(n int, w *workers) *pipeline {
-	return &pipeline{slots: make(chan struct{}, n), workers: w}
+func newPipeline(s *settler, n int) *pipeline {
+	return &pipeline{s: s, slots: make(chan struct{}, n)}
 }
 
-// inFlight is the number of completions started and not yet answered.
 func (p *pipeline) inFlight() int { return len(p.slots) }
 
-// run runs fn on a worker.
-func (p *pipeline) run(fn func()) {
+func (p *pipeline) issue(m *msg, entry bool) error {
+	s := p.s
+	select {
+	case p.slots <- struct{}{}:
+	case <-s.ctx.Done():
+		return fmt.Errorf("sequencer: session %s: waiting to complete broker sequence %d: %w", s.id, m.bs, context.Cause(s.ctx))
+	}
+	if s.lost.Load() {
+		<-p.slots
+		return s.callErr(CallComplete, ErrLockLost)
+	}
+	asked := s.e.clock.Now()
 	p.wg.Add(1)
-	p.workers.run(func() {
+	s.e.workers.run(func() {
 		defer p.wg.Done()
-		fn()
+		defer func() { <-p.slots }()
+		landed, err := s.call(CallComplete, m, s.sess.Complete, asked)
+		if err != nil {
+			p.fail(err)
+		} else if !landed && entry {
+			s.refusedEntries.Add(1)
+		}
 	})
+	return nil
 }
 
-// close waits for the pipeline's tasks. Nothing is started after it.
-func (p *pipeline) close() {
+// failure returns the first error of a completion that has finished, if any.
+func (p *pipeline) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+func (p *pipeline) fail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		p.err = err
+	}
+}
+
+// wait blocks until every completion started has finished and returns the first error.
+func (p *pipeline) wait() error {
 	p.wg.Wait()
+	return p.failure()
 }
 
-// workers runs an engine's background calls (completions, the saves of one save each, the
-// receives asked for ahead) on goroutines kept while there is work, shared by its runs: a
-// settlement's calls through the adapter, the SDK and the AMQP library grow a new goroutine's
-// stack, which a kept goroutine does once (profiled: stack copying was about 2 % of the
-// unthrottled benchmark's CPU with goroutines kept for a run only, and none with goroutines kept
-// across runs). A goroutine idle for workerIdle ends, so that an engine without work keeps none.
+// workers runs an engine's background calls (completions, background saves, the receive of the
+// next batch) on goroutines kept while there is work, shared by its runs: a call through the
+// adapter and the SDK grows a new goroutine's stack, which a kept goroutine does once. A
+// goroutine idle for workerIdle ends, so that an engine without work keeps none.
 type workers struct {
 	tasks chan func()
 }
@@ -424,25 +408,4 @@ func (w *workers) work(fn func()) {
 			return
 		}
 	}
-}
-
-// failure returns the first error of a completion that has finished, if any.
-func (p *pipeline) failure() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
-func (p *pipeline) fail(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err == nil {
-		p.err = err
-	}
-}
-
-// wait blocks until every completion started has finished and returns the first error.
-func (p *pipeline) wait() error {
-	p.wg.Wait()
-	return p.failure()
 }

@@ -45,7 +45,7 @@ type State struct {
 	// documentation). Empty once a save records Next exactly.
 	InFlight map[int64]int64
 	// Ahead says the holder that saved this state may hand messages to the handler ahead of
-	// their saves (EngineConfig.SaveEachMessage with PipelineRuns): Next is exact, but the
+	// their saves (EngineConfig.SaveEachMessage with Pipelined): Next is exact, but the
 	// messages from Next on may be in its handler's hands. A new holder waits
 	// EngineConfig.PipelineLease before its first handler call and its first save (see "One
 	// save each, pipelined" in the package documentation). A holder's last save before it

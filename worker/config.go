@@ -159,10 +159,9 @@ type Config struct {
 	// PipelineRuns completes the messages of a recorded run in the background, as many at once
 	// as the engine's completion pipeline holds, so that a session's handler calls are not spaced
 	// by a broker round trip each; after a crash up to 17 of the messages handled last may be
-	// handed over again, in order (see sequencer.EngineConfig.PipelineRuns). The worker turns it
-	// on (the library's zero value is off): awaiting each completion caps a session at one
-	// message per broker round trip, about 160 a second at 5 ms, and a one-message window cannot
-	// be had for less. A transactional handler (Journal, Transactional) has no runs to pipeline.
+	// handed over again, in order (see sequencer.EngineConfig.Pipelining). On by default, as in
+	// the library: awaiting each completion caps a session at one message per broker round trip.
+	// A transactional handler (Journal, Transactional) has no runs to pipeline.
 	PipelineRuns bool `envconfig:"PIPELINE_RUNS" desc:"Complete a run's messages in the background while the handler goes on; after a crash up to 17 handled messages may be handed over again, in order (false: at most 1)."`
 	// ReorderWindow bounds the early messages held in memory per session (0: no window, every
 	// early message is deferred at the broker); ReorderWindowBytes bounds their bodies.
@@ -300,10 +299,12 @@ func (c Config) engine() sequencer.EngineConfig {
 		Unsequenced:       c.Unsequenced,
 		TombstoneTTL:      c.TombstoneTTL,
 		SaveEachMessage:   c.SaveEachMessage,
+		LockRenewInterval: c.LockRenewInterval,
+	}
+	if !c.PipelineRuns || c.Transactional || c.Journal {
 		// A transactional handler runs no recorded runs; saying so here keeps the engine's
 		// ReplayWindow exact (1) for it.
-		PipelineRuns:      c.PipelineRuns && !c.Transactional && !c.Journal,
-		LockRenewInterval: c.LockRenewInterval,
+		e.Pipelining = sequencer.Awaited
 	}
 	if c.ReorderWindow == 0 {
 		e.WindowMessages = sequencer.NoWindow

@@ -353,11 +353,21 @@ func fmtRatios(rs []float64) string {
 	return strings.Join(parts, ", ")
 }
 
+// engineConfig is the engine's configuration with pipelined runs (the worker's
+// SEQBUS_PIPELINE_RUNS) and one save each (SEQBUS_SAVE_EACH_MESSAGE) as given.
+func engineConfig(pipelined, saveEach bool) sequencer.EngineConfig {
+	cfg := sequencer.EngineConfig{SaveEachMessage: saveEach}
+	if !pipelined {
+		cfg.Pipelining = sequencer.Awaited
+	}
+	return cfg
+}
+
 // BenchmarkWorkerVsPlainConsumer measures, on one in-process emulator and in the same run, the
 // throughput of benchSessions sessions × benchMessages messages through a plain pipelined SDK
 // session consumer (plainConsume) and through the worker's pipeline (Runner + sbadapter +
 // Service Bus session-state store): in order with the worker's default (pipelined runs,
-// EngineConfig.PipelineRuns), in order with each completion awaited (SEQBUS_PIPELINE_RUNS=false),
+// EngineConfig.Pipelining), in order with each completion awaited (SEQBUS_PIPELINE_RUNS=false),
 // fully reversed, in order with the exact position saved before each completion
 // (EngineConfig.SaveEachMessage, its saves in the background with the default and awaited in
 // save_each_awaited; fully reversed sessions always save each message, their broker order being
@@ -378,17 +388,17 @@ func BenchmarkWorkerVsPlainConsumer(b *testing.B) {
 	// The worker's default: entries of recorded runs completed in the background.
 	pipelined := seqworker.DefaultConfig().PipelineRuns
 	res := e.comparePairs(b, []benchVariant{
-		{name: "inorder", run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, sb)},
+		{name: "inorder", run: worker(engineConfig(pipelined, false), sb)},
 		// Each completion awaited before the next handler call (SEQBUS_PIPELINE_RUNS=false): the
 		// one-message window's price.
-		{name: "awaited", run: worker(sequencer.EngineConfig{}, sb)},
-		{name: "reversed", reversed: true, run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, sb)},
+		{name: "awaited", run: worker(engineConfig(false, false), sb)},
+		{name: "reversed", reversed: true, run: worker(engineConfig(pipelined, false), sb)},
 		// The exact position saved before each completion (SEQBUS_SAVE_EACH_MESSAGE), with the
 		// worker's default the saves in the background; then each save awaited.
-		{name: "save_each", run: worker(sequencer.EngineConfig{SaveEachMessage: true, PipelineRuns: pipelined}, sb)},
-		{name: "save_each_awaited", run: worker(sequencer.EngineConfig{SaveEachMessage: true}, sb)},
+		{name: "save_each", run: worker(engineConfig(pipelined, true), sb)},
+		{name: "save_each_awaited", run: worker(engineConfig(false, true), sb)},
 		// The same pipeline with the in-memory store: what the state writes cost.
-		{name: "memstore", run: worker(sequencer.EngineConfig{PipelineRuns: pipelined}, func() sequencer.StateStore { return memstore.New() })},
+		{name: "memstore", run: worker(engineConfig(pipelined, false), func() sequencer.StateStore { return memstore.New() })},
 	})
 	msgs := float64(b.N * benchSessions * benchMessages)
 	for name, t := range res {
@@ -425,7 +435,7 @@ func BenchmarkWorkerPostgresStore(b *testing.B) {
 		_, err := migrations.New(p, nil).Up(ctx, migrations.UpOptions{})
 		return err
 	}})
-	cfg := sequencer.EngineConfig{PipelineRuns: seqworker.DefaultConfig().PipelineRuns}
+	cfg := engineConfig(seqworker.DefaultConfig().PipelineRuns, false)
 	variant := func(name string, wrap func(sequencer.StateStore) sequencer.StateStore) benchVariant {
 		return benchVariant{name: name, db: pool, optIn: name != "postgres", run: func(b *testing.B, q string) (time.Duration, sequencer.Stats) {
 			store, err := postgres.New(pool, &postgres.Config{Entity: q})

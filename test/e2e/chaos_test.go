@@ -129,7 +129,7 @@ func runChaos(t *testing.T, v chaosVariant, p chaosPreset) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = px.Close() })
 
-	h := newChaosHandler(p, sequencer.EngineConfig{PipelineRuns: pipelined, SaveEachMessage: v.saveEach}.ReplayWindow(), rng.Uint64())
+	h := newChaosHandler(p, engineConfig(pipelined, v.saveEach).ReplayWindow(), rng.Uint64())
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 

@@ -52,13 +52,13 @@ func idleOut(t *testing.T, b *bundle, done <-chan sequencer.Outcome) sequencer.O
 	return out
 }
 
-// TestPrefetch: with PipelineRuns a run asks for its next receive batch while it handles one,
+// TestNextBatch: with PipelineRuns a run asks for its next receive batch while it handles one,
 // but not after a batch holding the session's last message; the idle timeout counts from the
 // moment the run is ready for the batch; and a run that ends first drops the batch, whose
 // messages stay at the broker for the next run.
-func TestPrefetch(t *testing.T) {
+func TestNextBatch(t *testing.T) {
 	t.Parallel()
-	cfg := sequencer.EngineConfig{PipelineRuns: true, ReceiveBatch: 4, IdleTimeout: time.Second}
+	cfg := sequencer.EngineConfig{ReceiveBatch: 4, IdleTimeout: time.Second}
 
 	t.Run("the next batch is asked for while one is handled", func(t *testing.T) {
 		t.Parallel()
@@ -145,12 +145,12 @@ func TestPrefetch(t *testing.T) {
 			}
 			return nil
 		}
-		var prefetched atomic.Bool
+		var receivedEarly atomic.Bool
 		b.setFail(func(m *sequencer.Message) error {
 			if m.Sequence == 4 {
 				select {
 				case <-second:
-					prefetched.Store(true)
+					receivedEarly.Store(true)
 				case <-time.After(2 * time.Second):
 				}
 				stopNow()
@@ -163,7 +163,7 @@ func TestPrefetch(t *testing.T) {
 		out, err := b.engine.RunSession(t.Context(), sess, &sequencer.RunOptions{Stop: stop})
 		require.NoError(t, err)
 		require.Equal(t, sequencer.OutcomeStopped, out)
-		require.True(t, prefetched.Load(), "5-8 were received while 4 was handled")
+		require.True(t, receivedEarly.Load(), "5-8 were received while 4 was handled")
 		require.Equal(t, seqs(1, 4), b.got("s1"))
 		active, deferred := b.broker.Pending("s1")
 		require.Equal(t, 4, active, "5-8 are back at the broker, unsettled")
