@@ -68,6 +68,24 @@ func TestConformance_Transactional(t *testing.T) {
 	)
 }
 
+func TestHeldConformance(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	storetest.RunHeld(t,
+		func(t *testing.T) sequencer.HeldStore { return newStore(t, pool, "orders") },
+		func(_ *testing.T, id string) sequencer.Session { return session(id) },
+	)
+}
+
+func TestHeldConformance_Transactional(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	storetest.RunHeld(t,
+		func(t *testing.T) sequencer.HeldStore { return newStore(t, pool, "orders").Transactional() },
+		func(_ *testing.T, id string) sequencer.Session { return session(id) },
+	)
+}
+
 func TestNew_Validation(t *testing.T) {
 	t.Parallel()
 	_, err := postgres.New(nil, &postgres.Config{Entity: "x"})
