@@ -13,7 +13,9 @@
 //     lock of each session with Service Bus session state (a session a worker holds is listed
 //     as busy).
 //   - [Operator.Show]: one session's whole state, its messages at the broker (a peek of the
-//     session: active, deferred, scheduled) and its dead letters.
+//     session: active, deferred, scheduled) and its dead letters; with a store that holds early
+//     messages (sequencer.HeldStore: Postgres), what it holds for the session and the dead
+//     letters of those (ShowResult.Held).
 //   - [Operator.Resume]: a parked session continues from where it stopped: it waits for the
 //     parked sequence again (State.Unpark(false)), which the replay of its dead letter brings.
 //   - [Operator.Skip]: the parked sequence, the missing sequences of a gap, or everything below a

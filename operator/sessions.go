@@ -251,6 +251,9 @@ type ShowResult struct {
 	MessagesUnavailable string          `json:"messages_unavailable,omitempty"`
 	// DeadLetters are the session's messages in the dead-letter queue.
 	DeadLetters []BrokerMessage `json:"dead_letters"`
+	// Held is what the state store holds for the session (early messages kept by the store, and
+	// their dead letters); nil with a store that holds no messages.
+	Held *HeldSummary `json:"held,omitempty"`
 }
 
 // peeker is the part of sbadapter.Session that Show uses.
@@ -299,6 +302,9 @@ func (o *Operator) Show(ctx context.Context, p ShowParams) (*ShowResult, error) 
 		for _, m := range msgs {
 			res.Messages = append(res.Messages, o.brokerMessage(m))
 		}
+	}
+	if res.Held, err = o.held(ctx, p.SessionID, p.MaxMessages); err != nil {
+		return nil, err
 	}
 	dl, err := o.DLQList(ctx, DLQListParams{SessionID: p.SessionID, Limit: p.MaxMessages})
 	if err != nil {

@@ -1,0 +1,90 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// HeldInfo is a message the state store holds for a session (an early message kept by the
+// store instead of the broker) or, with Reason set, one of its dead letters.
+type HeldInfo struct {
+	Sequence int64 `json:"sequence"`
+	Last     bool  `json:"last,omitempty"`
+	// MessageID and BrokerSequence are the broker's, from the copy that was held.
+	MessageID      string `json:"message_id"`
+	BrokerSequence int64  `json:"broker_sequence"`
+	// Size is what the message counts against the limits (sequencer.HeldSize): body, ids,
+	// properties.
+	Size int64 `json:"size"`
+	// HeldAt is when the store took the message over from the broker.
+	HeldAt time.Time `json:"held_at"`
+	// ID, Reason, Description and DeadAt are set on a dead letter: the store's id of it, why
+	// and when the message was dead-lettered.
+	ID          int64      `json:"id,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Description string     `json:"description,omitempty"`
+	DeadAt      *time.Time `json:"dead_at,omitempty"`
+}
+
+// HeldSummary is what a session holds in the store: every message counted, the first ones
+// listed.
+type HeldSummary struct {
+	// Messages and Bytes count every held message of the session (Bytes adds up their sizes).
+	Messages int   `json:"messages"`
+	Bytes    int64 `json:"bytes"`
+	// Listed are the held messages in sequence order, at most ShowParams.MaxMessages.
+	Listed []HeldInfo `json:"listed"`
+	// DeadLetters are the session's held messages that turned poison, in the order they were
+	// dead-lettered, at most ShowParams.MaxMessages.
+	DeadLetters []HeldInfo `json:"dead_letters"`
+}
+
+// heldReader is what Show reads of a store that holds early messages (sequencer.HeldStore).
+type heldReader interface {
+	Held(ctx context.Context, p sequencer.HeldParams) ([]*sequencer.HeldMessage, error)
+	HeldStats(ctx context.Context, p sequencer.HeldStatsParams) (sequencer.HeldStats, error)
+	HeldDeadLetters(ctx context.Context, p sequencer.HeldDeadLettersParams) ([]*sequencer.HeldDeadLetter, error)
+}
+
+var _ heldReader = sequencer.HeldStore(nil)
+
+// held describes what the store holds for the session, nil for a store that holds no messages.
+// A store that holds messages is keyed by session id, so no lock is needed to read it.
+func (o *Operator) held(ctx context.Context, id string, limit int) (*HeldSummary, error) {
+	hr, ok := o.cfg.Store.(heldReader)
+	if !ok {
+		return nil, nil
+	}
+	sess := unlocked(id)
+	st, err := hr.HeldStats(ctx, sequencer.HeldStatsParams{Session: sess})
+	if err != nil {
+		return nil, fmt.Errorf("count the held messages of session %q: %w", id, err)
+	}
+	msgs, err := hr.Held(ctx, sequencer.HeldParams{Session: sess, Limit: limit, OmitBody: true})
+	if err != nil {
+		return nil, fmt.Errorf("list the held messages of session %q: %w", id, err)
+	}
+	dead, err := hr.HeldDeadLetters(ctx, sequencer.HeldDeadLettersParams{SessionID: id, Limit: limit, OmitBody: true})
+	if err != nil {
+		return nil, fmt.Errorf("list the held dead letters of session %q: %w", id, err)
+	}
+	sum := &HeldSummary{Messages: st.Messages, Bytes: st.Bytes, Listed: []HeldInfo{}, DeadLetters: []HeldInfo{}}
+	for _, m := range msgs {
+		sum.Listed = append(sum.Listed, heldInfo(m))
+	}
+	for _, d := range dead {
+		info := heldInfo(&d.HeldMessage)
+		at := d.DeadAt
+		info.ID, info.Reason, info.Description, info.DeadAt = d.ID, d.Reason, d.Description, &at
+		sum.DeadLetters = append(sum.DeadLetters, info)
+	}
+	return sum, nil
+}
+
+func heldInfo(m *sequencer.HeldMessage) HeldInfo {
+	return HeldInfo{Sequence: m.Sequence, Last: m.IsLast, MessageID: m.MessageID, BrokerSequence: m.BrokerSequence,
+		Size: m.Size, HeldAt: m.HeldAt}
+}

@@ -1,0 +1,71 @@
+package operator_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/operator"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sessionstate/storetest"
+)
+
+// TestShow_ListsHeldMessages: Show lists what the state store holds for a session (sequence,
+// message id, size, held since) and its held dead letters; with a store that holds no messages
+// there is nothing to list.
+func TestShow_ListsHeldMessages(t *testing.T) {
+	t.Parallel()
+	for _, store := range stores {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, store, nil)
+			ctx := testCtx(t)
+			hs, ok := b.store.(sequencer.HeldStore)
+			if !ok {
+				b.publish(t, "a", 3, 1)
+				show, err := b.op.Show(ctx, operator.ShowParams{SessionID: "a"})
+				require.NoError(t, err)
+				require.Nil(t, show.Held, "the %s store holds no messages", store)
+				return
+			}
+			sess := storetest.NewSession("a")
+			st := sequencer.NewState()
+			st.Next = 2
+			heldAt := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+			var msgs []*sequencer.HeldMessage
+			for seq := int64(2); seq <= 5; seq++ {
+				m := storetest.SampleHeld(seq)
+				m.HeldAt = heldAt.Add(time.Duration(seq) * time.Second)
+				msgs = append(msgs, m)
+			}
+			msgs[3].IsLast = true
+			res, err := hs.Hold(ctx, sequencer.HoldParams{Session: sess, State: st, Messages: msgs})
+			require.NoError(t, err)
+			parked := sequencer.NewState()
+			parked.Next = 2
+			parked.Parked = &sequencer.Parked{Sequence: 2, Reason: "handler bug", At: heldAt}
+			_, err = hs.DeadLetterHeld(ctx, sequencer.DeadLetterHeldParams{Session: sess, State: parked, ExpectedVersion: res.Version,
+				Sequence: 2, Reason: sequencer.ReasonHandlerFailed, Description: "handler bug", At: heldAt.Add(time.Minute)})
+			require.NoError(t, err)
+
+			show, err := b.op.Show(ctx, operator.ShowParams{SessionID: "a", MaxMessages: 2})
+			require.NoError(t, err)
+			require.NotNil(t, show.Held)
+			require.Equal(t, 3, show.Held.Messages, "every held message is counted")
+			require.Equal(t, 3*sequencer.HeldSize(storetest.SampleHeld(3)), show.Held.Bytes)
+			require.Equal(t, []operator.HeldInfo{
+				{Sequence: 3, MessageID: "msg-3", BrokerSequence: 1003, Size: sequencer.HeldSize(msgs[1]), HeldAt: msgs[1].HeldAt},
+				{Sequence: 4, MessageID: "msg-4", BrokerSequence: 1004, Size: sequencer.HeldSize(msgs[2]), HeldAt: msgs[2].HeldAt},
+			}, show.Held.Listed, "the first MaxMessages")
+			require.Len(t, show.Held.DeadLetters, 1)
+			d := show.Held.DeadLetters[0]
+			require.Equal(t, int64(2), d.Sequence)
+			require.Equal(t, sequencer.ReasonHandlerFailed, d.Reason)
+			require.Equal(t, "handler bug", d.Description)
+			require.NotZero(t, d.ID)
+			require.True(t, heldAt.Add(time.Minute).Equal(*d.DeadAt))
+			require.Equal(t, int64(2), show.Session.Parked.Sequence)
+		})
+	}
+}
