@@ -63,6 +63,12 @@
 // explicit target: Service Bus cannot send to one subscription, and a copy sent to the topic
 // reaches every subscription whose rules match it.
 //
+// A store that holds early messages (sequencer.HeldStore) keeps the dead letters of the held
+// messages that turned poison itself: the broker no longer has them. DLQList lists them next to
+// the queue's (DLQListResult.Held), and DLQReplay replays them with the same selection, merged
+// into each session's ascending order; the stored dead letter is removed after its copy was
+// sent, so the same crash argument holds.
+//
 // The dead-letter queue is not a session queue, so a replay peeks it first to plan, then
 // receives it in order, holding the other sessions' messages in front of those it replays until
 // the end (then abandoned, which counts a delivery on them).

@@ -3,7 +3,10 @@ package operator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/seqbus/seqbus/sequencer"
 )
@@ -21,9 +24,10 @@ type HeldInfo struct {
 	Size int64 `json:"size"`
 	// HeldAt is when the store took the message over from the broker.
 	HeldAt time.Time `json:"held_at"`
-	// ID, Reason, Description and DeadAt are set on a dead letter: the store's id of it, why
-	// and when the message was dead-lettered.
+	// ID, SessionID, Reason, Description and DeadAt are set on a dead letter: the store's id of
+	// it, its session, why and when the message was dead-lettered.
 	ID          int64      `json:"id,omitempty"`
+	SessionID   string     `json:"session_id,omitempty"`
 	Reason      string     `json:"reason,omitempty"`
 	Description string     `json:"description,omitempty"`
 	DeadAt      *time.Time `json:"dead_at,omitempty"`
@@ -49,7 +53,77 @@ type heldReader interface {
 	HeldDeadLetters(ctx context.Context, p sequencer.HeldDeadLettersParams) ([]*sequencer.HeldDeadLetter, error)
 }
 
-var _ heldReader = sequencer.HeldStore(nil)
+// heldDeadLetterStore is what the dead-letter commands use of a store that holds early
+// messages: its dead letters, listed and removed once replayed.
+type heldDeadLetterStore interface {
+	HeldDeadLetters(ctx context.Context, p sequencer.HeldDeadLettersParams) ([]*sequencer.HeldDeadLetter, error)
+	RemoveHeldDeadLetter(ctx context.Context, p sequencer.RemoveHeldDeadLetterParams) error
+}
+
+var (
+	_ heldReader          = sequencer.HeldStore(nil)
+	_ heldDeadLetterStore = sequencer.HeldStore(nil)
+)
+
+// heldPage is how many of the store's dead letters one call lists.
+const heldPage = 500
+
+// heldDeadLetters lists the store's dead letters (without bodies) of session id ("": all) with
+// the given reason ("": any), at most limit (0: all), and reports whether more match; nil with a
+// store that holds no messages.
+func (o *Operator) heldDeadLetters(ctx context.Context, id, reason string, limit int) ([]*sequencer.HeldDeadLetter, bool, error) {
+	hs, ok := o.cfg.Store.(heldDeadLetterStore)
+	if !ok {
+		return nil, false, nil
+	}
+	out := []*sequencer.HeldDeadLetter{}
+	var after int64
+	for {
+		page, err := hs.HeldDeadLetters(ctx, sequencer.HeldDeadLettersParams{SessionID: id, AfterID: after, Limit: heldPage, OmitBody: true})
+		if err != nil {
+			return nil, false, fmt.Errorf("list the dead letters held in the state store: %w", err)
+		}
+		for _, d := range page {
+			if reason != "" && d.Reason != reason {
+				continue
+			}
+			if limit > 0 && len(out) == limit {
+				return out, true, nil
+			}
+			out = append(out, d)
+		}
+		if len(page) < heldPage {
+			return out, false, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// deadInfo describes one of the store's dead letters.
+func deadInfo(d *sequencer.HeldDeadLetter) HeldInfo {
+	info := heldInfo(&d.HeldMessage)
+	at := d.DeadAt
+	info.ID, info.SessionID, info.Reason, info.Description, info.DeadAt = d.ID, d.SessionID, d.Reason, d.Description, &at
+	return info
+}
+
+// heldCopy is the copy of the store's dead letter d that goes back to the entity, as replayCopy
+// builds one of a dead letter of the broker's.
+func heldCopy(d *sequencer.HeldDeadLetter, source string) *azservicebus.Message {
+	props := maps.Clone(d.Properties)
+	if props == nil {
+		props = map[string]any{}
+	}
+	props[PropertyReplayedFromDLQ] = source
+	id := ReplayMessageID(d.MessageID, d.BrokerSequence)
+	sid := d.SessionID
+	c := &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: d.Body, ApplicationProperties: props}
+	if d.ContentType != "" {
+		ct := d.ContentType
+		c.ContentType = &ct
+	}
+	return c
+}
 
 // held describes what the store holds for the session, nil for a store that holds no messages.
 // A store that holds messages is keyed by session id, so no lock is needed to read it.
@@ -76,10 +150,7 @@ func (o *Operator) held(ctx context.Context, id string, limit int) (*HeldSummary
 		sum.Listed = append(sum.Listed, heldInfo(m))
 	}
 	for _, d := range dead {
-		info := heldInfo(&d.HeldMessage)
-		at := d.DeadAt
-		info.ID, info.Reason, info.Description, info.DeadAt = d.ID, d.Reason, d.Description, &at
-		sum.DeadLetters = append(sum.DeadLetters, info)
+		sum.DeadLetters = append(sum.DeadLetters, deadInfo(d))
 	}
 	return sum, nil
 }

@@ -69,3 +69,59 @@ func TestShow_ListsHeldMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestDLQReplay_MergesTheStoresDeadLetters: a session with a dead letter at the broker (2) and
+// one in the state store (4, a held message that turned poison) lists both, replays both in
+// ascending order with the same command, and removes each after its copy was sent.
+func TestDLQReplay_MergesTheStoresDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "postgres", nil)
+	ctx := testCtx(t)
+	hs := b.store.(sequencer.HeldStore)
+	b.park(t, "a", 3, 2) // 2 dead-lettered at the broker, 3 deferred, parked at 2
+
+	// 4 was held in the store, then turned poison (the poison policy skip would pass it).
+	st, v := b.state(t, "a")
+	sess := storetest.NewSession("a")
+	four := &sequencer.HeldMessage{Sequence: 4, IsLast: true, MessageID: "a/4", BrokerSequence: 99, ContentType: "text/plain",
+		Body: []byte("a step 4"), Properties: map[string]any{"Sequence": int64(4), "IsLast": true, "Kind": "step"}}
+	res, err := hs.Hold(ctx, sequencer.HoldParams{Session: sess, State: st, ExpectedVersion: v, Messages: []*sequencer.HeldMessage{four}})
+	require.NoError(t, err)
+	_, err = hs.DeadLetterHeld(ctx, sequencer.DeadLetterHeldParams{Session: sess, State: st, ExpectedVersion: res.Version,
+		Sequence: 4, Reason: sequencer.ReasonHandlerFailed, Description: "handler bug"})
+	require.NoError(t, err)
+
+	list, err := b.op.DLQList(ctx, operator.DLQListParams{SessionID: "a"})
+	require.NoError(t, err)
+	require.Len(t, list.Messages, 1)
+	require.Equal(t, int64(2), list.Messages[0].Sequence)
+	require.Len(t, list.Held, 1)
+	require.Equal(t, int64(4), list.Held[0].Sequence)
+	require.Equal(t, sequencer.ReasonHandlerFailed, list.Held[0].Reason)
+	other, err := b.op.DLQList(ctx, operator.DLQListParams{Reason: "InvalidSequence"})
+	require.NoError(t, err)
+	require.Empty(t, other.Held, "the reason filter applies to the store's dead letters")
+
+	dry, err := b.op.DLQReplay(ctx, operator.DLQReplayParams{SessionID: "a", DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, []operator.ReplayedSession{{SessionID: "a", Sequences: []int64{2, 4}}}, dry.Sessions)
+
+	rep, err := b.op.DLQReplay(ctx, operator.DLQReplayParams{SessionID: "a"})
+	require.NoError(t, err)
+	require.Equal(t, []operator.ReplayedSession{{SessionID: "a", Sequences: []int64{2, 4}, Sent: 2, Completed: 2, FromStore: 1}}, rep.Sessions)
+	require.Empty(t, b.deadLetters(t))
+	left, err := hs.HeldDeadLetters(ctx, sequencer.HeldDeadLettersParams{SessionID: "a"})
+	require.NoError(t, err)
+	require.Empty(t, left, "removed after its copy was sent")
+
+	copies := b.drainSession(t, "a")
+	require.Len(t, copies, 2)
+	require.Equal(t, operator.ReplayMessageID("a/2", list.Messages[0].BrokerSequence), copies[0].MessageID, "the broker's dead letter first")
+	c := copies[1]
+	require.Equal(t, operator.ReplayMessageID("a/4", 99), c.MessageID)
+	require.Equal(t, "a step 4", string(c.Body))
+	require.Equal(t, "text/plain", *c.ContentType)
+	require.Equal(t, int64(4), c.ApplicationProperties["Sequence"])
+	require.Equal(t, true, c.ApplicationProperties["IsLast"])
+	require.Equal(t, "orders", c.ApplicationProperties[operator.PropertyReplayedFromDLQ])
+}

@@ -61,3 +61,22 @@ func TestHeldTables(t *testing.T) {
 		})
 	}
 }
+
+// TestDLQTexts_StateStore: dlq list prints the state store's dead letters with their session;
+// dlq replay says how many copies came from the store.
+func TestDLQTexts_StateStore(t *testing.T) {
+	t.Parallel()
+	dead := time.Date(2026, 11, 28, 9, 1, 0, 0, time.UTC)
+	var out strings.Builder
+	require.NoError(t, heldDeadTable(&out, []operator.HeldInfo{{ID: 7, SessionID: "s-1", Sequence: 3, MessageID: "m-3", Size: 90,
+		Reason: "HandlerFailed", Description: "boom", DeadAt: &dead}}, true))
+	require.Equal(t, "ID  SESSION  SEQUENCE  REASON         DESCRIPTION  DEAD AT               SIZE  MESSAGE ID\n"+
+		"7   s-1      3         HandlerFailed  boom         2026-11-28T09:01:00Z  90    m-3\n", out.String())
+
+	out.Reset()
+	require.NoError(t, replayText(&out, &operator.DLQReplayResult{Target: "orders", Sessions: []operator.ReplayedSession{
+		{SessionID: "s-1", Sequences: []int64{2, 4}, Sent: 2, Completed: 2, FromStore: 1},
+	}}))
+	require.Equal(t, "replayed s-1: sent 2 (sequences 2, 4), completed 2, 1 of them from the state store\n"+
+		"2 copies of 1 sessions sent to orders\n", out.String())
+}

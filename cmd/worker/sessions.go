@@ -225,13 +225,24 @@ func heldTables(w io.Writer, h *operator.HeldSummary) error {
 		_, _ = fmt.Fprintf(w, "(%d more not listed; --max-messages)\n", more)
 	}
 	_, _ = fmt.Fprintf(w, "\nHELD DEAD LETTERS (%d)\n", len(h.DeadLetters))
-	if len(h.DeadLetters) == 0 {
+	return heldDeadTable(w, h.DeadLetters, false)
+}
+
+// heldDeadTable prints the state store's dead letters, with their session when asked.
+func heldDeadTable(w io.Writer, dead []operator.HeldInfo, withSession bool) error {
+	if len(dead) == 0 {
 		return nil
 	}
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	_, _ = fmt.Fprintln(tw, "ID\tSEQUENCE\tREASON\tDESCRIPTION\tDEAD AT\tSIZE\tMESSAGE ID")
-	for _, d := range h.DeadLetters {
-		_, _ = fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%d\t%s\n", d.ID, d.Sequence, d.Reason, clip(d.Description, 60),
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	session := func(id string) string {
+		if withSession {
+			return id + "\t"
+		}
+		return ""
+	}
+	_, _ = fmt.Fprintln(tw, "ID\t"+session("SESSION")+"SEQUENCE\tREASON\tDESCRIPTION\tDEAD AT\tSIZE\tMESSAGE ID")
+	for _, d := range dead {
+		_, _ = fmt.Fprintf(tw, "%d\t%s%d\t%s\t%s\t%s\t%d\t%s\n", d.ID, session(d.SessionID), d.Sequence, d.Reason, clip(d.Description, 60),
 			fmtTime(d.DeadAt), d.Size, d.MessageID)
 	}
 	return tw.Flush()
