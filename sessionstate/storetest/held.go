@@ -292,6 +292,45 @@ func RunHeld(t *testing.T, newStore NewHeldStoreFunc, newSession NewSessionFunc)
 		require.Equal(t, v, got)
 	})
 
+	t.Run("ConcurrentAdvancesRemoveOnlyTheWinners", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "advance-race")
+		var msgs []*sequencer.HeldMessage
+		for seq := int64(2); seq <= 12; seq++ {
+			msgs = append(msgs, SampleHeld(seq))
+		}
+		v := hold(t, b, 0, 1, msgs...).Version
+		const writers = 8
+		versions := make([]int64, writers)
+		errs := make([]error, writers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range writers {
+			wg.Go(func() {
+				<-start
+				// Each holder advances to a next of its own; a loser must remove nothing.
+				versions[i], errs[i] = b.store.Save(b.ctx, sequencer.SaveParams{Session: b.sess, State: stateWithNext(int64(3 + i)), ExpectedVersion: v})
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			if err == nil {
+				require.Equal(t, -1, winner, "writers %d and %d both won", winner, i)
+				winner = i
+				continue
+			}
+			require.ErrorIs(t, err, sequencer.ErrVersionConflict, "writer %d", i)
+		}
+		require.NotEqual(t, -1, winner, "one writer must win")
+		var want []int64
+		for seq := int64(3 + winner); seq <= 12; seq++ {
+			want = append(want, seq)
+		}
+		requireUnchanged(t, b, versions[winner], want...)
+	})
+
 	t.Run("DeleteRemovesAll", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, "delete")
