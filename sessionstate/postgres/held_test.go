@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -79,4 +80,31 @@ func TestHold_EntitiesAreIsolated(t *testing.T) {
 	st, err = a.HeldStats(ctx, sequencer.HeldStatsParams{Session: s})
 	require.NoError(t, err)
 	require.Zero(t, st.Messages)
+}
+
+// TestPurgeTombstones_RemovesHeldMessages: a purged tombstone takes the held messages of its
+// session with it, so a session id that starts over finds none of them.
+func TestPurgeTombstones_RemovesHeldMessages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	store := newStore(t, pool, "orders")
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for _, id := range []string{"old", "live"} {
+		st := sequencer.NewState()
+		if id == "old" {
+			st.Next, st.Last, st.EndedAt = 4, 3, now.Add(-2*time.Hour)
+		}
+		_, err := store.Hold(ctx, sequencer.HoldParams{Session: session(id), State: st,
+			Messages: []*sequencer.HeldMessage{storetest.SampleHeld(9)}})
+		require.NoError(t, err)
+	}
+	n, err := store.PurgeTombstones(ctx, "orders", now.Add(-time.Hour))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	for id, want := range map[string]int{"old": 0, "live": 1} {
+		st, err := store.HeldStats(ctx, sequencer.HeldStatsParams{Session: session(id)})
+		require.NoError(t, err)
+		require.Equal(t, want, st.Messages, id)
+	}
 }

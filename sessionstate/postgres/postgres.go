@@ -212,11 +212,11 @@ func (s *Store) ListStranded(ctx context.Context, entity string, limit int) ([]s
 // still indexes a deferred message to settle (due_deferred) is kept. Unlike
 // State.TombstoneClearable it does not see a SkippedPoison marker, which no column mirrors.
 func (s *Store) PurgeTombstones(ctx context.Context, entity string, olderThan time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, sqlPurgeTombstones, entity, olderThan)
-	if err != nil {
+	var n int64
+	if err := s.pool.QueryRow(ctx, sqlPurgeTombstones, entity, olderThan).Scan(&n); err != nil {
 		return 0, interpretError("purge tombstones", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Transactional returns the store in transactional mode: a sequencer.AtomicStore whose SaveWith

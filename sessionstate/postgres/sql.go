@@ -68,9 +68,17 @@ ORDER BY session_id
 LIMIT $8`
 
 	// sqlPurgeTombstones keeps a tombstone that still indexes a deferred message to settle
-	// (due_deferred); a SkippedPoison marker has no column and is not seen.
-	sqlPurgeTombstones = `DELETE FROM seqbus_session_state
-WHERE entity = $1 AND ended_at IS NOT NULL AND ended_at < $2 AND NOT due_deferred`
+	// (due_deferred); a SkippedPoison marker has no column and is not seen. Held messages of a
+	// purged session go with it, as with Delete (an ended session holds none: they lie below
+	// its next_seq), so a session id that starts over never finds another's.
+	sqlPurgeTombstones = `WITH purged AS (
+    DELETE FROM seqbus_session_state
+    WHERE entity = $1 AND ended_at IS NOT NULL AND ended_at < $2 AND NOT due_deferred
+    RETURNING session_id
+), gone AS (
+    DELETE FROM seqbus_held_message h USING purged p WHERE h.entity = $1 AND h.session_id = p.session_id
+)
+SELECT count(*) FROM purged`
 
 	// sqlJournalInsert records one handled message for the journal handler (seqbus_journal,
 	// migration 002). A second row for the same sequence violates the primary key: the journal
