@@ -15,44 +15,6 @@ import (
 	"unicode/utf8"
 )
 
-// Early messages held in the store
-//
-// A HeldStore keeps early messages (a sequence above Next) of a session next to its state, so
-// that the broker need not hold them: the message is copied into the store, then completed at
-// the broker, and handed to the handler from the store when its turn comes. It is the ground of
-// the settlement strategy "held in the store", for brokers without deferral and for entities on
-// which deferral is not safe to use.
-//
-// # The store's part of the crash argument
-//
-// The store gives three guarantees; the strategy builds on them.
-//
-//  1. Hold is one step: the messages and the state (with the version check) are stored together
-//     or not at all. A conflict stores nothing. The broker message is completed only after Hold
-//     returned, so a crash before the commit leaves the message at the broker (delivered again),
-//     and a crash after it leaves it in the store (and perhaps also at the broker, until the
-//     completion lands: the copy delivered again is a duplicate of a held sequence).
-//  2. A held sequence keeps its first copy: holding a sequence that is already held keeps what
-//     was stored and counts nothing (HoldResult.Stored), so a copy delivered again, or a hold
-//     repeated after a crash, changes nothing.
-//  3. The advance and the removal are one step: every Save (and Hold, DeadLetterHeld) removes,
-//     in the same transaction as the state, the held messages below the saved state's Next;
-//     Delete removes all of the session's. A message handed over from the store is therefore
-//     removed exactly when the state records it as handled; a crash before that save leaves it
-//     held, and it is handed over again, as a message at the broker would be delivered again.
-//
-// A held message that turns poison is moved to the store's dead letters (DeadLetterHeld), in the
-// same transaction as the state that records it (parked, or passed by the poison policy skip).
-// A dead letter stays until an operator replays it: the replay sends a copy to the entity, as
-// for the broker's dead letters, then removes the dead letter; a crash between the two sends the
-// copy again at the next replay, which the workers drop as a duplicate.
-//
-// What the store does not do: it does not decide what is early, nor bound what a session holds
-// (HeldStats reports the count and the bytes; the strategy applies the limits), nor wake a
-// session whose Next is held (the broker offers no session whose messages all left it; the
-// state the strategy saves must say so, as it does for a deferred Next, so that the sweepers
-// find it).
-
 // HeldMessage is an early message kept by a HeldStore: what the handler is given when its turn
 // comes (Message), without what only the broker's copy has (the lock, the delivery count).
 type HeldMessage struct {
@@ -205,10 +167,43 @@ type RemoveHeldDeadLetterParams struct {
 	ID int64
 }
 
-// HeldStore is a StateStore that holds early messages of its sessions as well (see "Early
-// messages held in the store" at HeldMessage). Its Save removes the session's held messages
-// below the saved Next, and its Delete removes all of them, in the same transaction as the
-// state.
+// HeldStore is a StateStore that holds early messages (a sequence above Next) of its sessions
+// next to their state, so that the broker need not hold them: the message is copied into the
+// store, then completed at the broker, and handed to the handler from the store when its turn
+// comes. It is the ground of the settlement strategy "held in the store", for brokers without
+// deferral and for entities on which deferral is not safe to use. Its Save removes the
+// session's held messages below the saved Next, and its Delete removes all of them, in the same
+// transaction as the state.
+//
+// The store's part of the crash argument: three guarantees the strategy builds on.
+//
+//  1. Hold is one step: the messages and the state (with the version check) are stored together
+//     or not at all. A conflict stores nothing, so a holder that lost the session (its version
+//     is stale) holds nothing. The broker message is completed only after Hold returned, so a
+//     crash before the commit leaves the message at the broker (delivered again), and a crash
+//     after it leaves it in the store (and perhaps also at the broker, until the completion
+//     lands: the copy delivered again is a duplicate of a held sequence).
+//  2. A held sequence keeps its first copy: holding a sequence that is already held keeps what
+//     was stored and counts nothing (HoldResult.Stored), so a copy delivered again, or a hold
+//     repeated after a crash, changes nothing.
+//  3. The advance and the removal are one step: every Save (and Hold, DeadLetterHeld) removes,
+//     in the same transaction as the state, the held messages below the saved state's Next;
+//     Delete removes all of the session's. A message handed over from the store is therefore
+//     removed exactly when the state records it as handled; a crash before that save leaves it
+//     held, and it is handed over again, as a message at the broker would be delivered again.
+//
+// A held message that turns poison is moved to the store's dead letters (DeadLetterHeld), in the
+// same transaction as the state that records it (parked on it, or passed by the poison policy
+// skip). A dead letter stays, whatever becomes of the state, until an operator replays it: the
+// replay sends a copy to the entity, as for the broker's dead letters, then removes the dead
+// letter; a crash between the two sends the copy again at the next replay, which the workers
+// drop as a duplicate.
+//
+// What the store does not do: it does not decide what is early, nor bound what a session holds
+// (HeldStats reports the count and the bytes; the strategy applies the limits), nor wake a
+// session whose Next is held: the broker offers no session whose messages all left it, so the
+// state the strategy saves must say so, as it does for a deferred Next (State.NeedsWake), for
+// the sweepers to find it.
 type HeldStore interface {
 	StateStore
 	// Hold stores p.Messages and p.State in one transaction if the stored version still equals
@@ -263,9 +258,13 @@ func CheckHold(p HoldParams) ([]*HeldMessage, error) {
 	return out, nil
 }
 
-// Application properties in a store
-//
-// MarshalProperties encodes properties as one JSON object whose members are typed values, so
+// typedValue is one encoded property: its type and its value.
+type typedValue struct {
+	T string `json:"t"`
+	V any    `json:"v"`
+}
+
+// MarshalProperties encodes props (nil or empty: "{}") as one JSON object whose members are typed values, so
 // that a store (a jsonb column) gives the handler the types the adapter decoded:
 //
 //	{"Sequence": {"t": "int64", "v": "5"}, "IsLast": {"t": "bool", "v": true}, "Note": {"t": "string", "v": "…"}}
@@ -277,14 +276,6 @@ func CheckHold(p HoldParams) ([]*HeldMessage, error) {
 // as it is (not UTF-8, or holding U+0000, which jsonb refuses) is written in base64 with type
 // "string64". Any other type is refused with ErrNotHoldable, naming the property: the store
 // never hands the handler a value of another type than the broker's copy had.
-
-// typedValue is one encoded property: its type and its value.
-type typedValue struct {
-	T string `json:"t"`
-	V any    `json:"v"`
-}
-
-// MarshalProperties encodes props (nil or empty: "{}"); see "Application properties in a store".
 func MarshalProperties(props map[string]any) ([]byte, error) {
 	out := make(map[string]typedValue, len(props))
 	for k, v := range props {

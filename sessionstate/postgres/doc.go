@@ -23,8 +23,8 @@
 // properties as typed values, size, held_at) in one statement with the state and its version
 // check; a sequence already held keeps its row. Every save removes the session's held messages
 // below the saved next_seq in the same statement (a data-modifying WITH that joins the saved
-// row, so a failed version check removes nothing), and Delete removes all of them with the
-// state. [Store.DeadLetterHeld] moves a held message into seqbus_held_dead_letter and saves the
+// row, so a failed version check removes nothing), and Delete (and [Store.PurgeTombstones])
+// removes all of them with the state. [Store.DeadLetterHeld] moves a held message into seqbus_held_dead_letter and saves the
 // state in one transaction; the dead letters outlive the state, listed by
 // [Store.HeldDeadLetters] and removed by [Store.RemoveHeldDeadLetter] once replayed.
 //
