@@ -220,12 +220,16 @@ func RunHeld(t *testing.T, newStore NewHeldStoreFunc, newSession NewSessionFunc)
 		RequireHeldEqual(t, first, msgs[0])
 		RequireHeldEqual(t, twice, msgs[1])
 
-		// Holding only copies of held sequences still saves the state.
-		res = hold(t, b, res.Version, 1, again)
-		require.Zero(t, res.Stored)
-		_, got, err := b.store.Load(b.ctx, sequencer.LoadParams{Session: b.sess})
-		require.NoError(t, err)
-		require.Equal(t, res.Version, got)
+		// Holding only copies of held sequences, or nothing, still saves the state.
+		for _, msgs := range [][]*sequencer.HeldMessage{{again}, nil} {
+			before := res.Stats
+			res = hold(t, b, res.Version, 1, msgs...)
+			require.Zero(t, res.Stored)
+			require.Equal(t, before, res.Stats)
+			_, got, err := b.store.Load(b.ctx, sequencer.LoadParams{Session: b.sess})
+			require.NoError(t, err)
+			require.Equal(t, res.Version, got)
+		}
 	})
 
 	t.Run("RefusedHoldsStoreNothing", func(t *testing.T) {
