@@ -416,6 +416,118 @@ func RunHeld(t *testing.T, newStore NewHeldStoreFunc, newSession NewSessionFunc)
 		require.Equal(t, seqs, sequences(held(t, b)))
 	})
 
+	t.Run("RandomOperationsFollowTheModel", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "model")
+		seed := rand.Uint64()
+		rng := rand.New(rand.NewPCG(seed, 0))
+		t.Logf("seed %d", seed)
+		// The model: the stored version and next, the held sequences with the step that held
+		// each (in its body), the dead letters' sequences in order.
+		var (
+			version int64
+			next    int64 = 1
+			model         = map[int64]string{}
+			dead    []int64
+		)
+		removeBelow := func(n int64) {
+			for seq := range model {
+				if seq < n {
+					delete(model, seq)
+				}
+			}
+		}
+		expected := func() int64 {
+			if rng.IntN(10) == 0 {
+				return version + 1 + rng.Int64N(3) // stale or never issued
+			}
+			return version
+		}
+		for step := range 300 {
+			exp := expected()
+			ok := exp == version
+			newNext := next + rng.Int64N(3)
+			switch op := rng.IntN(20); {
+			case op < 9: // hold
+				var msgs []*sequencer.HeldMessage
+				for range 1 + rng.IntN(4) {
+					m := SampleHeld(newNext + rng.Int64N(12))
+					m.Body = []byte(fmt.Sprintf("step %d", step))
+					msgs = append(msgs, m)
+				}
+				res, err := b.store.Hold(b.ctx, sequencer.HoldParams{Session: b.sess, State: stateWithNext(newNext), ExpectedVersion: exp, Messages: msgs})
+				if !ok {
+					require.ErrorIs(t, err, sequencer.ErrVersionConflict, "step %d", step)
+					break
+				}
+				require.NoError(t, err, "step %d", step)
+				version, next = res.Version, newNext
+				removeBelow(next)
+				stored := 0
+				for _, m := range msgs {
+					if _, held := model[m.Sequence]; !held {
+						model[m.Sequence] = string(m.Body)
+						stored++
+					}
+				}
+				require.Equal(t, stored, res.Stored, "step %d", step)
+			case op < 16: // save
+				v, err := b.store.Save(b.ctx, sequencer.SaveParams{Session: b.sess, State: stateWithNext(newNext), ExpectedVersion: exp})
+				if !ok {
+					require.ErrorIs(t, err, sequencer.ErrVersionConflict, "step %d", step)
+					break
+				}
+				require.NoError(t, err, "step %d", step)
+				version, next = v, newNext
+				removeBelow(next)
+			case op < 19: // dead-letter a held sequence, or one not held
+				seq := next + rng.Int64N(12)
+				v, err := b.store.DeadLetterHeld(b.ctx, sequencer.DeadLetterHeldParams{Session: b.sess, State: stateWithNext(next),
+					ExpectedVersion: exp, Sequence: seq, Reason: "r"})
+				_, held := model[seq]
+				switch {
+				case !ok || version == 0:
+					require.ErrorIs(t, err, sequencer.ErrVersionConflict, "step %d", step)
+				case !held:
+					require.ErrorIs(t, err, sequencer.ErrNotFound, "step %d", step)
+				default:
+					require.NoError(t, err, "step %d", step)
+					version = v
+					delete(model, seq)
+					dead = append(dead, seq)
+				}
+			default: // delete
+				err := b.store.Delete(b.ctx, sequencer.DeleteParams{Session: b.sess, ExpectedVersion: exp})
+				if !ok && version != 0 {
+					require.ErrorIs(t, err, sequencer.ErrVersionConflict, "step %d", step)
+					break
+				}
+				require.NoError(t, err, "step %d", step)
+				version, next = 0, 1
+				clear(model)
+			}
+
+			got := held(t, b)
+			require.Len(t, got, len(model), "step %d", step)
+			var bytes int64
+			for _, m := range got {
+				require.Equal(t, model[m.Sequence], string(m.Body), "step %d: sequence %d keeps its first copy", step, m.Sequence)
+				bytes += m.Size
+			}
+			require.Equal(t, sequencer.HeldStats{Messages: len(model), Bytes: bytes}, stats(t, b), "step %d", step)
+			_, v, err := b.store.Load(b.ctx, sequencer.LoadParams{Session: b.sess})
+			require.NoError(t, err)
+			require.Equal(t, version, v, "step %d", step)
+		}
+		dl, err := b.store.HeldDeadLetters(b.ctx, sequencer.HeldDeadLettersParams{SessionID: b.sess.ID(), OmitBody: true})
+		require.NoError(t, err)
+		var gotDead []int64
+		for _, d := range dl {
+			gotDead = append(gotDead, d.Sequence)
+		}
+		require.Equal(t, dead, gotDead)
+	})
+
 	t.Run("DeadLetters", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, "dead")
