@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -51,6 +52,26 @@ type heldReader interface {
 	Held(ctx context.Context, p sequencer.HeldParams) ([]*sequencer.HeldMessage, error)
 	HeldStats(ctx context.Context, p sequencer.HeldStatsParams) (sequencer.HeldStats, error)
 	HeldDeadLetters(ctx context.Context, p sequencer.HeldDeadLettersParams) ([]*sequencer.HeldDeadLetter, error)
+}
+
+// heldBelow returns the sequences from..to-1 the store holds for session id (none with a store
+// that holds no messages): a save that moves Next to to removes them.
+func (o *Operator) heldBelow(ctx context.Context, id string, from, to int64) ([]int64, error) {
+	hr, ok := o.cfg.Store.(heldReader)
+	if !ok || to <= from {
+		return nil, nil
+	}
+	msgs, err := hr.Held(ctx, sequencer.HeldParams{Session: unlocked(id), From: from, Limit: int(min(to-from, math.MaxInt32)), OmitBody: true})
+	if err != nil {
+		return nil, fmt.Errorf("list the held messages of session %q: %w", id, err)
+	}
+	var out []int64
+	for _, m := range msgs {
+		if m.Sequence < to {
+			out = append(out, m.Sequence)
+		}
+	}
+	return out, nil
 }
 
 // heldDeadLetterStore is what the dead-letter commands use of a store that holds early

@@ -125,3 +125,30 @@ func TestDLQReplay_MergesTheStoresDeadLetters(t *testing.T) {
 	require.Equal(t, true, c.ApplicationProperties["IsLast"])
 	require.Equal(t, "orders", c.ApplicationProperties[operator.PropertyReplayedFromDLQ])
 }
+
+// TestSkip_SaysWhichHeldMessagesItGivesUp: a skip past sequences the state store holds removes
+// them with the state's advance and lists them; those from the new next on stay held.
+func TestSkip_SaysWhichHeldMessagesItGivesUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "postgres", nil)
+	ctx := testCtx(t)
+	hs := b.store.(sequencer.HeldStore)
+	st := sequencer.NewState()
+	st.Next = 2
+	var msgs []*sequencer.HeldMessage
+	for _, seq := range []int64{3, 4, 6} {
+		msgs = append(msgs, storetest.SampleHeld(seq))
+	}
+	_, err := hs.Hold(ctx, sequencer.HoldParams{Session: storetest.NewSession("a"), State: st, Messages: msgs})
+	require.NoError(t, err)
+
+	res, err := b.op.Skip(ctx, operator.SkipParams{SessionID: "a", To: 5})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.SkippedFrom)
+	require.Equal(t, int64(5), res.Next)
+	require.Equal(t, []int64{3, 4}, res.DroppedHeld)
+	left, err := hs.Held(ctx, sequencer.HeldParams{Session: storetest.NewSession("a")})
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, int64(6), left[0].Sequence)
+}

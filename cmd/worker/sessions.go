@@ -402,6 +402,9 @@ func (c *sessionsSkip) Run(ctx context.Context, o *sessionsSkipOpts) error {
 		if len(res.DroppedDeferred) > 0 {
 			_, _ = fmt.Fprintf(w, "  deferred messages given up (the next run completes them unhandled): %s\n", joinSeqs(res.DroppedDeferred))
 		}
+		if len(res.DroppedHeld) > 0 {
+			_, _ = fmt.Fprintf(w, "  messages held in the state store given up (removed unhandled): %s\n", joinSeqs(res.DroppedHeld))
+		}
 		if res.Ended {
 			_, _ = fmt.Fprintf(w, "  that was the last sequence: the session has ended\n")
 		}
