@@ -92,13 +92,13 @@ func (s *Store) Hold(ctx context.Context, p sequencer.HoldParams) (sequencer.Hol
 	if err != nil {
 		return sequencer.HoldResult{}, fmt.Errorf("postgres state store: %s: %w", op, err)
 	}
-	stmt, args, err := s.stateArgs(sequencer.SaveParams{Session: p.Session, State: p.State, ExpectedVersion: p.ExpectedVersion})
+	args, err := s.stateArgs(sequencer.SaveParams{Session: p.Session, State: p.State, ExpectedVersion: p.ExpectedVersion})
 	if err != nil {
 		return sequencer.HoldResult{}, fmt.Errorf("postgres state store: %s: %w", op, err)
 	}
-	hold := sqlHoldInsert
-	if stmt == sqlUpdate {
-		hold = sqlHoldUpdate
+	hold := sqlHoldUpdate
+	if p.ExpectedVersion == 0 {
+		hold = sqlHoldInsert
 	}
 	var (
 		seqs, brokerSeqs, sizes  = make([]int64, len(msgs)), make([]int64, len(msgs)), make([]int64, len(msgs))

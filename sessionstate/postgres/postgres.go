@@ -81,11 +81,15 @@ func (s *Store) Save(ctx context.Context, p sequencer.SaveParams) (int64, error)
 
 func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int64, error) {
 	op := fmt.Sprintf("save session %q", p.Session.ID())
-	stmt, args, err := s.stateArgs(p)
+	args, err := s.stateArgs(p)
 	if err != nil {
 		return 0, fmt.Errorf("postgres state store: %s: %w", op, err)
 	}
-	var version, next int64
+	stmt := sqlUpdate
+	if p.ExpectedVersion == 0 {
+		stmt = sqlInsert
+	}
+	var version, next int64 // both statements return the saved next_seq too
 	err = db.QueryRow(ctx, stmt, args...).Scan(&version, &next)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, conflict(op, p.ExpectedVersion)
@@ -96,14 +100,15 @@ func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int6
 	return version, nil
 }
 
-// stateArgs returns the statement that saves p (sqlInsert or sqlUpdate) and its arguments.
-func (s *Store) stateArgs(p sequencer.SaveParams) (string, []any, error) {
+// stateArgs returns the arguments of the statement that saves p: sqlInsertState's for a first
+// save (expected version 0), sqlUpdateState's otherwise.
+func (s *Store) stateArgs(p sequencer.SaveParams) ([]any, error) {
 	if p.State == nil {
-		return "", nil, errors.New("no state given")
+		return nil, errors.New("no state given")
 	}
 	blob, err := p.State.MarshalBinary()
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	st := p.State
 	endedAt, gapSince := nullTime(st.EndedAt), nullTime(st.GapSince)
@@ -113,10 +118,10 @@ func (s *Store) stateArgs(p sequencer.SaveParams) (string, []any, error) {
 	}
 	id := p.Session.ID()
 	if p.ExpectedVersion == 0 {
-		return sqlInsert, []any{s.entity, id, blob, st.Next, st.Last, st.Parked != nil,
+		return []any{s.entity, id, blob, st.Next, st.Last, st.Parked != nil,
 			st.NeedsWake(), endedAt, gapSince, st.Blocked != nil, retryAt}, nil
 	}
-	return sqlUpdate, []any{s.entity, id, p.ExpectedVersion, blob, st.Next, st.Last,
+	return []any{s.entity, id, p.ExpectedVersion, blob, st.Next, st.Last,
 		st.Parked != nil, st.NeedsWake(), endedAt, gapSince, st.Blocked != nil, retryAt}, nil
 }
 
