@@ -86,8 +86,12 @@ var (
 	_ heldDeadLetterStore = sequencer.HeldStore(nil)
 )
 
-// heldPage is how many of the store's dead letters one call lists.
-const heldPage = 500
+// heldPage is how many of the store's dead letters one call lists without their bodies;
+// heldBodyPage how many with them (a replay's), which bounds the memory a page takes.
+const (
+	heldPage     = 500
+	heldBodyPage = 50
+)
 
 // heldDeadLetters lists the store's dead letters (without bodies) of session id ("": all) with
 // the given reason ("": any), at most limit (0: all), and reports whether more match; nil with a

@@ -400,14 +400,14 @@ func (rp *replay) storedDeadLetters(ctx context.Context, id string) (map[int64]*
 	out := map[int64]*sequencer.HeldDeadLetter{}
 	var after int64
 	for {
-		page, err := hs.HeldDeadLetters(ctx, sequencer.HeldDeadLettersParams{SessionID: id, AfterID: after, Limit: heldPage})
+		page, err := hs.HeldDeadLetters(ctx, sequencer.HeldDeadLettersParams{SessionID: id, AfterID: after, Limit: heldBodyPage})
 		if err != nil {
 			return nil, fmt.Errorf("read the dead letters held in the state store: %w", err)
 		}
 		for _, d := range page {
 			out[d.ID] = d
 		}
-		if len(page) < heldPage {
+		if len(page) < heldBodyPage {
 			return out, nil
 		}
 		after = page[len(page)-1].ID
