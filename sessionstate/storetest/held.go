@@ -356,6 +356,20 @@ func RunHeld(t *testing.T, newStore NewHeldStoreFunc, newSession NewSessionFunc)
 		RequireHeldEqual(t, fresh, held(t, b)[0])
 	})
 
+	t.Run("CanceledContextHoldsNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "canceled")
+		v := hold(t, b, 0, 1, SampleHeld(2)).Version
+		ctx, cancel := context.WithCancel(b.ctx)
+		cancel()
+		_, err := b.store.Hold(ctx, sequencer.HoldParams{Session: b.sess, State: stateWithNext(1), ExpectedVersion: v,
+			Messages: []*sequencer.HeldMessage{SampleHeld(3)}})
+		require.ErrorIs(t, err, context.Canceled)
+		_, err = b.store.DeadLetterHeld(ctx, sequencer.DeadLetterHeldParams{Session: b.sess, State: stateWithNext(1), ExpectedVersion: v, Sequence: 2})
+		require.ErrorIs(t, err, context.Canceled)
+		requireUnchanged(t, b, v, 2)
+	})
+
 	t.Run("SessionsAreIsolated", func(t *testing.T) {
 		t.Parallel()
 		a, c := setup(t, "iso-a"), setup(t, "iso-b")
