@@ -115,6 +115,17 @@ type HeldStatsParams struct {
 	Session Session
 }
 
+// HeldTotalsParams are the arguments of HeldStore.HeldTotals (for future expansion).
+type HeldTotalsParams struct{}
+
+// HeldTotals are what a store holds for its entity, every session together: the gauges of held
+// messages and bytes.
+type HeldTotals struct {
+	// Held are the messages held; DeadLetters those that turned poison, kept until replayed.
+	Held        HeldStats
+	DeadLetters HeldStats
+}
+
 // HeldStats are the messages a session holds in the store.
 type HeldStats struct {
 	// Messages counts them; Bytes adds up their sizes (HeldSize).
@@ -214,6 +225,8 @@ type HeldStore interface {
 	Held(ctx context.Context, p HeldParams) ([]*HeldMessage, error)
 	// HeldStats returns what the session holds.
 	HeldStats(ctx context.Context, p HeldStatsParams) (HeldStats, error)
+	// HeldTotals returns what the store holds for its entity, every session together.
+	HeldTotals(ctx context.Context, p HeldTotalsParams) (HeldTotals, error)
 	// DeadLetterHeld moves the held message p.Sequence to the store's dead letters and saves
 	// p.State, in one transaction, if the stored version still equals p.ExpectedVersion
 	// (ErrVersionConflict otherwise). A sequence not held is ErrNotFound; either error stores

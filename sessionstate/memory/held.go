@@ -153,6 +153,26 @@ func (s *Store) HeldStats(ctx context.Context, p sequencer.HeldStatsParams) (seq
 	return statsOf(s.held[p.Session.ID()]), nil
 }
 
+// HeldTotals implements sequencer.HeldStore.
+func (s *Store) HeldTotals(ctx context.Context, _ sequencer.HeldTotalsParams) (sequencer.HeldTotals, error) {
+	if err := ctx.Err(); err != nil {
+		return sequencer.HeldTotals{}, fmt.Errorf("memory state store: held totals: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t sequencer.HeldTotals
+	for _, held := range s.held {
+		st := statsOf(held)
+		t.Held.Messages += st.Messages
+		t.Held.Bytes += st.Bytes
+	}
+	for _, d := range s.dead {
+		t.DeadLetters.Messages++
+		t.DeadLetters.Bytes += d.held.msg.Size
+	}
+	return t, nil
+}
+
 // DeadLetterHeld implements sequencer.HeldStore.
 func (s *Store) DeadLetterHeld(ctx context.Context, p sequencer.DeadLetterHeldParams) (int64, error) {
 	if err := ctx.Err(); err != nil {

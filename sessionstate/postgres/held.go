@@ -60,6 +60,12 @@ LIMIT $4`
 
 	sqlHeldStats = `SELECT count(*), coalesce(sum(size), 0) FROM seqbus_held_message WHERE entity = $1 AND session_id = $2`
 
+	sqlHeldTotals = `SELECT
+    (SELECT count(*) FROM seqbus_held_message WHERE entity = $1),
+    (SELECT coalesce(sum(size), 0) FROM seqbus_held_message WHERE entity = $1),
+    (SELECT count(*) FROM seqbus_held_dead_letter WHERE entity = $1),
+    (SELECT coalesce(sum(size), 0) FROM seqbus_held_dead_letter WHERE entity = $1)`
+
 	// sqlLockVersion locks the state row of a dead-lettering if it still has the expected
 	// version, so that the move and the save that follow cannot meet a concurrent save.
 	sqlLockVersion = `SELECT 1 FROM seqbus_session_state WHERE entity = $1 AND session_id = $2 AND version = $3 FOR UPDATE`
@@ -175,6 +181,16 @@ func (s *Store) HeldStats(ctx context.Context, p sequencer.HeldStatsParams) (seq
 		return sequencer.HeldStats{}, interpretError(fmt.Sprintf("count held messages of session %q", p.Session.ID()), err)
 	}
 	return st, nil
+}
+
+// HeldTotals implements sequencer.HeldStore.
+func (s *Store) HeldTotals(ctx context.Context, _ sequencer.HeldTotalsParams) (sequencer.HeldTotals, error) {
+	var t sequencer.HeldTotals
+	if err := s.pool.QueryRow(ctx, sqlHeldTotals, s.entity).Scan(&t.Held.Messages, &t.Held.Bytes,
+		&t.DeadLetters.Messages, &t.DeadLetters.Bytes); err != nil {
+		return sequencer.HeldTotals{}, interpretError("count held messages", err)
+	}
+	return t, nil
 }
 
 // DeadLetterHeld implements sequencer.HeldStore in one transaction: the state row is locked

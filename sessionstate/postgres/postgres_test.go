@@ -71,8 +71,9 @@ func TestConformance_Transactional(t *testing.T) {
 func TestHeldConformance(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
+	var n atomic.Int64
 	storetest.RunHeld(t,
-		func(t *testing.T) sequencer.HeldStore { return newStore(t, pool, "orders") },
+		func(t *testing.T) sequencer.HeldStore { return newStore(t, pool, fmt.Sprintf("entity-%d", n.Add(1))) },
 		func(_ *testing.T, id string) sequencer.Session { return session(id) },
 	)
 }
@@ -80,8 +81,11 @@ func TestHeldConformance(t *testing.T) {
 func TestHeldConformance_Transactional(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
+	var n atomic.Int64
 	storetest.RunHeld(t,
-		func(t *testing.T) sequencer.HeldStore { return newStore(t, pool, "orders").Transactional() },
+		func(t *testing.T) sequencer.HeldStore {
+			return newStore(t, pool, fmt.Sprintf("entity-%d", n.Add(1))).Transactional()
+		},
 		func(_ *testing.T, id string) sequencer.Session { return session(id) },
 	)
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/seqbus/seqbus/sequencer"
 )
 
-// NewHeldStoreFunc returns the store under test. It may return the same store to every subtest:
-// each subtest uses session ids of its own, and lists dead letters by session.
+// NewHeldStoreFunc returns the store under test, empty: each call a store of its own (with
+// Postgres, a store for an entity of its own), since the suite counts what a store holds in all.
 type NewHeldStoreFunc func(t *testing.T) sequencer.HeldStore
 
 // RunHeld exercises a sequencer.HeldStore against its contract: holding messages with the
@@ -55,6 +55,12 @@ func RunHeld(t *testing.T, newStore NewHeldStoreFunc, newSession NewSessionFunc)
 		st, err := b.store.HeldStats(b.ctx, sequencer.HeldStatsParams{Session: b.sess})
 		require.NoError(t, err)
 		return st
+	}
+	totals := func(t *testing.T, b *bundle) sequencer.HeldTotals {
+		t.Helper()
+		tt, err := b.store.HeldTotals(b.ctx, sequencer.HeldTotalsParams{})
+		require.NoError(t, err)
+		return tt
 	}
 	// requireUnchanged checks that the stored version and held sequences are still these.
 	requireUnchanged := func(t *testing.T, b *bundle, version int64, seqs ...int64) {
@@ -540,6 +546,24 @@ func RunHeld(t *testing.T, newStore NewHeldStoreFunc, newSession NewSessionFunc)
 			gotDead = append(gotDead, d.Sequence)
 		}
 		require.Equal(t, dead, gotDead)
+	})
+
+	t.Run("TotalsCountEverySession", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "totals-a")
+		require.Equal(t, sequencer.HeldTotals{}, totals(t, b), "an empty store")
+		c := &bundle{store: b.store, ctx: b.ctx, sess: newSession(t, "totals-b-"+randomSuffix())}
+		va := hold(t, b, 0, 1, SampleHeld(2), SampleHeld(3)).Version
+		hold(t, c, 0, 1, SampleHeld(5))
+		size := sequencer.HeldSize(SampleHeld(2))
+		require.Equal(t, sequencer.HeldTotals{Held: sequencer.HeldStats{Messages: 3, Bytes: 3 * size}}, totals(t, b))
+		_, err := b.store.DeadLetterHeld(b.ctx, sequencer.DeadLetterHeldParams{Session: b.sess, State: stateWithNext(4),
+			ExpectedVersion: va, Sequence: 3, Reason: "r"})
+		require.NoError(t, err)
+		require.Equal(t, sequencer.HeldTotals{
+			Held:        sequencer.HeldStats{Messages: 1, Bytes: size},
+			DeadLetters: sequencer.HeldStats{Messages: 1, Bytes: size},
+		}, totals(t, b), "2 went with the advance to 4, 3 is a dead letter")
 	})
 
 	t.Run("DeadLetters", func(t *testing.T) {
