@@ -34,6 +34,11 @@
 //   - 008_session_state_hot: the sweeper's index leaves updated_at out and the table keeps free
 //     room in its pages, so that a save which changes no indexed column is a heap-only (HOT)
 //     update instead of a new entry in every index.
+//   - 009_held_message: seqbus_held_message, the early messages the postgres store holds for
+//     its sessions (sequencer.HeldStore: written and removed in the statements that save the
+//     session's state), and seqbus_held_dead_letter, those of them that turned poison, until an
+//     operator replays them. Its down migration refuses while either table holds a row: those
+//     messages exist nowhere else.
 //
 // Up applies every pending migration, or up to UpOptions.TargetVersion, at most MaxSteps; Down
 // rolls back one migration unless told otherwise (DownOptions.TargetVersion, -1 for everything,

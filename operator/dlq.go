@@ -17,6 +17,7 @@ import (
 
 	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/publisher"
+	"github.com/seqbus/seqbus/sequencer"
 )
 
 // PropertyReplayedFromDLQ is the application property a replayed copy carries: the path of the
@@ -62,6 +63,11 @@ type DLQListParams struct {
 type DLQListResult struct {
 	Messages  []BrokerMessage `json:"messages"`
 	Truncated bool            `json:"truncated,omitempty"`
+	// Held are the dead letters of messages the state store held (early messages kept by the
+	// store, which the broker no longer has), in the order they were dead-lettered; nil with a
+	// store that holds no messages. Limit bounds them apart from Messages; Truncated says
+	// either was cut.
+	Held []HeldInfo `json:"held,omitempty"`
 }
 
 // DLQList peeks the entity's dead-letter queue (nothing is locked or settled) and returns the
@@ -89,6 +95,17 @@ func (o *Operator) DLQList(ctx context.Context, p DLQListParams) (*DLQListResult
 	})
 	if err != nil {
 		return nil, err
+	}
+	held, more, err := o.heldDeadLetters(ctx, p.SessionID, p.Reason, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if held != nil {
+		res.Held = []HeldInfo{}
+		for _, d := range held {
+			res.Held = append(res.Held, deadInfo(d))
+		}
+		res.Truncated = res.Truncated || more
 	}
 	return res, nil
 }
@@ -223,6 +240,9 @@ type ReplayedSession struct {
 	// HeldElsewhere counts planned dead letters another receiver still held locked when the
 	// wait ran out: not sent; a replay run later sends them.
 	HeldElsewhere int `json:"held_elsewhere,omitempty"`
+	// FromStore counts the copies sent of dead letters the state store held (included in Sent;
+	// Completed counts them once removed from the store).
+	FromStore int `json:"from_store,omitempty"`
 }
 
 // DLQReplayResult is what DLQReplay did, session by session in the order replayed.
@@ -235,11 +255,13 @@ type DLQReplayResult struct {
 	Skipped []Failure `json:"skipped,omitempty"`
 }
 
-// planned is one dead letter to replay.
+// planned is one dead letter to replay: in the dead-letter queue, or held is set (one of the
+// state store's, listed without its body).
 type planned struct {
 	brokerSeq int64
 	session   string
 	sequence  int64
+	held      *sequencer.HeldDeadLetter
 }
 
 // invalidLast orders the messages without a valid sequence after the others.
@@ -262,6 +284,12 @@ func invalidLast(p *planned) int {
 // end, when it abandons them; the dead letters the plan did not know (dead-lettered meanwhile)
 // are left for the next run. Planned dead letters that another receiver holds locked (a replay
 // that crashed) are waited for up to p.Wait, until their locks expire.
+//
+// With a store that holds early messages, the store's dead letters of the selected sessions
+// (DLQListResult.Held) are replayed with the dead-letter queue's, merged into each session's
+// ascending order: a copy is built from the stored message as from a dead letter (its id by
+// ReplayMessageID from the broker sequence number it was held with) and the stored dead letter
+// removed only after its copy was sent.
 func (o *Operator) DLQReplay(ctx context.Context, p DLQReplayParams) (*DLQReplayResult, error) {
 	if p.All == (p.SessionID != "") {
 		return nil, fmt.Errorf("%w: give a session id or all sessions, one of the two", ErrInvalidInput)
@@ -302,6 +330,13 @@ func (o *Operator) DLQReplay(ctx context.Context, p DLQReplayParams) (*DLQReplay
 	})
 	if err != nil {
 		return nil, err
+	}
+	held, _, err := o.heldDeadLetters(ctx, p.SessionID, p.Reason, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range held {
+		bySession[d.SessionID] = append(bySession[d.SessionID], &planned{brokerSeq: d.BrokerSequence, session: d.SessionID, sequence: d.Sequence, held: d})
 	}
 	ids := slices.Sorted(maps.Keys(bySession))
 	for _, id := range ids {

@@ -13,7 +13,9 @@
 //     lock of each session with Service Bus session state (a session a worker holds is listed
 //     as busy).
 //   - [Operator.Show]: one session's whole state, its messages at the broker (a peek of the
-//     session: active, deferred, scheduled) and its dead letters.
+//     session: active, deferred, scheduled) and its dead letters; with a store that holds early
+//     messages (sequencer.HeldStore: Postgres), what it holds for the session and the dead
+//     letters of those (ShowResult.Held).
 //   - [Operator.Resume]: a parked session continues from where it stopped: it waits for the
 //     parked sequence again (State.Unpark(false)), which the replay of its dead letter brings.
 //   - [Operator.Skip]: the parked sequence, the missing sequences of a gap, or everything below a
@@ -60,6 +62,12 @@
 // silently) and the property [PropertyReplayedFromDLQ]. A subscription's dead letters need an
 // explicit target: Service Bus cannot send to one subscription, and a copy sent to the topic
 // reaches every subscription whose rules match it.
+//
+// A store that holds early messages (sequencer.HeldStore) keeps the dead letters of the held
+// messages that turned poison itself: the broker no longer has them. DLQList lists them next to
+// the queue's (DLQListResult.Held), and DLQReplay replays them with the same selection, merged
+// into each session's ascending order; the stored dead letter is removed after its copy was
+// sent, so the same crash argument holds.
 //
 // The dead-letter queue is not a session queue, so a replay peeks it first to plan, then
 // receives it in order, holding the other sessions' messages in front of those it replays until

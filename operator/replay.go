@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/seqbus/seqbus/sequencer"
 )
 
 // Tuning of a replay run.
@@ -125,8 +127,11 @@ func (o *Operator) newReplay(ctx context.Context, target string, wait time.Durat
 		seen: map[int64]bool{}, scanning: true, heldElsewhere: map[int64]bool{}, done: []ReplayedSession{},
 	}
 	for id, ps := range plan {
-		rp.missing[id] = len(ps)
 		for _, p := range ps {
+			if p.held != nil {
+				continue // the state store's: no lock to take
+			}
+			rp.missing[id]++
 			rp.planned[p.brokerSeq] = p
 			rp.last = max(rp.last, p.brokerSeq)
 		}
@@ -295,12 +300,34 @@ func (rp *replay) renewHeld(ctx context.Context) {
 	}
 }
 
-// replaySession sends the copies of one session's locked dead letters in sequence order, in
-// batches, completing each batch's originals after the batch was sent.
+// item is one dead letter a session's replay sends: locked in the dead-letter queue (m), or
+// held in the state store (d).
+type item struct {
+	m *azservicebus.ReceivedMessage
+	d *sequencer.HeldDeadLetter
+}
+
+// replaySession sends the copies of one session's locked dead letters, and of its dead letters
+// in the state store, in sequence order, in batches, completing (removing) each batch's
+// originals after the batch was sent.
 func (rp *replay) replaySession(ctx context.Context, id string) error {
 	rs := ReplayedSession{SessionID: id, Sequences: []int64{}}
-	var todo []*azservicebus.ReceivedMessage
+	stored, err := rp.storedDeadLetters(ctx, id)
+	if err != nil {
+		rp.done = append(rp.done, rs)
+		return fmt.Errorf("replay session %q: %w", id, err)
+	}
+	var todo []item
 	for _, p := range rp.plan[id] {
+		if p.held != nil {
+			d, ok := stored[p.held.ID]
+			if !ok {
+				rs.Gone++ // removed meanwhile (a replay that ran alongside)
+				continue
+			}
+			todo = append(todo, item{d: d})
+			continue
+		}
 		m, ok := rp.locked[p.brokerSeq]
 		switch {
 		case !ok && rp.heldElsewhere[p.brokerSeq]:
@@ -317,7 +344,7 @@ func (rp *replay) replaySession(ctx context.Context, id string) error {
 			rs.Gone++
 			continue
 		}
-		todo = append(todo, m)
+		todo = append(todo, item{m: m})
 	}
 	for len(todo) > 0 {
 		batch, n, err := rp.batch(ctx, todo)
@@ -335,30 +362,84 @@ func (rp *replay) replaySession(ctx context.Context, id string) error {
 		todo = todo[n:]
 		rp.sent += n
 		rs.Sent += n
-		for _, m := range sent {
-			seq, _ := rp.o.position(m)
+		var fromQueue []*azservicebus.ReceivedMessage
+		for _, it := range sent {
+			if it.d != nil {
+				rs.Sequences = append(rs.Sequences, it.d.Sequence)
+				continue
+			}
+			seq, _ := rp.o.position(it.m)
 			rs.Sequences = append(rs.Sequences, seq)
+			fromQueue = append(fromQueue, it.m)
 		}
 		if hook := rp.o.cfg.AfterReplaySend; hook != nil {
 			hook(rp.sent)
 		}
-		failed := rp.settle(ctx, sent, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		failed := rp.settle(ctx, fromQueue, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 			return rp.recv.CompleteMessage(ctx, m, nil)
 		})
+		failed += rp.removeStored(ctx, sent, &rs)
 		rs.Completed += n - failed
 		rs.Uncompleted += failed
 	}
 	rp.o.log.InfoContext(ctx, "operator: replayed dead letters", slog.String("session_id", id),
 		slog.Int("num_sent", rs.Sent), slog.Int("num_completed", rs.Completed), slog.Int("num_gone", rs.Gone),
-		slog.Int("num_uncompleted", rs.Uncompleted), slog.Int("num_held_elsewhere", rs.HeldElsewhere), slog.Any("sequences", rs.Sequences))
+		slog.Int("num_uncompleted", rs.Uncompleted), slog.Int("num_held_elsewhere", rs.HeldElsewhere),
+		slog.Int("num_from_store", rs.FromStore), slog.Any("sequences", rs.Sequences))
 	rp.done = append(rp.done, rs)
 	return nil
 }
 
-// keep hands msgs to close, which abandons them.
-func (rp *replay) keep(msgs []*azservicebus.ReceivedMessage) {
-	for _, m := range msgs {
-		rp.others[deref64(m.SequenceNumber)] = m
+// storedDeadLetters returns the session's dead letters in the state store, with their bodies,
+// by id, when the plan has any.
+func (rp *replay) storedDeadLetters(ctx context.Context, id string) (map[int64]*sequencer.HeldDeadLetter, error) {
+	if !slices.ContainsFunc(rp.plan[id], func(p *planned) bool { return p.held != nil }) {
+		return nil, nil
+	}
+	hs := rp.o.cfg.Store.(heldDeadLetterStore) // the plan lists them only for such a store
+	out := map[int64]*sequencer.HeldDeadLetter{}
+	var after int64
+	for {
+		page, err := hs.HeldDeadLetters(ctx, sequencer.HeldDeadLettersParams{SessionID: id, AfterID: after, Limit: heldBodyPage})
+		if err != nil {
+			return nil, fmt.Errorf("read the dead letters held in the state store: %w", err)
+		}
+		for _, d := range page {
+			out[d.ID] = d
+		}
+		if len(page) < heldBodyPage {
+			return out, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+// removeStored removes the state store's dead letters among sent, whose copies were sent, and
+// returns how many removals failed (they stay, and a replay sends them again, which the worker
+// drops as duplicates).
+func (rp *replay) removeStored(ctx context.Context, sent []item, rs *ReplayedSession) int {
+	failed := 0
+	for _, it := range sent {
+		if it.d == nil {
+			continue
+		}
+		rs.FromStore++
+		hs := rp.o.cfg.Store.(heldDeadLetterStore)
+		if err := hs.RemoveHeldDeadLetter(ctx, sequencer.RemoveHeldDeadLetterParams{ID: it.d.ID}); err != nil {
+			rp.o.log.WarnContext(ctx, "operator: removing a replayed dead letter from the state store failed",
+				slog.String("session_id", it.d.SessionID), slog.Int64("id", it.d.ID), slog.Any("error", err))
+			failed++
+		}
+	}
+	return failed
+}
+
+// keep hands the dead-letter queue's messages among items to close, which abandons them.
+func (rp *replay) keep(items []item) {
+	for _, it := range items {
+		if it.m != nil {
+			rp.others[deref64(it.m.SequenceNumber)] = it.m
+		}
 	}
 }
 
@@ -370,20 +451,28 @@ func (rp *replay) keepLock(ctx context.Context, m *azservicebus.ReceivedMessage)
 	return rp.recv.RenewMessageLock(ctx, m, nil)
 }
 
-// batch builds the next batch from the head of msgs: as many as fit, at least one.
-func (rp *replay) batch(ctx context.Context, msgs []*azservicebus.ReceivedMessage) (*azservicebus.MessageBatch, int, error) {
+// batch builds the next batch from the head of items: as many as fit, at least one.
+func (rp *replay) batch(ctx context.Context, items []item) (*azservicebus.MessageBatch, int, error) {
 	b, err := rp.sender.NewMessageBatch(ctx, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("new message batch: %w", err)
 	}
 	n := 0
-	for _, m := range msgs {
-		err := b.AddMessage(replayCopy(m, rp.source), nil)
+	for _, it := range items {
+		var err error
+		if it.d != nil {
+			err = b.AddMessage(heldCopy(it.d, rp.source), nil)
+		} else {
+			err = b.AddMessage(replayCopy(it.m, rp.source), nil)
+		}
 		if errors.Is(err, azservicebus.ErrMessageTooLarge) && n > 0 {
 			break
 		}
 		if err != nil {
-			return nil, 0, fmt.Errorf("dead letter %d (message id %q): %w", deref64(m.SequenceNumber), m.MessageID, err)
+			if it.d != nil {
+				return nil, 0, fmt.Errorf("dead letter %d in the state store (message id %q): %w", it.d.ID, it.d.MessageID, err)
+			}
+			return nil, 0, fmt.Errorf("dead letter %d (message id %q): %w", deref64(it.m.SequenceNumber), it.m.MessageID, err)
 		}
 		n++
 	}

@@ -251,6 +251,9 @@ type ShowResult struct {
 	MessagesUnavailable string          `json:"messages_unavailable,omitempty"`
 	// DeadLetters are the session's messages in the dead-letter queue.
 	DeadLetters []BrokerMessage `json:"dead_letters"`
+	// Held is what the state store holds for the session (early messages kept by the store, and
+	// their dead letters); nil with a store that holds no messages.
+	Held *HeldSummary `json:"held,omitempty"`
 }
 
 // peeker is the part of sbadapter.Session that Show uses.
@@ -299,6 +302,9 @@ func (o *Operator) Show(ctx context.Context, p ShowParams) (*ShowResult, error) 
 		for _, m := range msgs {
 			res.Messages = append(res.Messages, o.brokerMessage(m))
 		}
+	}
+	if res.Held, err = o.held(ctx, p.SessionID, p.MaxMessages); err != nil {
+		return nil, err
 	}
 	dl, err := o.DLQList(ctx, DLQListParams{SessionID: p.SessionID, Limit: p.MaxMessages})
 	if err != nil {
@@ -484,6 +490,9 @@ type SkipResult struct {
 	// DroppedDeferred lists the skipped sequences whose messages are deferred at the broker: the
 	// next run completes them without handling them.
 	DroppedDeferred []int64 `json:"dropped_deferred,omitempty"`
+	// DroppedHeld lists the skipped sequences whose messages the state store held: removed from
+	// the store with the skip, never handled.
+	DroppedHeld []int64 `json:"dropped_held,omitempty"`
 	// Unparked and Unblocked are the marks the skip cleared.
 	Unparked  *ParkedInfo  `json:"unparked,omitempty"`
 	Unblocked *BlockedInfo `json:"unblocked,omitempty"`
@@ -510,14 +519,15 @@ func (o *Operator) Skip(ctx context.Context, p SkipParams) (*SkipResult, error) 
 		}
 		res = &SkipResult{SessionID: p.SessionID, SkippedFrom: plan.From, SkippedTo: plan.To - 1, Next: plan.To,
 			DroppedDeferred: plan.Dropped, Unparked: parkedInfo(plan.Unparked), Unblocked: blockedInfo(plan.Unblocked), Ended: plan.Ends}
-		return nil
+		res.DroppedHeld, err = o.heldBelow(ctx, p.SessionID, plan.From, plan.To)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	o.log.WarnContext(ctx, "operator: skipped sequences", slog.String("session_id", p.SessionID),
 		slog.Int64("from", res.SkippedFrom), slog.Int64("to", res.SkippedTo),
-		slog.Any("dropped_deferred", res.DroppedDeferred), slog.Bool("was_parked", res.Unparked != nil),
+		slog.Any("dropped_deferred", res.DroppedDeferred), slog.Any("dropped_held", res.DroppedHeld), slog.Bool("was_parked", res.Unparked != nil),
 		slog.Bool("was_blocked", res.Unblocked != nil), slog.Bool("ended", res.Ended))
 	return res, nil
 }

@@ -32,7 +32,7 @@ const usage = `usage: worker [run | relay | scaler | console | doctor | migrate 
 
 operator commands (the worker's SEQBUS_* settings; a table, or --json; -h for each one's flags):
   sessions list [--parked] [--gap] [--stranded] [--blocked] [--retrying] [--ended] [--limit N] [--after ID]
-  sessions show ID                 the state, the messages at the broker and the dead letters
+  sessions show ID                 the state; its messages at the broker, held in the store, dead-lettered
   sessions resume ID | --all-parked   a parked session continues where it stopped
   sessions skip ID [--to N]        give up the parked or missing sequence (or all below N)
   sessions retry-now ID            a session waiting for a released retry attempts it now

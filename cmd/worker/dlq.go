@@ -54,6 +54,14 @@ func (c *dlqList) Run(ctx context.Context, o *dlqListOpts) error {
 		if res.Truncated {
 			more = " (more match: raise --limit)"
 		}
+		if res.Held != nil {
+			_, _ = fmt.Fprintf(w, "\nHELD IN THE STATE STORE: DEAD LETTERS (%d)\n", len(res.Held))
+			if err := heldDeadTable(w, res.Held, true); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(w, "%d dead letters, %d of them in the state store%s\n", len(res.Messages)+len(res.Held), len(res.Held), more)
+			return err
+		}
 		_, err := fmt.Fprintf(w, "%d dead letters%s\n", len(res.Messages), more)
 		return err
 	})
@@ -117,6 +125,9 @@ func replayText(w io.Writer, res *operator.DLQReplayResult) error {
 		}
 		sent += s.Sent
 		_, _ = fmt.Fprintf(w, "replayed %s: sent %d (sequences %s), completed %d", s.SessionID, s.Sent, joinSeqs(s.Sequences), s.Completed)
+		if s.FromStore > 0 {
+			_, _ = fmt.Fprintf(w, ", %d of them from the state store", s.FromStore)
+		}
 		if s.Gone > 0 {
 			_, _ = fmt.Fprintf(w, ", %d gone from the dead-letter queue meanwhile", s.Gone)
 		}

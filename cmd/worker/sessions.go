@@ -197,8 +197,55 @@ func (c *sessionsShow) Run(ctx context.Context, o *sessionsShowOpts) error {
 			}
 		}
 		_, _ = fmt.Fprintf(w, "\nDEAD LETTERS (%d)\n", len(res.DeadLetters))
-		return messageTable(w, res.DeadLetters, true)
+		if err := messageTable(w, res.DeadLetters, true); err != nil {
+			return err
+		}
+		return heldTables(w, res.Held)
 	})
+}
+
+// heldTables prints what the state store holds for a session: its held messages and their dead
+// letters (nothing with a store that holds no messages).
+func heldTables(w io.Writer, h *operator.HeldSummary) error {
+	if h == nil {
+		return nil
+	}
+	_, _ = fmt.Fprintf(w, "\nHELD IN THE STATE STORE (%d messages, %d bytes)\n", h.Messages, h.Bytes)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(h.Listed) > 0 {
+		_, _ = fmt.Fprintln(tw, "SEQUENCE\tLAST\tSIZE\tHELD SINCE\tBROKER SEQ\tMESSAGE ID")
+	}
+	for _, m := range h.Listed {
+		_, _ = fmt.Fprintf(tw, "%d\t%t\t%d\t%s\t%d\t%s\n", m.Sequence, m.Last, m.Size, fmtTime(&m.HeldAt), m.BrokerSequence, m.MessageID)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more := h.Messages - len(h.Listed); more > 0 {
+		_, _ = fmt.Fprintf(w, "(%d more not listed; --max-messages)\n", more)
+	}
+	_, _ = fmt.Fprintf(w, "\nHELD DEAD LETTERS (%d)\n", len(h.DeadLetters))
+	return heldDeadTable(w, h.DeadLetters, false)
+}
+
+// heldDeadTable prints the state store's dead letters, with their session when asked.
+func heldDeadTable(w io.Writer, dead []operator.HeldInfo, withSession bool) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	session := func(id string) string {
+		if withSession {
+			return id + "\t"
+		}
+		return ""
+	}
+	_, _ = fmt.Fprintln(tw, "ID\t"+session("SESSION")+"SEQUENCE\tREASON\tDESCRIPTION\tDEAD AT\tSIZE\tMESSAGE ID")
+	for _, d := range dead {
+		_, _ = fmt.Fprintf(tw, "%d\t%s%d\t%s\t%s\t%s\t%d\t%s\n", d.ID, session(d.SessionID), d.Sequence, d.Reason, clip(d.Description, 60),
+			fmtTime(d.DeadAt), d.Size, d.MessageID)
+	}
+	return tw.Flush()
 }
 
 // fmtIndex renders sequence → broker sequence entries in sequence order.
@@ -354,6 +401,9 @@ func (c *sessionsSkip) Run(ctx context.Context, o *sessionsSkipOpts) error {
 		}
 		if len(res.DroppedDeferred) > 0 {
 			_, _ = fmt.Fprintf(w, "  deferred messages given up (the next run completes them unhandled): %s\n", joinSeqs(res.DroppedDeferred))
+		}
+		if len(res.DroppedHeld) > 0 {
+			_, _ = fmt.Fprintf(w, "  messages held in the state store given up (removed unhandled): %s\n", joinSeqs(res.DroppedHeld))
 		}
 		if res.Ended {
 			_, _ = fmt.Fprintf(w, "  that was the last sequence: the session has ended\n")

@@ -17,6 +17,11 @@ type Store struct {
 	mu          sync.Mutex
 	entries     map[string]entry
 	lastVersion int64
+	// held maps session id → sequence → held message (see held.go); dead are the dead letters
+	// in ID order, lastDeadID the last ID given.
+	held       map[string]map[int64]heldEntry
+	dead       []deadEntry
+	lastDeadID int64
 }
 
 type entry struct {
@@ -26,12 +31,13 @@ type entry struct {
 
 var (
 	_ sequencer.StateStore = (*Store)(nil)
+	_ sequencer.HeldStore  = (*Store)(nil)
 	_ sessionstate.Lister  = (*Store)(nil)
 )
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{entries: map[string]entry{}}
+	return &Store{entries: map[string]entry{}, held: map[string]map[int64]heldEntry{}}
 }
 
 // Load implements sequencer.StateStore.
@@ -69,9 +75,23 @@ func (s *Store) Save(ctx context.Context, p sequencer.SaveParams) (int64, error)
 		return 0, fmt.Errorf("memory state store: save session %q: expected version %d, stored %d: %w",
 			id, p.ExpectedVersion, cur, sequencer.ErrVersionConflict)
 	}
+	return s.saveLocked(id, blob, p.State.Next), nil
+}
+
+// saveLocked stores blob as the state of session id, with a new version, and removes the held
+// messages below next. s.mu is held and the version checked.
+func (s *Store) saveLocked(id string, blob []byte, next int64) int64 {
 	s.lastVersion++
 	s.entries[id] = entry{blob: blob, version: s.lastVersion}
-	return s.lastVersion, nil
+	for seq := range s.held[id] {
+		if seq < next {
+			delete(s.held[id], seq)
+		}
+	}
+	if len(s.held[id]) == 0 {
+		delete(s.held, id)
+	}
+	return s.lastVersion
 }
 
 // Delete implements sequencer.StateStore.
@@ -91,6 +111,7 @@ func (s *Store) Delete(ctx context.Context, p sequencer.DeleteParams) error {
 			id, p.ExpectedVersion, e.version, sequencer.ErrVersionConflict)
 	}
 	delete(s.entries, id)
+	delete(s.held, id)
 	return nil
 }
 

@@ -43,3 +43,11 @@ func TestListerConformance(t *testing.T) {
 		}
 	})
 }
+
+func TestHeldConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunHeld(t,
+		func(*testing.T) sequencer.HeldStore { return memory.New() },
+		func(_ *testing.T, id string) sequencer.Session { return storetest.NewSession(id) },
+	)
+}

@@ -16,6 +16,18 @@
 // what their state says, for sweepers and operators) and [Store.PurgeTombstones] (ended sessions
 // whose tombstone has expired).
 //
+// # Held messages
+//
+// The store is a sequencer.HeldStore: [Store.Hold] writes a session's early messages into
+// seqbus_held_message (migration 009: keyed by entity, session and sequence; bytea body, jsonb
+// properties as typed values, size, held_at) in one statement with the state and its version
+// check; a sequence already held keeps its row. Every save removes the session's held messages
+// below the saved next_seq in the same statement (a data-modifying WITH that joins the saved
+// row, so a failed version check removes nothing), and Delete (and [Store.PurgeTombstones])
+// removes all of them with the state. [Store.DeadLetterHeld] moves a held message into seqbus_held_dead_letter and saves the
+// state in one transaction; the dead letters outlive the state, listed by
+// [Store.HeldDeadLetters] and removed by [Store.RemoveHeldDeadLetter] once replayed.
+//
 // # Transactional mode
 //
 // [Store.Transactional] returns a [TxStore], a sequencer.AtomicStore: SaveWith begins a

@@ -80,14 +80,35 @@ func (s *Store) Save(ctx context.Context, p sequencer.SaveParams) (int64, error)
 }
 
 func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int64, error) {
-	id := p.Session.ID()
-	op := fmt.Sprintf("save session %q", id)
+	op := fmt.Sprintf("save session %q", p.Session.ID())
+	args, err := s.stateArgs(p)
+	if err != nil {
+		return 0, fmt.Errorf("postgres state store: %s: %w", op, err)
+	}
+	stmt := sqlUpdate
+	if p.ExpectedVersion == 0 {
+		stmt = sqlInsert
+	}
+	var version, next int64 // both statements return the saved next_seq too
+	err = db.QueryRow(ctx, stmt, args...).Scan(&version, &next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, conflict(op, p.ExpectedVersion)
+	}
+	if err != nil {
+		return 0, interpretError(op, err)
+	}
+	return version, nil
+}
+
+// stateArgs returns the arguments of the statement that saves p: sqlInsertState's for a first
+// save (expected version 0), sqlUpdateState's otherwise.
+func (s *Store) stateArgs(p sequencer.SaveParams) ([]any, error) {
 	if p.State == nil {
-		return 0, fmt.Errorf("postgres state store: %s: no state given", op)
+		return nil, errors.New("no state given")
 	}
 	blob, err := p.State.MarshalBinary()
 	if err != nil {
-		return 0, fmt.Errorf("postgres state store: %s: %w", op, err)
+		return nil, err
 	}
 	st := p.State
 	endedAt, gapSince := nullTime(st.EndedAt), nullTime(st.GapSince)
@@ -95,23 +116,19 @@ func (s *Store) save(ctx context.Context, db dbtx, p sequencer.SaveParams) (int6
 	if st.Retrying != nil {
 		retryAt = nullTime(st.Retrying.At)
 	}
-
-	var version int64
+	id := p.Session.ID()
 	if p.ExpectedVersion == 0 {
-		err = db.QueryRow(ctx, sqlInsert, s.entity, id, blob, st.Next, st.Last, st.Parked != nil,
-			st.NeedsWake(), endedAt, gapSince, st.Blocked != nil, retryAt).Scan(&version)
-	} else {
-		err = db.QueryRow(ctx, sqlUpdate, s.entity, id, p.ExpectedVersion, blob, st.Next, st.Last,
-			st.Parked != nil, st.NeedsWake(), endedAt, gapSince, st.Blocked != nil, retryAt).Scan(&version)
+		return []any{s.entity, id, blob, st.Next, st.Last, st.Parked != nil,
+			st.NeedsWake(), endedAt, gapSince, st.Blocked != nil, retryAt}, nil
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("postgres state store: %s: expected version %d is not stored: %w",
-			op, p.ExpectedVersion, sequencer.ErrVersionConflict)
-	}
-	if err != nil {
-		return 0, interpretError(op, err)
-	}
-	return version, nil
+	return []any{s.entity, id, p.ExpectedVersion, blob, st.Next, st.Last,
+		st.Parked != nil, st.NeedsWake(), endedAt, gapSince, st.Blocked != nil, retryAt}, nil
+}
+
+// conflict is the error of a save whose expected version is not stored.
+func conflict(op string, expected int64) error {
+	return fmt.Errorf("postgres state store: %s: expected version %d is not stored: %w",
+		op, expected, sequencer.ErrVersionConflict)
 }
 
 // nullTime is t, or NULL when t is zero.
@@ -200,11 +217,11 @@ func (s *Store) ListStranded(ctx context.Context, entity string, limit int) ([]s
 // still indexes a deferred message to settle (due_deferred) is kept. Unlike
 // State.TombstoneClearable it does not see a SkippedPoison marker, which no column mirrors.
 func (s *Store) PurgeTombstones(ctx context.Context, entity string, olderThan time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, sqlPurgeTombstones, entity, olderThan)
-	if err != nil {
+	var n int64
+	if err := s.pool.QueryRow(ctx, sqlPurgeTombstones, entity, olderThan).Scan(&n); err != nil {
 		return 0, interpretError("purge tombstones", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Transactional returns the store in transactional mode: a sequencer.AtomicStore whose SaveWith

@@ -68,6 +68,28 @@ func TestConformance_Transactional(t *testing.T) {
 	)
 }
 
+func TestHeldConformance(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	var n atomic.Int64
+	storetest.RunHeld(t,
+		func(t *testing.T) sequencer.HeldStore { return newStore(t, pool, fmt.Sprintf("entity-%d", n.Add(1))) },
+		func(_ *testing.T, id string) sequencer.Session { return session(id) },
+	)
+}
+
+func TestHeldConformance_Transactional(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	var n atomic.Int64
+	storetest.RunHeld(t,
+		func(t *testing.T) sequencer.HeldStore {
+			return newStore(t, pool, fmt.Sprintf("entity-%d", n.Add(1))).Transactional()
+		},
+		func(_ *testing.T, id string) sequencer.Session { return session(id) },
+	)
+}
+
 func TestNew_Validation(t *testing.T) {
 	t.Parallel()
 	_, err := postgres.New(nil, &postgres.Config{Entity: "x"})
