@@ -7,6 +7,7 @@
 //	emulator [-config FILE] [-amqp-addr HOST:PORT] [-http-addr HOST:PORT] [-key-name NAME] [-key KEY]
 //	         [-max-message-size BYTES] [-log-level debug|info|warn|error]
 //	         [-latency DURATION] [-latency-jitter DURATION] [-credits-per-second N] [-transient-error-rate RATE]
+//	         [-sqs-addr HOST:PORT [-sqs-region REGION]]
 //
 // The key name and key default to SEQBUS_EMULATOR_KEY_NAME and
 // SEQBUS_EMULATOR_KEY, then to RootManageSharedAccessKey / SAS_KEY_VALUE. Once
@@ -23,4 +24,12 @@
 // SEQBUS_EMULATOR_LATENCY_JITTER, SEQBUS_EMULATOR_CREDITS_PER_SECOND and
 // SEQBUS_EMULATOR_TRANSIENT_ERROR_RATE; a value that does not parse stops the
 // emulator with exit code 2.
+//
+// -sqs-addr also serves a local SQS on that address (emulator/sqs: FIFO queues
+// over the SQS JSON protocol, created through the SQS API, credentials not
+// checked); its endpoint is logged as "emulator: sqs ready" with sqs_url, e.g.
+//
+//	aws --endpoint-url http://127.0.0.1:9324 sqs create-queue --queue-name orders.fifo --attributes FifoQueue=true
+//
+// -sqs-region (default us-east-1) is the region in its queue ARNs.
 package main
