@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,6 +64,10 @@ var cases = []struct {
 	{"Batches", testBatches},
 	{"PurgeQueue", testPurge},
 	{"ReceiveRequestAttemptID", testReceiveAttempt},
+	{"DeduplicationScopeMessageGroup", testDedupScopeGroup},
+	{"QueueDelayAndRetention", testDelayAndRetention},
+	{"LongPollEndsEmpty", testLongPollEmpty},
+	{"ConcurrentConsumersKeepGroupOrder", testConcurrentConsumers},
 }
 
 // env is one case's client and helpers.
@@ -638,4 +643,184 @@ func testReceiveAttempt(t *testing.T, e *env) {
 	other, err := e.c.ReceiveMessage(e.ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, ReceiveRequestAttemptId: aws.String("attempt-2")})
 	require.NoError(t, err)
 	require.Empty(t, other.Messages, "another attempt id receives anew")
+}
+
+func testDedupScopeGroup(t *testing.T, e *env) {
+	url := e.fifo("scope", map[string]string{"DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"})
+	e.send(url, "g", "same", "in g")
+	e.send(url, "h", "same", "in h")
+	e.send(url, "g", "same", "again in g")
+	require.ElementsMatch(t, []string{"in g", "in h"}, bodies(e.receive(url, 10, 30)), "the same id in another group is not a duplicate")
+
+	_, err := e.c.CreateQueue(e.ctx, &sqs.CreateQueueInput{QueueName: aws.String(e.name("scopebad")),
+		Attributes: map[string]string{"FifoQueue": "true", "FifoThroughputLimit": "perMessageGroupId"}})
+	requireCode(t, err, "InvalidParameterValue", "perMessageGroupId needs DeduplicationScope messageGroup")
+}
+
+func testDelayAndRetention(t *testing.T, e *env) {
+	e.needsClock()
+	url := e.fifo("delay", map[string]string{"ContentBasedDeduplication": "true", "DelaySeconds": "10", "MessageRetentionPeriod": "60"})
+	e.send(url, "g", "", "late")
+	require.Empty(t, e.receive(url, 10, 30), "delayed by the queue's DelaySeconds")
+	require.Equal(t, "1", e.attrs(url, types.QueueAttributeNameApproximateNumberOfMessagesDelayed)["ApproximateNumberOfMessagesDelayed"])
+	e.tg.Advance(10 * time.Second)
+	got := e.receive(url, 10, 30)
+	require.Equal(t, []string{"late"}, bodies(got))
+	e.delete(url, got[0])
+
+	e.send(url, "g", "", "old")
+	e.tg.Advance(61 * time.Second)
+	require.Empty(t, e.receive(url, 10, 30), "past MessageRetentionPeriod the message is gone")
+	a := e.attrs(url, types.QueueAttributeNameAll)
+	require.Equal(t, "0", a["ApproximateNumberOfMessages"])
+	require.Equal(t, "0", a["ApproximateNumberOfMessagesDelayed"])
+}
+
+func testLongPollEmpty(t *testing.T, e *env) {
+	url := e.fifo("empty", nil)
+	done := make(chan error, 1)
+	go func() {
+		out, err := e.c.ReceiveMessage(e.ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 2})
+		if err == nil && len(out.Messages) > 0 {
+			err = fmt.Errorf("received %d messages from an empty queue", len(out.Messages))
+		}
+		done <- err
+	}()
+	deadline := time.After(15 * time.Second)
+	for {
+		if e.tg.Advance != nil {
+			e.tg.Advance(time.Second)
+		}
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			return
+		case <-deadline:
+			t.Fatal("a long poll on an empty queue did not end")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// testConcurrentConsumers has several consumers receive, hold and delete messages of a
+// few groups at once: each group's messages are handled once each, in order, and never
+// by two consumers at a time.
+func testConcurrentConsumers(t *testing.T, e *env) {
+	url := e.fifo("concurrent", map[string]string{"ContentBasedDeduplication": "true"})
+	const groups, perGroup, consumers = 4, 15, 4
+	for i := range perGroup {
+		var entries []types.SendMessageBatchRequestEntry
+		for g := range groups {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(g)),
+				MessageBody: aws.String(fmt.Sprintf("g%d-%02d", g, i)), MessageGroupId: aws.String(fmt.Sprintf("g%d", g))})
+		}
+		out, err := e.c.SendMessageBatch(e.ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+		require.NoError(t, err)
+		require.Empty(t, out.Failed)
+	}
+
+	// Consumers long-poll; the last delete ends the waits of the others.
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	var mu sync.Mutex
+	held := map[string]bool{}
+	seen := map[string][]string{}
+	total := 0
+	errs := make(chan error, consumers)
+	var wg sync.WaitGroup
+	receive := func(wait int32) ([]types.Message, error) {
+		out, err := e.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 3, WaitTimeSeconds: wait,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId}})
+		if err != nil {
+			return nil, err
+		}
+		return out.Messages, nil
+	}
+	// take records what a receive returned and marks its groups held, failing if one is
+	// held already, by this consumer or another.
+	take := func(msgs []types.Message, mine map[string]bool) error {
+		mu.Lock()
+		defer mu.Unlock()
+		fresh := map[string]bool{}
+		for _, m := range msgs {
+			g := m.Attributes["MessageGroupId"]
+			if held[g] && !fresh[g] {
+				return fmt.Errorf("group %s received while it is held", g)
+			}
+			fresh[g], held[g], mine[g] = true, true, true
+			seen[g] = append(seen[g], aws.ToString(m.Body))
+		}
+		return nil
+	}
+	for range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				finished := total == groups*perGroup
+				mu.Unlock()
+				if finished {
+					errs <- nil
+					return
+				}
+				// Two receives before settling: the second must not return a group the
+				// first holds, nor one another consumer holds.
+				mine := map[string]bool{}
+				var msgs []types.Message
+				for i := range 2 {
+					wait := int32(20) // the first receive waits; the second must not wait for what this consumer holds
+					if i == 1 {
+						wait = 0
+					}
+					got, err := receive(wait)
+					if err != nil {
+						if ctx.Err() != nil {
+							break // the last message was handled meanwhile
+						}
+						errs <- err
+						return
+					}
+					if err := take(got, mine); err != nil {
+						errs <- err
+						return
+					}
+					msgs = append(msgs, got...)
+					if len(got) == 0 {
+						break
+					}
+				}
+				mu.Lock()
+				for g := range mine {
+					held[g] = false // released before the deletes that let others receive the group
+				}
+				mu.Unlock()
+				for _, m := range msgs {
+					if _, err := e.c.DeleteMessage(e.ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+						errs <- err
+						return
+					}
+				}
+				mu.Lock()
+				total += len(msgs)
+				if total == groups*perGroup {
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for g := range groups {
+		want := make([]string, perGroup)
+		for i := range want {
+			want[i] = fmt.Sprintf("g%d-%02d", g, i)
+		}
+		require.Equal(t, want, seen[fmt.Sprintf("g%d", g)], "group g%d", g)
+	}
+	require.Empty(t, e.receive(url, 10, 30))
 }
