@@ -68,6 +68,7 @@ var cases = []struct {
 	{"QueueDelayAndRetention", testDelayAndRetention},
 	{"LongPollEndsEmpty", testLongPollEmpty},
 	{"ConcurrentConsumersKeepGroupOrder", testConcurrentConsumers},
+	{"QueueDeletedRecently", testDeletedRecently},
 }
 
 // env is one case's client and helpers.
@@ -823,4 +824,20 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 		require.Equal(t, want, seen[fmt.Sprintf("g%d", g)], "group g%d", g)
 	}
 	require.Empty(t, e.receive(url, 10, 30))
+}
+
+func testDeletedRecently(t *testing.T, e *env) {
+	e.needsClock()
+	name := e.name("recreate")
+	in := &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{"FifoQueue": "true"}}
+	created, err := e.c.CreateQueue(e.ctx, in)
+	require.NoError(t, err)
+	_, err = e.c.DeleteQueue(e.ctx, &sqs.DeleteQueueInput{QueueUrl: created.QueueUrl})
+	require.NoError(t, err)
+	_, err = e.c.CreateQueue(e.ctx, in)
+	var recently *types.QueueDeletedRecently
+	require.ErrorAs(t, err, &recently, "the same name within 60 seconds of the delete")
+	e.tg.Advance(60 * time.Second)
+	_, err = e.c.CreateQueue(e.ctx, in)
+	require.NoError(t, err, "60 seconds after the delete")
 }
