@@ -18,7 +18,7 @@ import (
 	"github.com/seqbus/seqbus/emulator/sqs"
 )
 
-func newClient(t *testing.T, endpoint string) *awssqs.Client {
+func newClient(t testing.TB, endpoint string) *awssqs.Client {
 	t.Helper()
 	return awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""), RetryMaxAttempts: 1})

@@ -221,12 +221,12 @@ func (h *Handler) sendLocked(q *queue, in *sendMessageInput, sender string) (sen
 	}
 	m := &message{
 		id: uuid.NewString(), body: body, group: *in.MessageGroupID, dedupID: dedupID,
-		attrs: in.MessageAttributes, traceHeader: trace, seq: q.nextSeq(), senderID: sender,
+		attrs: in.MessageAttributes, traceHeader: trace, senderID: sender,
 		md5Body: out.MD5OfMessageBody, sentAt: now, availableAt: now.Add(q.cfg.delay),
 	}
-	q.msgs = append(q.msgs, m)
-	q.byID[m.id] = m
-	q.dedup[key] = dedupEntry{messageID: m.id, seq: m.seq, expires: now.Add(dedupWindow)}
+	m.seq, m.seqNum = q.nextSeq()
+	q.add(m)
+	q.remember(key, dedupEntry{messageID: m.id, seq: m.seq, expires: now.Add(dedupWindow)})
 	h.notifyLocked()
 	out.MessageID, out.SequenceNumber = m.id, m.seq
 	return out, nil
@@ -487,40 +487,28 @@ func (h *Handler) receiveLocked(q *queue, now time.Time, max int, visibility tim
 			}
 		}
 	}
-	blocked := map[string]bool{}
-	var groups []string
-	byGroup := map[string][]*message{}
-	for _, m := range q.msgs {
-		if m.gone {
-			continue
+	// The groups that can give a message now, oldest front message first.
+	var ready []*group
+	for _, g := range q.groups {
+		if !g.blocked(now) && !now.Before(g.msgs[0].availableAt) {
+			ready = append(ready, g)
 		}
-		if m.inFlight(now) {
-			blocked[m.group] = true
-			continue
-		}
-		if _, seen := byGroup[m.group]; !seen {
-			groups = append(groups, m.group)
-		}
-		byGroup[m.group] = append(byGroup[m.group], m)
 	}
+	sort.Slice(ready, func(i, j int) bool { return ready[i].msgs[0].seqNum < ready[j].msgs[0].seqNum })
 	var got []*message
-	for _, g := range groups {
-		if blocked[g] {
-			continue
-		}
-		for _, m := range byGroup[g] {
-			if len(got) == max {
-				break
-			}
+	for _, g := range ready {
+		for i := 0; i < len(g.msgs) && len(got) < max; {
+			m := g.msgs[i]
 			if now.Before(m.availableAt) {
 				break
 			}
 			if p := q.cfg.redrive; p != nil && m.receiveCount >= p.maxCount {
 				if dlq := h.queueByArnLocked(p.targetArn); dlq != nil {
-					h.redriveLocked(q, dlq, m, now)
+					h.redriveLocked(q, dlq, m, now) // takes m out of g.msgs: i is the next one now
 					continue
 				}
 			}
+			i++
 			m.receiveCount++
 			if m.firstReceive.IsZero() {
 				m.firstReceive = now
@@ -563,11 +551,11 @@ func (h *Handler) redriveLocked(q, dlq *queue, m *message, now time.Time) {
 	q.remove(m)
 	moved := &message{
 		id: m.id, body: m.body, group: m.group, dedupID: m.dedupID, attrs: m.attrs,
-		traceHeader: m.traceHeader, seq: dlq.nextSeq(), senderID: m.senderID, md5Body: m.md5Body,
+		traceHeader: m.traceHeader, senderID: m.senderID, md5Body: m.md5Body,
 		sentAt: m.sentAt, availableAt: now, dlqSource: q.arn,
 	}
-	dlq.msgs = append(dlq.msgs, moved)
-	dlq.byID[moved.id] = moved
+	moved.seq, moved.seqNum = dlq.nextSeq()
+	dlq.add(moved)
 	h.notifyLocked()
 }
 
@@ -663,7 +651,6 @@ func (h *Handler) deleteLocked(q *queue, rh string) error {
 		return errReceiptExpired(rh)
 	}
 	q.remove(m)
-	q.compact()
 	h.notifyLocked()
 	return nil
 }

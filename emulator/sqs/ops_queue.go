@@ -95,7 +95,7 @@ func (h *Handler) createQueue(r *request) (any, error) {
 	h.queues[in.QueueName] = &queue{
 		name: in.QueueName, arn: h.arn(in.QueueName), created: now, modified: now,
 		attrs: attrs, cfg: cfg,
-		byID: map[string]*message{}, dedup: map[string]dedupEntry{}, attempts: map[string]attempt{},
+		byID: map[string]*message{}, groups: map[string]*group{}, dedup: map[string]dedupEntry{}, attempts: map[string]attempt{},
 	}
 	return queueURLOutput{h.queueURL(r.host, in.QueueName)}, nil
 }
@@ -261,10 +261,6 @@ func (h *Handler) purgeQueue(r *request) (any, error) {
 			"Only one PurgeQueue operation on %s is allowed every 60 seconds.", q.name)
 	}
 	q.purged = now
-	for _, m := range q.msgs {
-		q.remove(m)
-	}
-	q.compact()
-	q.attempts = map[string]attempt{}
+	q.purge()
 	return nil, nil
 }

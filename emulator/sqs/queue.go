@@ -29,13 +29,40 @@ type queue struct {
 	attrs     map[string]string // the settable attributes, normalized, defaults filled
 	cfg       queueConfig       // attrs parsed
 
-	msgs     []*message          // in send order; gone ones are compacted away lazily
-	gone     int                 // how many of msgs are gone
-	byID     map[string]*message // the messages still in the queue
-	dedup    map[string]dedupEntry
-	attempts map[string]attempt
-	seq      uint64
-	purged   time.Time
+	msgs       []*message          // in send order; gone ones are dropped lazily
+	gone       int                 // how many of msgs are gone
+	byID       map[string]*message // the messages still in the queue
+	groups     map[string]*group   // the groups with messages in the queue
+	dedup      map[string]dedupEntry
+	dedupOrder []dedupSlot // dedup's entries in the order they expire
+	attempts   map[string]attempt
+	seq        uint64
+	purged     time.Time
+}
+
+// group is one message group's messages still in the queue, in order. Receives take
+// messages from the front only while none of the group is in flight, so the messages
+// ever received form a prefix of msgs: a group is blocked when one of that prefix is
+// in flight.
+type group struct {
+	msgs []*message
+}
+
+func (g *group) blocked(now time.Time) bool {
+	for _, m := range g.msgs {
+		if m.handle == "" {
+			return false
+		}
+		if m.inFlight(now) {
+			return true
+		}
+	}
+	return false
+}
+
+type dedupSlot struct {
+	key     string
+	expires time.Time
 }
 
 // queueConfig is the parsed form of a queue's attributes.
@@ -69,6 +96,7 @@ type message struct {
 	attrs                    map[string]attrValue
 	traceHeader              string
 	seq                      string
+	seqNum                   uint64
 	senderID                 string
 	md5Body                  string
 	sentAt                   time.Time // when it was first enqueued; retention counts from here
@@ -315,7 +343,20 @@ func (q *queue) counts(now time.Time) (visible, notVisible, delayed int) {
 	return visible, notVisible, delayed
 }
 
-// remove takes m out of the queue.
+// add appends m to the queue and its group.
+func (q *queue) add(m *message) {
+	q.msgs = append(q.msgs, m)
+	q.byID[m.id] = m
+	g := q.groups[m.group]
+	if g == nil {
+		g = &group{}
+		q.groups[m.group] = g
+	}
+	g.msgs = append(g.msgs, m)
+}
+
+// remove takes m out of the queue and its group. The entry in msgs stays, marked gone,
+// until compact or expire drops it.
 func (q *queue) remove(m *message) {
 	if m.gone {
 		return
@@ -323,6 +364,18 @@ func (q *queue) remove(m *message) {
 	m.gone = true
 	delete(q.byID, m.id)
 	q.gone++
+	g := q.groups[m.group]
+	for i, x := range g.msgs {
+		if x == m {
+			copy(g.msgs[i:], g.msgs[i+1:])
+			g.msgs[len(g.msgs)-1] = nil
+			g.msgs = g.msgs[:len(g.msgs)-1]
+			break
+		}
+	}
+	if len(g.msgs) == 0 {
+		delete(q.groups, m.group)
+	}
 }
 
 // compact drops gone messages from msgs once they are more than half of it. It must
@@ -343,18 +396,28 @@ func (q *queue) compact() {
 }
 
 // expire drops messages past the retention period and forgets ended deduplication
-// entries and receive attempts.
+// entries and receive attempts. Messages are kept in the order they were sent, so
+// the walk stops at the first one still retained (a message redriven into this queue
+// keeps its first send time and may wait behind newer ones a little longer).
 func (q *queue) expire(now time.Time) {
-	for _, m := range q.msgs {
-		if !m.gone && !now.Before(m.sentAt.Add(q.cfg.retention)) {
-			q.remove(m)
+	for len(q.msgs) > 0 {
+		m := q.msgs[0]
+		if !m.gone && now.Before(m.sentAt.Add(q.cfg.retention)) {
+			break
 		}
+		q.remove(m)
+		q.msgs[0] = nil
+		q.msgs = q.msgs[1:]
+		q.gone--
 	}
 	q.compact()
-	for k, d := range q.dedup {
-		if !now.Before(d.expires) {
-			delete(q.dedup, k)
+	for len(q.dedupOrder) > 0 && !now.Before(q.dedupOrder[0].expires) {
+		slot := q.dedupOrder[0]
+		if d, ok := q.dedup[slot.key]; ok && d.expires.Equal(slot.expires) {
+			delete(q.dedup, slot.key)
 		}
+		q.dedupOrder[0] = dedupSlot{}
+		q.dedupOrder = q.dedupOrder[1:]
 	}
 	for k, a := range q.attempts {
 		if !now.Before(a.expires) {
@@ -363,14 +426,29 @@ func (q *queue) expire(now time.Time) {
 	}
 }
 
-// nextSeq returns the queue's next sequence number.
-func (q *queue) nextSeq() string {
+// remember records a deduplication entry for the window.
+func (q *queue) remember(key string, d dedupEntry) {
+	q.dedup[key] = d
+	q.dedupOrder = append(q.dedupOrder, dedupSlot{key: key, expires: d.expires})
+}
+
+// purge removes every message.
+func (q *queue) purge() {
+	clear(q.msgs)
+	q.msgs, q.gone = nil, 0
+	q.byID = map[string]*message{}
+	q.groups = map[string]*group{}
+	q.attempts = map[string]attempt{}
+}
+
+// nextSeq returns the queue's next sequence number, as text and as a number.
+func (q *queue) nextSeq() (string, uint64) {
 	q.seq++
-	return fmt.Sprintf("%020d", q.seq)
+	return fmt.Sprintf("%020d", q.seq), q.seq
 }
 
 // nextChange is the earliest time after now at which a message may become receivable:
-// a visibility timeout lapsing or a delay ending. Zero if none.
+// a visibility timeout lapsing or a delay ending at the front of a group. Zero if none.
 func (q *queue) nextChange(now time.Time) time.Time {
 	var next time.Time
 	consider := func(t time.Time) {
@@ -378,14 +456,16 @@ func (q *queue) nextChange(now time.Time) time.Time {
 			next = t
 		}
 	}
-	for _, m := range q.msgs {
-		if m.gone {
-			continue
+	for _, g := range q.groups {
+		for _, m := range g.msgs {
+			if m.handle == "" {
+				break
+			}
+			if m.inFlight(now) {
+				consider(m.visibleAt)
+			}
 		}
-		if m.inFlight(now) {
-			consider(m.visibleAt)
-		}
-		consider(m.availableAt)
+		consider(g.msgs[0].availableAt)
 	}
 	return next
 }
