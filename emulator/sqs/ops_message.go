@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -397,11 +398,11 @@ func (h *Handler) receiveMessage(r *request) (any, error) {
 	if err := r.decode(&in); err != nil {
 		return nil, err
 	}
-	max := 1
+	limit := 1
 	if in.MaxNumberOfMessages != nil {
-		max = *in.MaxNumberOfMessages
-		if max < 1 || max > 10 {
-			return nil, errInvalidParam("MaxNumberOfMessages", strconv.Itoa(max), "Must be between 1 and 10, if provided.")
+		limit = *in.MaxNumberOfMessages
+		if limit < 1 || limit > 10 {
+			return nil, errInvalidParam("MaxNumberOfMessages", strconv.Itoa(limit), "Must be between 1 and 10, if provided.")
 		}
 	}
 	if in.VisibilityTimeout != nil && (*in.VisibilityTimeout < 0 || *in.VisibilityTimeout > 43200) {
@@ -412,7 +413,7 @@ func (h *Handler) receiveMessage(r *request) (any, error) {
 	}
 	sysNames := append(append([]string(nil), in.AttributeNames...), in.MessageSystemAttributeNames...)
 	for _, n := range sysNames {
-		if !contains(systemAttrNames, n) {
+		if !slices.Contains(systemAttrNames, n) {
 			return nil, newErr("InvalidAttributeName", "InvalidAttributeName", "Unknown Attribute %s.", n)
 		}
 	}
@@ -442,7 +443,7 @@ func (h *Handler) receiveMessage(r *request) (any, error) {
 		if in.VisibilityTimeout != nil {
 			visibility = time.Duration(*in.VisibilityTimeout) * time.Second
 		}
-		got := h.receiveLocked(q, now, max, visibility, in.ReceiveRequestAttemptID)
+		got := h.receiveLocked(q, now, limit, visibility, in.ReceiveRequestAttemptID)
 		if len(got) > 0 || !now.Before(deadline) {
 			out := receiveMessageOutput{}
 			for _, m := range got {
@@ -470,12 +471,12 @@ func (h *Handler) receiveMessage(r *request) (any, error) {
 	}
 }
 
-// receiveLocked takes up to max messages: as many of one group as are available, in
+// receiveLocked takes up to limit messages: as many of one group as are available, in
 // order, before the next group; a group with a message in flight is skipped. A message
 // received maxReceiveCount times moves to the dead-letter queue instead. A repeated
 // attempt id within its window returns the same messages and handles while they are
 // all still in flight under them. h.mu must be held.
-func (h *Handler) receiveLocked(q *queue, now time.Time, max int, visibility time.Duration, attemptID string) []*message {
+func (h *Handler) receiveLocked(q *queue, now time.Time, limit int, visibility time.Duration, attemptID string) []*message {
 	q.expire(now)
 	if attemptID != "" {
 		if a, ok := q.attempts[attemptID]; ok {
@@ -497,7 +498,7 @@ func (h *Handler) receiveLocked(q *queue, now time.Time, max int, visibility tim
 	sort.Slice(ready, func(i, j int) bool { return ready[i].msgs[0].seqNum < ready[j].msgs[0].seqNum })
 	var got []*message
 	for _, g := range ready {
-		for i := 0; i < len(g.msgs) && len(got) < max; {
+		for i := 0; i < len(g.msgs) && len(got) < limit; {
 			m := g.msgs[i]
 			if now.Before(m.availableAt) {
 				break
@@ -518,7 +519,7 @@ func (h *Handler) receiveLocked(q *queue, now time.Time, max int, visibility tim
 			m.handle = newHandle(q, m)
 			got = append(got, m)
 		}
-		if len(got) == max {
+		if len(got) == limit {
 			break
 		}
 	}
@@ -562,7 +563,7 @@ func (h *Handler) redriveLocked(q, dlq *queue, m *message, now time.Time) {
 // renderMessage shows m with the system and message attributes asked for.
 func renderMessage(m *message, sysNames, attrNames []string) messageOutput {
 	out := messageOutput{MessageID: m.id, ReceiptHandle: m.handle, MD5OfBody: m.md5Body, Body: m.body}
-	all := contains(sysNames, "All")
+	all := slices.Contains(sysNames, "All")
 	sys := map[string]string{
 		"SenderId":                         m.senderID,
 		"SentTimestamp":                    strconv.FormatInt(m.sentAt.UnixMilli(), 10),
@@ -575,7 +576,7 @@ func renderMessage(m *message, sysNames, attrNames []string) messageOutput {
 		"DeadLetterQueueSourceArn":         m.dlqSource,
 	}
 	for k, v := range sys {
-		if v != "" && (all || contains(sysNames, k)) {
+		if v != "" && (all || slices.Contains(sysNames, k)) {
 			if out.Attributes == nil {
 				out.Attributes = map[string]string{}
 			}

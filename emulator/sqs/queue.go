@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -307,7 +308,7 @@ func (q *queue) visibleAttrs(names []string, now time.Time) (map[string]string, 
 			return all, nil
 		}
 		_, settable := attrDefaults[n]
-		if !settable && !contains(readOnlyAttrs, n) {
+		if !settable && !slices.Contains(readOnlyAttrs, n) {
 			return nil, errAttrName(n)
 		}
 		if v, ok := all[n]; ok {
@@ -315,15 +316,6 @@ func (q *queue) visibleAttrs(names []string, now time.Time) (map[string]string, 
 		}
 	}
 	return out, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // counts returns the numbers of visible, in-flight and delayed messages.
