@@ -69,6 +69,7 @@ var cases = []struct {
 	{"LongPollEndsEmpty", testLongPollEmpty},
 	{"ConcurrentConsumersKeepGroupOrder", testConcurrentConsumers},
 	{"QueueDeletedRecently", testDeletedRecently},
+	{"ListQueuesPages", testListQueuesPages},
 }
 
 // env is one case's client and helpers.
@@ -840,4 +841,28 @@ func testDeletedRecently(t *testing.T, e *env) {
 	e.tg.Advance(60 * time.Second)
 	_, err = e.c.CreateQueue(e.ctx, in)
 	require.NoError(t, err, "60 seconds after the delete")
+}
+
+func testListQueuesPages(t *testing.T, e *env) {
+	prefix := fmt.Sprintf("pages-%d-%d-", time.Now().UnixNano()%1e9, queueSeq.Add(1))
+	var want []string
+	for i := range 3 {
+		out, err := e.c.CreateQueue(e.ctx, &sqs.CreateQueueInput{QueueName: aws.String(prefix + strconv.Itoa(i) + ".fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
+		require.NoError(t, err)
+		want = append(want, aws.ToString(out.QueueUrl))
+	}
+	var got []string
+	var token *string
+	for pages := 1; ; pages++ {
+		require.LessOrEqual(t, pages, 2, "3 queues in pages of 2")
+		out, err := e.c.ListQueues(e.ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String(prefix), MaxResults: aws.Int32(2), NextToken: token})
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(out.QueueUrls), 2)
+		got = append(got, out.QueueUrls...)
+		if out.NextToken == nil {
+			break
+		}
+		token = out.NextToken
+	}
+	require.ElementsMatch(t, want, got)
 }
