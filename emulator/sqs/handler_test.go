@@ -5,9 +5,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -84,4 +87,44 @@ func TestRefusesWhatIsNotModeled(t *testing.T) {
 		require.Equal(t, tc.status, resp.StatusCode, tc.name)
 		require.Contains(t, string(body), tc.body, tc.name)
 	}
+}
+
+// TestServiceCloseEndsLongPolls: Close returns while a receive waits, and the receive
+// ends with an error instead of waiting out its 20 seconds.
+func TestServiceCloseEndsLongPolls(t *testing.T) {
+	t.Parallel()
+	svc, err := sqs.Start(t.Context(), "127.0.0.1:0", sqs.Config{})
+	require.NoError(t, err)
+	c := newClient(t, svc.URL())
+	q, err := c.CreateQueue(t.Context(), &awssqs.CreateQueueInput{QueueName: aws.String("wait.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
+	require.NoError(t, err)
+	require.Equal(t, svc.URL()+"/000000000000/wait.fifo", aws.ToString(q.QueueUrl))
+
+	wrote := &wroteClient{wrote: make(chan struct{})}
+	waiting := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(svc.URL()), HTTPClient: wrote,
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""), RetryMaxAttempts: 1})
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiting.ReceiveMessage(t.Context(), &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 20})
+		done <- err
+	}()
+	<-wrote.wrote // the receive is with the server
+	require.NoError(t, svc.Close())
+	select {
+	case err := <-done:
+		require.Error(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a long poll outlived Close")
+	}
+}
+
+// wroteClient is an HTTP client that closes wrote once a request has been sent.
+type wroteClient struct {
+	wrote chan struct{}
+	once  sync.Once
+}
+
+func (c *wroteClient) Do(r *http.Request) (*http.Response, error) {
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { c.once.Do(func() { close(c.wrote) }) }}
+	return http.DefaultClient.Do(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
 }
