@@ -30,8 +30,8 @@
 //     the older AttributeNames, ReceiveRequestAttemptId retries within 5 minutes.
 //   - RedrivePolicy: a message received maxReceiveCount times moves, on its next
 //     receive, to the dead-letter queue, which must be an existing FIFO queue; it
-//     keeps its id, body, attributes, group and deduplication id, and carries
-//     DeadLetterQueueSourceArn.
+//     keeps its id, body, attributes, group, deduplication id and SentTimestamp,
+//     carries DeadLetterQueueSourceArn, and is retained there from the move.
 //
 // # What is not modeled
 //

@@ -223,7 +223,7 @@ func (h *Handler) sendLocked(q *queue, in *sendMessageInput, sender string) (sen
 	m := &message{
 		id: uuid.NewString(), body: body, group: *in.MessageGroupID, dedupID: dedupID,
 		attrs: in.MessageAttributes, traceHeader: trace, senderID: sender,
-		md5Body: out.MD5OfMessageBody, sentAt: now, availableAt: now.Add(q.cfg.delay),
+		md5Body: out.MD5OfMessageBody, sentAt: now, enqueuedAt: now, availableAt: now.Add(q.cfg.delay),
 	}
 	m.seq, m.seqNum = q.nextSeq()
 	q.add(m)
@@ -547,13 +547,14 @@ func (q *queue) attemptMessages(a attempt, now time.Time) []*message {
 	return out
 }
 
-// redriveLocked moves m from q to the dead-letter queue dlq.
+// redriveLocked moves m from q to the dead-letter queue dlq. As for FIFO queues on the
+// service, its retention in dlq counts from the move.
 func (h *Handler) redriveLocked(q, dlq *queue, m *message, now time.Time) {
 	q.remove(m)
 	moved := &message{
 		id: m.id, body: m.body, group: m.group, dedupID: m.dedupID, attrs: m.attrs,
 		traceHeader: m.traceHeader, senderID: m.senderID, md5Body: m.md5Body,
-		sentAt: m.sentAt, availableAt: now, dlqSource: q.arn,
+		sentAt: m.sentAt, enqueuedAt: now, availableAt: now, dlqSource: q.arn,
 	}
 	moved.seq, moved.seqNum = dlq.nextSeq()
 	dlq.add(moved)

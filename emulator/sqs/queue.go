@@ -100,7 +100,8 @@ type message struct {
 	seqNum                   uint64
 	senderID                 string
 	md5Body                  string
-	sentAt                   time.Time // when it was first enqueued; retention counts from here
+	sentAt                   time.Time // when it was sent (SentTimestamp)
+	enqueuedAt               time.Time // when it entered this queue; retention counts from here
 	availableAt              time.Time // sentAt plus the queue's delay
 	dlqSource                string    // the ARN of the queue it was redriven from
 
@@ -388,13 +389,12 @@ func (q *queue) compact() {
 }
 
 // expire drops messages past the retention period and forgets ended deduplication
-// entries and receive attempts. Messages are kept in the order they were sent, so
-// the walk stops at the first one still retained (a message redriven into this queue
-// keeps its first send time and may wait behind newer ones a little longer).
+// entries and receive attempts. Messages are kept in the order they entered the
+// queue, so the walk stops at the first one still retained.
 func (q *queue) expire(now time.Time) {
 	for len(q.msgs) > 0 {
 		m := q.msgs[0]
-		if !m.gone && now.Before(m.sentAt.Add(q.cfg.retention)) {
+		if !m.gone && now.Before(m.enqueuedAt.Add(q.cfg.retention)) {
 			break
 		}
 		q.remove(m)

@@ -70,6 +70,7 @@ var cases = []struct {
 	{"ConcurrentConsumersKeepGroupOrder", testConcurrentConsumers},
 	{"QueueDeletedRecently", testDeletedRecently},
 	{"ListQueuesPages", testListQueuesPages},
+	{"DeadLetterRetentionFromMove", testDeadLetterRetention},
 }
 
 // env is one case's client and helpers.
@@ -865,4 +866,25 @@ func testListQueuesPages(t *testing.T, e *env) {
 		token = out.NextToken
 	}
 	require.ElementsMatch(t, want, got)
+}
+
+// testDeadLetterRetention: on a FIFO queue the retention of a message moved to the
+// dead-letter queue counts from the move, not from the first send.
+func testDeadLetterRetention(t *testing.T, e *env) {
+	e.needsClock()
+	dlq := e.fifo("dlqkeep", map[string]string{"MessageRetentionPeriod": "120"})
+	arn := e.attrs(dlq, types.QueueAttributeNameQueueArn)["QueueArn"]
+	url := e.fifo("srckeep", map[string]string{"ContentBasedDeduplication": "true",
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, arn)})
+	e.send(url, "g", "", "kept")
+	got := e.receive(url, 1, 30)
+	require.Len(t, got, 1)
+	_, err := e.c.ChangeMessageVisibility(e.ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(url), ReceiptHandle: got[0].ReceiptHandle, VisibilityTimeout: 0})
+	require.NoError(t, err)
+	e.tg.Advance(100 * time.Second)
+	require.Empty(t, e.receive(url, 1, 30), "the second receive moves the message")
+	e.tg.Advance(100 * time.Second)
+	dead := e.receive(dlq, 10, 30)
+	require.Equal(t, []string{"kept"}, bodies(dead), "200 s after the send, 100 s after the move, within 120 s of retention")
+	require.Equal(t, got[0].Attributes["SentTimestamp"], dead[0].Attributes["SentTimestamp"])
 }
