@@ -568,6 +568,12 @@ func testBatches(t *testing.T, e *env) {
 	}})
 	require.NoError(t, err)
 	require.Len(t, out.Successful, 2)
+	for _, ok := range out.Successful {
+		require.NotEmpty(t, aws.ToString(ok.MessageId))
+		require.NotEmpty(t, aws.ToString(ok.SequenceNumber))
+		require.Len(t, aws.ToString(ok.MD5OfMessageBody), 32)
+	}
+	require.True(t, seqLess(aws.ToString(out.Successful[0].SequenceNumber), aws.ToString(out.Successful[1].SequenceNumber)))
 	require.Len(t, out.Failed, 1)
 	require.Equal(t, "c", aws.ToString(out.Failed[0].Id))
 	require.Equal(t, "MissingParameter", aws.ToString(out.Failed[0].Code))
