@@ -8,6 +8,7 @@
 //	         [-max-message-size BYTES] [-log-level debug|info|warn|error]
 //	         [-latency DURATION] [-latency-jitter DURATION] [-credits-per-second N] [-transient-error-rate RATE]
 //	         [-session-id-required partitioned|always]
+//	         [-sqs-addr HOST:PORT [-sqs-region REGION]]
 //
 // The key name and key default to SEQBUS_EMULATOR_KEY_NAME and
 // SEQBUS_EMULATOR_KEY, then to RootManageSharedAccessKey / SAS_KEY_VALUE. Once
@@ -32,4 +33,12 @@
 // as Service Bus does; always refuses them on every session entity. Its default
 // comes from SEQBUS_EMULATOR_SESSION_ID_REQUIRED; a Config.json's
 // "SessionIdRequired" can make it stricter.
+//
+// -sqs-addr also serves a local SQS on that address (emulator/sqs: FIFO queues
+// over the SQS JSON protocol, created through the SQS API, credentials not
+// checked); its endpoint is logged as "emulator: sqs ready" with sqs_url, e.g.
+//
+//	aws --endpoint-url http://127.0.0.1:9324 sqs create-queue --queue-name orders.fifo --attributes FifoQueue=true
+//
+// -sqs-region (default us-east-1) is the region in its queue ARNs.
 package main

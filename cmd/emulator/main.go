@@ -16,6 +16,7 @@ import (
 
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
+	"github.com/seqbus/seqbus/emulator/sqs"
 )
 
 func main() {
@@ -27,7 +28,7 @@ func main() {
 // run parses args, starts the emulator, prints its connection string and
 // blocks until ctx is done. It returns the process exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg, level, err := parseFlags(args, getenv, stderr)
+	opts, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -35,40 +36,71 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "emulator: %v\n", err)
 		return 2
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg := opts.emulator
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: opts.level}))
 
+	var sqsSrv *sqs.Service
+	if opts.sqsAddr != "" {
+		sqsSrv, err = sqs.Start(ctx, opts.sqsAddr, sqs.Config{Region: opts.sqsRegion, Logger: cfg.Logger})
+		if err != nil {
+			fmt.Fprintf(stderr, "emulator: -sqs-addr: %v\n", err)
+			return 1
+		}
+	}
 	srv, err := emulator.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "emulator: %v\n", err)
+		if sqsSrv != nil {
+			_ = sqsSrv.Close()
+		}
 		return 1
 	}
 	fmt.Fprintln(stdout, srv.ConnectionString())
 	cfg.Logger.Info("emulator: ready", slog.String("amqp_addr", srv.AMQPAddr()), slog.String("http_addr", srv.HTTPAddr()), slog.String("cert_file", srv.CertFile()))
+	if sqsSrv != nil {
+		cfg.Logger.Info("emulator: sqs ready", slog.String("sqs_url", sqsSrv.URL()), slog.String("region", opts.sqsRegion))
+	}
 
 	<-ctx.Done()
+	code := 0
 	if err := srv.Close(); err != nil {
 		fmt.Fprintf(stderr, "emulator: close: %v\n", err)
-		return 1
+		code = 1
 	}
-	return 0
+	if sqsSrv != nil {
+		if err := sqsSrv.Close(); err != nil {
+			fmt.Fprintf(stderr, "emulator: close: %v\n", err)
+			code = 1
+		}
+	}
+	return code
 }
 
-func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (emulator.Config, slog.Level, error) {
+// options is what the command line asks for.
+type options struct {
+	emulator  emulator.Config
+	level     slog.Level
+	sqsAddr   string // empty: no SQS front
+	sqsRegion string
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("emulator", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg emulator.Config
-	level := slog.LevelInfo
+	var opts options
+	cfg := &opts.emulator
+	level := &opts.level
 	env, err := pressureFromEnv(getenv)
 	if err != nil {
-		return emulator.Config{}, 0, err
+		return options{}, err
 	}
 	var sessionRule broker.SessionIDRule
 	if v := getenv(envSessionIDRequired); v != "" {
 		if err := sessionRule.UnmarshalText([]byte(v)); err != nil {
-			return emulator.Config{}, 0, fmt.Errorf("%s=%q: %w", envSessionIDRequired, v, err)
+			return options{}, fmt.Errorf("%s=%q: %w", envSessionIDRequired, v, err)
 		}
 	}
-	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.TextVar(level, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "Config.json file declaring queues, topics and subscriptions")
 	fs.StringVar(&cfg.AMQPAddr, "amqp-addr", "127.0.0.1:5672", fmt.Sprintf("AMQP listen address (HOST:PORT); with -tls the default port is %d", emulator.DefaultTLSPort))
 	var useTLS bool
@@ -89,16 +121,18 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 	fs.IntVar(&p.CreditsPerSecond, "credits-per-second", env.CreditsPerSecond,
 		fmt.Sprintf("throttle like the Standard tier: credits per second for the namespace, %d as on the service; 0 is off (env %s)", emulator.StandardCreditsPerSecond, envCredits))
 	fs.Float64Var(&p.TransientErrorRate, "transient-error-rate", env.TransientErrorRate, "share (0 to 1) of operations refused with a transient error (env "+envTransient+")")
+	fs.StringVar(&opts.sqsAddr, "sqs-addr", "", "also serve a local SQS (FIFO queues, JSON protocol) on this address (HOST:PORT); off when empty")
+	fs.StringVar(&opts.sqsRegion, "sqs-region", sqs.DefaultRegion, "region in the local SQS's queue ARNs")
 	if err := fs.Parse(args); err != nil {
-		return emulator.Config{}, 0, err
+		return options{}, err
 	}
 	if fs.NArg() > 0 {
-		return emulator.Config{}, 0, fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return options{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !useTLS && (set["tls-cert"] || set["tls-key"] || set["tls-cert-out"]) {
-		return emulator.Config{}, 0, errors.New("-tls-cert, -tls-key and -tls-cert-out need -tls")
+		return options{}, errors.New("-tls-cert, -tls-key and -tls-cert-out need -tls")
 	}
 	if useTLS {
 		if !set["amqp-addr"] {
@@ -107,20 +141,26 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (em
 		cfg.TLS = &tlsCfg
 	}
 	if cfg.KeyName == "" {
-		return emulator.Config{}, 0, errors.New("-key-name must not be empty")
+		return options{}, errors.New("-key-name must not be empty")
 	}
 	if cfg.Key == "" {
-		return emulator.Config{}, 0, errors.New("-key must not be empty")
+		return options{}, errors.New("-key must not be empty")
 	}
 	switch {
 	case p.Latency < 0 || p.LatencyJitter < 0:
-		return emulator.Config{}, 0, errors.New("-latency and -latency-jitter must not be negative")
+		return options{}, errors.New("-latency and -latency-jitter must not be negative")
 	case p.CreditsPerSecond < 0:
-		return emulator.Config{}, 0, errors.New("-credits-per-second must not be negative")
+		return options{}, errors.New("-credits-per-second must not be negative")
 	case !(p.TransientErrorRate >= 0 && p.TransientErrorRate <= 1):
-		return emulator.Config{}, 0, errors.New("-transient-error-rate must be between 0 and 1")
+		return options{}, errors.New("-transient-error-rate must be between 0 and 1")
 	}
-	return cfg, level, nil
+	if set["sqs-region"] && opts.sqsAddr == "" {
+		return options{}, errors.New("-sqs-region needs -sqs-addr")
+	}
+	if opts.sqsRegion == "" {
+		return options{}, errors.New("-sqs-region must not be empty")
+	}
+	return opts, nil
 }
 
 // The environment variables that set the defaults of the pressure flags.

@@ -87,6 +87,9 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{name: "tls files without -tls", args: []string{"-tls-cert", "c.pem", "-tls-key", "k.pem"}, wantCode: 2, wantErr: "need -tls"},
 		{name: "tls certificate without key", args: []string{"-tls", "-tls-cert", "c.pem", "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "KeyFile"},
 		{name: "tls certificate missing", args: []string{"-tls", "-tls-cert", "/does/not/cert.pem", "-tls-key", "/does/not/key.pem", "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "/does/not/cert.pem"},
+		{name: "sqs region without sqs address", args: []string{"-sqs-region", "eu-west-1"}, wantCode: 2, wantErr: "-sqs-region needs -sqs-addr"},
+		{name: "empty sqs region", args: []string{"-sqs-addr", "127.0.0.1:0", "-sqs-region", ""}, wantCode: 2, wantErr: "-sqs-region must not be empty"},
+		{name: "bad sqs address", args: []string{"-sqs-addr", "not-an-sqs-address", "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "not-an-sqs-address"},
 		{name: "message size too big", args: []string{"-max-message-size", "200000000", "-amqp-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, wantCode: 1, wantErr: "MaxMessageSize"},
 	}
 	for _, tt := range tests {
@@ -138,7 +141,8 @@ func TestParseFlagsPressure(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stderr testio.SyncBuffer
-			cfg, _, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &stderr)
+			opts, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &stderr)
+			cfg := opts.emulator
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
 				require.ErrorContains(t, err, "SEQBUS_EMULATOR_LATENCY=\"5\"", "every bad variable is named")
@@ -161,14 +165,17 @@ func TestRunRejectsBadPressureEnvironment(t *testing.T) {
 
 func TestParseFlagsTLSDefaultsToPort5671(t *testing.T) {
 	t.Parallel()
-	cfg, _, err := parseFlags([]string{"-tls"}, noEnv, io.Discard)
+	opts, err := parseFlags([]string{"-tls"}, noEnv, io.Discard)
+	cfg := opts.emulator
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:5671", cfg.AMQPAddr)
 	require.NotNil(t, cfg.TLS)
-	cfg, _, err = parseFlags([]string{"-tls", "-amqp-addr", "0.0.0.0:6000"}, noEnv, io.Discard)
+	opts, err = parseFlags([]string{"-tls", "-amqp-addr", "0.0.0.0:6000"}, noEnv, io.Discard)
+	cfg = opts.emulator
 	require.NoError(t, err)
 	require.Equal(t, "0.0.0.0:6000", cfg.AMQPAddr, "an address given wins")
-	cfg, _, err = parseFlags(nil, noEnv, io.Discard)
+	opts, err = parseFlags(nil, noEnv, io.Discard)
+	cfg = opts.emulator
 	require.NoError(t, err)
 	require.Nil(t, cfg.TLS, "no TLS unless asked")
 }
@@ -243,9 +250,9 @@ func TestParseFlagsSessionIDRequired(t *testing.T) {
 				require.Empty(t, stdout.String())
 				return
 			}
-			cfg, _, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &stderr)
+			opts, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, &stderr)
 			require.NoError(t, err)
-			require.Equal(t, tt.want, cfg.SessionIDRule)
+			require.Equal(t, tt.want, opts.emulator.SessionIDRule)
 		})
 	}
 }
