@@ -18,7 +18,7 @@ import (
 
 var (
 	migrationFileRE = regexp.MustCompile(`^(\d{3})_\w+\.up\.sql$`)
-	// "migration 006", "migrations 001 to 008", "migrations 006–008", "migration 003_outbox".
+	// "migration 006", a range such as "migrations 006–008", "migration 003_outbox".
 	migrationRefRE = regexp.MustCompile(`(?i)\bmigrations?\s+(\d{3})(?:\s*(?:to|–|-|through)\s*(\d{3}))?`)
 	settingRE      = regexp.MustCompile(`\bSEQBUS_[A-Z0-9_]+`)
 	envTagRE       = regexp.MustCompile(`envconfig:"([A-Z0-9_]+)"`)

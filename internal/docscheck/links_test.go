@@ -13,13 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// pendingPages are pages the documentation links to that are written alongside it and may not
-// be in the tree yet: a link to one that is missing is logged, not failed, and a page that exists
-// is checked like any other. TestPendingPagesAreStillPending keeps the list honest.
-var pendingPages = map[string]bool{
-	"docs/doctor.md": true,
-}
-
 var (
 	linkRE       = regexp.MustCompile(`!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 	inlineCodeRE = regexp.MustCompile("`[^`]*`")
@@ -91,40 +84,36 @@ func external(target string) bool {
 }
 
 // checkLink reports why target, linked from the repository file from, does not resolve, or "".
-// missing is set when the target is a pending page not in the tree yet.
-func checkLink(dir, from, target string) (problem string, missing bool) {
+func checkLink(dir, from, target string) string {
 	if external(target) {
-		return "", false
+		return ""
 	}
 	file, anchor, _ := strings.Cut(target, "#")
 	rel := from
 	if file != "" {
 		rel = path.Clean(path.Join(path.Dir(from), file))
 		if strings.HasPrefix(rel, "../") {
-			return fmt.Sprintf("%s leaves the repository", target), false
+			return fmt.Sprintf("%s leaves the repository", target)
 		}
 	}
 	info, err := os.Stat(filepath.Join(dir, filepath.FromSlash(rel)))
 	if err != nil {
-		if pendingPages[rel] {
-			return "", true
-		}
-		return fmt.Sprintf("%s: no file %s", target, rel), false
+		return fmt.Sprintf("%s: no file %s", target, rel)
 	}
 	if anchor == "" {
-		return "", false
+		return ""
 	}
 	if info.IsDir() || !strings.HasSuffix(rel, ".md") {
-		return fmt.Sprintf("%s: an anchor into %s, which is not a Markdown page", target, rel), false
+		return fmt.Sprintf("%s: an anchor into %s, which is not a Markdown page", target, rel)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
 	if err != nil {
-		return fmt.Sprintf("%s: %v", target, err), false
+		return fmt.Sprintf("%s: %v", target, err)
 	}
 	if !anchors(string(b))[anchor] {
-		return fmt.Sprintf("%s: %s has no heading or anchor #%s", target, rel, anchor), false
+		return fmt.Sprintf("%s: %s has no heading or anchor #%s", target, rel, anchor)
 	}
-	return "", false
+	return ""
 }
 
 // TestLinksResolve checks every relative link and #anchor in README.md, CHANGELOG.md and docs/.
@@ -135,11 +124,7 @@ func TestLinksResolve(t *testing.T) {
 	checked := 0
 	for _, f := range docFiles(t, dir) {
 		for _, l := range links(readFile(t, dir, f)) {
-			problem, missing := checkLink(dir, f, l.target)
-			switch {
-			case missing:
-				t.Logf("%s:%d: %s is written alongside and not in the tree yet", f, l.line, l.target)
-			case problem != "":
+			if problem := checkLink(dir, f, l.target); problem != "" {
 				problems = append(problems, fmt.Sprintf("%s:%d: %s", f, l.line, problem))
 			}
 			checked++
@@ -147,17 +132,6 @@ func TestLinksResolve(t *testing.T) {
 	}
 	require.NotZero(t, checked, "the documentation links somewhere")
 	require.Empty(t, problems, "links that do not resolve:\n%s", strings.Join(problems, "\n"))
-}
-
-// TestPendingPagesAreStillPending fails once a pending page is in the tree, so that its entry
-// is removed and a later deletion of the page fails the link check again.
-func TestPendingPagesAreStillPending(t *testing.T) {
-	t.Parallel()
-	dir := root(t)
-	for p := range pendingPages {
-		_, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p)))
-		require.True(t, os.IsNotExist(err), "%s exists now: remove it from pendingPages", p)
-	}
 }
 
 func TestSlugAndLinks(t *testing.T) {
@@ -190,23 +164,20 @@ func TestCheckLink(t *testing.T) {
 	tests := []struct {
 		from, target string
 		problem      string
-		missing      bool
 	}{
-		{"README.md", "docs/a.md", "", false},
-		{"README.md", "docs/a.md#page-a", "", false},
-		{"README.md", "#quick-start", "", false},
-		{"docs/a.md", "../README.md#quick-start", "", false},
-		{"docs/a.md", "../README.md#quick", "has no heading or anchor", false},
-		{"README.md", "docs/b.md", "no file docs/b.md", false},
-		{"README.md", "docs/doctor.md", "", true},
-		{"README.md", "docs/", "", false},
-		{"README.md", "docs/#x", "not a Markdown page", false},
-		{"docs/a.md", "../../etc/passwd", "leaves the repository", false},
-		{"README.md", "https://example.com/x#y", "", false},
+		{"README.md", "docs/a.md", ""},
+		{"README.md", "docs/a.md#page-a", ""},
+		{"README.md", "#quick-start", ""},
+		{"docs/a.md", "../README.md#quick-start", ""},
+		{"docs/a.md", "../README.md#quick", "has no heading or anchor"},
+		{"README.md", "docs/b.md", "no file docs/b.md"},
+		{"README.md", "docs/", ""},
+		{"README.md", "docs/#x", "not a Markdown page"},
+		{"docs/a.md", "../../etc/passwd", "leaves the repository"},
+		{"README.md", "https://example.com/x#y", ""},
 	}
 	for _, tt := range tests {
-		problem, missing := checkLink(dir, tt.from, tt.target)
-		require.Equal(t, tt.missing, missing, tt.target)
+		problem := checkLink(dir, tt.from, tt.target)
 		if tt.problem == "" {
 			require.Empty(t, problem, tt.target)
 		} else {
