@@ -1,12 +1,16 @@
 package console_test
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -168,4 +172,50 @@ func TestBodyShownAsText(t *testing.T) {
 		// The only script is the console's own.
 		require.Equal(t, 1, strings.Count(page, "<script"), path)
 	}
+}
+
+// heldShow is the operator with a session that holds messages in the state store.
+type heldShow struct {
+	*operator.Operator
+	held *operator.HeldSummary
+}
+
+func (h heldShow) Show(ctx context.Context, p operator.ShowParams) (*operator.ShowResult, error) {
+	res, err := h.Operator.Show(ctx, p)
+	if err == nil {
+		res.Held = h.held
+	}
+	return res, err
+}
+
+func TestSessionPageListsHeldMessages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	at := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	con, err := console.New(console.Config{Operations: heldShow{b.op, &operator.HeldSummary{
+		Messages: 2, Bytes: 300,
+		Listed:      []operator.HeldInfo{{Sequence: 7, MessageID: "<b>m7</b>", BrokerSequence: 70, Size: 100, HeldAt: at}},
+		DeadLetters: []operator.HeldInfo{{Sequence: 5, Reason: "HandlerFailed", Description: "<i>boom</i>", DeadAt: &at}},
+	}}, Entity: queue, ReadToken: readToken})
+	require.NoError(t, err)
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+
+	req, err := http.NewRequestWithContext(testCtx(t), http.MethodGet, srv.URL+"/session?id=tenant-h", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+readToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	page := string(body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, page)
+	require.Contains(t, page, "Held in the state store")
+	require.Contains(t, page, "2 messages, 300 bytes")
+	require.Contains(t, page, "&lt;b&gt;m7&lt;/b&gt;")
+	require.Contains(t, page, "2026-11-29T03:00:00Z")
+	require.Contains(t, page, "Dead letters held in the state store")
+	require.Contains(t, page, "&lt;i&gt;boom&lt;/i&gt;")
+	require.NotContains(t, page, "<b>m7</b>")
 }
