@@ -94,7 +94,10 @@ type roundTrip struct {
 	reserved bool // on the worker's own entity: lock the session first, clean the dead letter
 	// partitioned says the entity is partitioned, where deferral is known to fail.
 	partitioned bool
-	failed      bool
+	// failed is set once a step the session's other steps depend on failed (send, accept,
+	// receive), or a step showed the session lock lost: the steps after it are skipped. A later step's failure skips only the steps
+	// that need what it would have produced.
+	failed bool
 	// skipped says why the steps left are skipped, once a step could not run ("" after a
 	// failure).
 	skipped string
@@ -105,8 +108,19 @@ type stepSkipped struct{ reason string }
 
 func (s *stepSkipped) Error() string { return s.reason }
 
-// do runs one step as a line; after a failed step the later ones are skipped.
+// stepNotReady is a step whose input an earlier step did not produce: it alone is skipped.
+type stepNotReady struct{ reason string }
+
+func (n *stepNotReady) Error() string { return n.reason }
+
+// sessionSteps are the steps every later one depends on.
+var sessionSteps = map[string]bool{"send": true, "accept a session": true, "receive": true}
+
+// do runs one step as a line. After a failed session step (sessionSteps), or one that lost the
+// session lock, the later ones are skipped; another step's failure skips only the steps that
+// need its result.
 func (rt *roundTrip) do(ctx context.Context, check string, fn func(ctx context.Context) (string, error)) error {
+	name := check
 	check = "round trip: " + check
 	if rt.failed {
 		rt.d.add(check, DoctorSkip, cmp.Or(rt.skipped, "an earlier step failed"), "")
@@ -115,14 +129,20 @@ func (rt *roundTrip) do(ctx context.Context, check string, fn func(ctx context.C
 	sctx, cancel := context.WithTimeout(ctx, rt.d.step)
 	defer cancel()
 	detail, err := fn(sctx)
-	var skip *stepSkipped
+	var (
+		skip *stepSkipped
+		nr   *stepNotReady
+	)
 	switch {
 	case errors.As(err, &skip):
 		rt.failed, rt.skipped = true, "an earlier step could not run"
 		rt.d.add(check, DoctorSkip, skip.reason, "")
 		return errSkipped
+	case errors.As(err, &nr):
+		rt.d.add(check, DoctorSkip, nr.reason, "")
+		return errSkipped
 	case err != nil:
-		rt.failed = true
+		rt.failed = sessionSteps[name] || errors.Is(err, sequencer.ErrLockLost)
 		rt.d.add(check, DoctorFail, err.Error(), "")
 		return err
 	}
@@ -214,10 +234,13 @@ func (rt *roundTrip) run(ctx context.Context, res *roundTripResult) {
 		}
 		return "both messages", nil
 	})
-	_ = rt.do(ctx, "defer", func(ctx context.Context) (string, error) {
+	deferErr := rt.do(ctx, "defer", func(ctx context.Context) (string, error) {
 		return fmt.Sprintf("broker sequence %d", first.BrokerSequence), sess.Defer(ctx, first)
 	})
 	_ = rt.do(ctx, "receive deferred", func(ctx context.Context) (string, error) {
+		if deferErr != nil {
+			return "", &stepNotReady{reason: "the defer did not land"}
+		}
 		known := ""
 		if rt.partitioned {
 			known = " (the failure known on partitioned entities: the worker cannot defer early messages here; leave SEQBUS_DEFER_ON_PARTITIONED unset)"
@@ -233,9 +256,12 @@ func (rt *roundTrip) run(ctx context.Context, res *roundTripResult) {
 		return fmt.Sprintf("broker sequence %d, delivery count %d", fetched.BrokerSequence, fetched.DeliveryCount), nil
 	})
 	_ = rt.do(ctx, "complete", func(ctx context.Context) (string, error) {
+		if fetched == nil {
+			return "", &stepNotReady{reason: "no message was received deferred to complete"}
+		}
 		return "the message received deferred", sess.Complete(ctx, fetched)
 	})
-	_ = rt.do(ctx, "dead-letter", func(ctx context.Context) (string, error) {
+	deadLetterErr := rt.do(ctx, "dead-letter", func(ctx context.Context) (string, error) {
 		return fmt.Sprintf("broker sequence %d", second.BrokerSequence),
 			sess.DeadLetter(ctx, second, sequencer.DeadLetterParams{Reason: "SeqbusDoctor", Description: "a message of the worker doctor's round trip"})
 	})
@@ -250,7 +276,7 @@ func (rt *roundTrip) run(ctx context.Context, res *roundTripResult) {
 		}
 		return "locked until " + until.UTC().Format(time.RFC3339), nil
 	})
-	if rt.reserved && second != nil && !rt.failed {
+	if rt.reserved && deadLetterErr == nil {
 		rt.removeDeadLetter(ctx, ids[1])
 	}
 }
