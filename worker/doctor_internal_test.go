@@ -134,3 +134,21 @@ func TestDoctorRoundTripStepFails(t *testing.T) {
 		"round trip: renew the lock": DoctorSkip, "round trip: delete the scratch queue": DoctorPass,
 	}, results, out.String())
 }
+
+func TestWrap(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in    string
+		width int
+		want  []string
+	}{
+		{"", 10, []string{""}},
+		{"one two three", 20, []string{"one two three"}},
+		{"one two three", 7, []string{"one two", "three"}},
+		{"one\ntwo  three", 3, []string{"one", "two", "three"}},
+		{"averyveryverylongword x", 5, []string{"averyveryverylongword", "x"}},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, wrap(tt.in, tt.width), "%q at %d", tt.in, tt.width)
+	}
+}

@@ -19,7 +19,14 @@ func (r DoctorReport) WriteTable(w io.Writer) error {
 		if action == "" {
 			action = "-"
 		}
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Check, c.Result, oneLine(c.Detail), oneLine(action))
+		detail, todo := wrap(c.Detail, detailWidth), wrap(action, actionWidth)
+		for i := range max(len(detail), len(todo)) {
+			check, result := "", ""
+			if i == 0 {
+				check, result = c.Check, string(c.Result)
+			}
+			_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", check, result, at(detail, i), at(todo, i))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -29,7 +36,37 @@ func (r DoctorReport) WriteTable(w io.Writer) error {
 	return err
 }
 
-// oneLine joins the lines of s (a joined error lists one problem a line) for a table cell.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+// The widths a table's detail and action cells wrap at, so that a line fits a wide terminal.
+const (
+	detailWidth = 72
+	actionWidth = 44
+)
+
+// wrap splits the words of s (a joined error lists one problem a line) into lines of at most
+// width characters; a longer word stands alone on its line.
+func wrap(s string, width int) []string {
+	var lines []string
+	var b strings.Builder
+	for _, w := range strings.Fields(s) {
+		if b.Len() > 0 && b.Len()+1+len(w) > width {
+			lines = append(lines, b.String())
+			b.Reset()
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(w)
+	}
+	if b.Len() > 0 || len(lines) == 0 {
+		lines = append(lines, b.String())
+	}
+	return lines
+}
+
+// at returns lines[i], or "" past its end.
+func at(lines []string, i int) string {
+	if i < len(lines) {
+		return lines[i]
+	}
+	return ""
 }
