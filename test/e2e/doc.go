@@ -14,6 +14,10 @@
 //   - the operator commands: the canonical recovery (a handler bug parks sessions, dlq replay
 //     --all, sessions resume --all-parked) with each store, a replay killed half way and run
 //     again, skip --to on a gap, resume waiting for the session's holder, bad input;
+//   - deferral where the broker refuses the fetch of a deferred message (a partitioned session
+//     queue, or any session queue on the strict emulator): the worker stops each session at its
+//     first deferred sequence, leaving every message not handled at the broker, and `worker
+//     doctor`'s round trip fails at that step;
 //   - invalid configuration rejected at process level without leaking the key;
 //   - docker-compose.yml kept true to the worker's configuration;
 //   - the worker against Microsoft's Service Bus emulator (and the SQL Server it needs) in Docker,

@@ -62,8 +62,7 @@ func newFixture(t *testing.T) *fixture {
 // newFixtureWith is newFixture with more of the queue's properties given (duplicate detection).
 func newFixtureWith(t *testing.T, props broker.EntityProperties) *fixture {
 	t.Helper()
-	props.RequiresSession, props.LockDuration, props.MaxDeliveryCount = true, lockDuration, 10
-	return &fixture{srv: emulatortest.Start(t, &emulatortest.Options{Queues: map[string]broker.EntityProperties{queueName: props}})}
+	return newFixtureRule(t, props, broker.SessionIDOnPartitioned)
 }
 
 // publish sends plan to the queue in batches, each message with the Sequence and IsLast
