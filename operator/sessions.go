@@ -246,7 +246,8 @@ type ShowResult struct {
 	InFlight      map[int64]int64 `json:"in_flight,omitempty"`
 	SkippedPoison map[int64]int64 `json:"skipped_poison,omitempty"`
 	// Messages are the session's messages at the broker (active, deferred, scheduled), nil with
-	// MessagesUnavailable saying why when the session could not be locked to peek.
+	// MessagesUnavailable saying why when the session could not be locked to peek, or the
+	// broker refused the peek.
 	Messages            []BrokerMessage `json:"messages"`
 	MessagesUnavailable string          `json:"messages_unavailable,omitempty"`
 	// DeadLetters are the session's messages in the dead-letter queue.
@@ -296,7 +297,13 @@ func (o *Operator) Show(ctx context.Context, p ShowParams) (*ShowResult, error) 
 		}
 		msgs, err := pk.Peek(ctx, 0, p.MaxMessages)
 		if err != nil {
-			return nil, fmt.Errorf("peek the messages of session %q: %w", p.SessionID, err)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("peek the messages of session %q: %w", p.SessionID, err)
+			}
+			// The state is shown all the same: a broker that refuses the SDK's peek (a
+			// partitioned entity wants a session-id it does not send) hides only the messages.
+			res.MessagesUnavailable = fmt.Sprintf("the broker refused to list them: %v", err)
+			break
 		}
 		res.Messages = []BrokerMessage{}
 		for _, m := range msgs {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/operator"
 	"github.com/seqbus/seqbus/sequencer"
 )
@@ -290,6 +291,29 @@ func TestResumeAllParkedWaitsForHeldSessions(t *testing.T) {
 			st, _ := b.state(t, "x")
 			require.Equal(t, int64(2), st.Next, "a passed-over session is left as it was")
 			require.NotNil(t, st.GapSince)
+		})
+	}
+}
+
+// On a partitioned session entity the broker refuses the SDK's peek, which sends no session-id:
+// show still shows the state, and says why the messages are not listed.
+func TestShowWhenTheBrokerRefusesThePeek(t *testing.T) {
+	t.Parallel()
+	for _, store := range stores {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, store, &setupOptions{queue: broker.EntityProperties{EnablePartitioning: true}})
+			b.publish(t, "p", 5, 1, 2)
+			require.Equal(t, sequencer.OutcomeIdle, b.run(t, "p"))
+			require.Equal(t, []int64{1, 2}, b.handledOf("p"))
+			b.publish(t, "p", 5, 4)
+
+			res, err := b.op.Show(testCtx(t), operator.ShowParams{SessionID: "p"})
+			require.NoError(t, err)
+			require.Equal(t, int64(3), res.Session.Next)
+			require.Nil(t, res.Messages)
+			require.Contains(t, res.MessagesUnavailable, "the broker refused to list them")
+			require.Contains(t, res.MessagesUnavailable, "without session-id")
 		})
 	}
 }

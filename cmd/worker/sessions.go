@@ -189,7 +189,11 @@ func (c *sessionsShow) Run(ctx context.Context, o *sessionsShowOpts) error {
 			return err
 		}
 		if res.MessagesUnavailable != "" {
-			_, _ = fmt.Fprintf(w, "\nMESSAGES AT THE BROKER: not shown, %s (try --wait)\n", res.MessagesUnavailable)
+			hint := ""
+			if res.Session.Busy {
+				hint = " (try --wait)"
+			}
+			_, _ = fmt.Fprintf(w, "\nMESSAGES AT THE BROKER: not shown, %s%s\n", res.MessagesUnavailable, hint)
 		} else {
 			_, _ = fmt.Fprintf(w, "\nMESSAGES AT THE BROKER (%d)\n", len(res.Messages))
 			if err := messageTable(w, res.Messages, false); err != nil {
