@@ -421,14 +421,14 @@ const (
 // maxRun bounds the entries of one recorded run (State.InFlight).
 const maxRun = 256
 
-// settlementOf says how the in-order message m is settled once handled: as an entry of the run
-// recorded already (record), as the first entry of a new run whose entries it returns (the loop
-// records them before the handler call), or with a save of its own. runs is false when runs are
-// not used at all (SaveEachMessage, an AtomicStore). Runs hold only active messages that nothing
-// else depends on: not deferred, not the last, not the message before a deferred one (that one is
-// a drain's anchor), not while parked or while an inherited record is unresolved.
-func (v view) settlementOf(m *msg, runs bool, record map[int64]int64, upcoming []msg) (settlement, map[int64]int64) {
-	if !runs || m.deferred || v.resolving || !runnable(v.st, m.seq, m.last) {
+// settlementOf says how the in-order message m is settled once handled by a strategy that records
+// runs: as an entry of the run recorded already (record), as the first entry of a new run whose
+// entries it returns (recorded before the handler call), or with a save of its own. Runs hold
+// only active messages that nothing else depends on: not deferred, not the last, not the message
+// before a deferred one (that one is a drain's anchor), not while parked or while an inherited
+// record is unresolved.
+func (v view) settlementOf(m *msg, record map[int64]int64, upcoming []msg) (settlement, map[int64]int64) {
+	if m.deferred || v.resolving || !runnable(v.st, m.seq, m.last) {
 		return saveThenComplete, nil
 	}
 	if bs, ok := record[m.seq]; ok && bs == m.bs {
@@ -507,13 +507,9 @@ func (v view) lookahead(m *msg, upcoming []msg) map[int64]int64 {
 	return entries
 }
 
-// pipelining is what the decisions of the pipelined strategies look at besides the view: the mode
-// the engine runs in and what the run has handed over and not yet completed.
+// pipelining is what tailsRun looks at besides the view: what pipelined runs have stored, handed
+// over and not yet completed.
 type pipelining struct {
-	// runs: the entries of recorded runs are completed in the background (Engine.pipelinedRuns).
-	runs bool
-	// ahead: one save each, pipelined: saves run in the background (run.aheadMode).
-	ahead bool
 	// recordStored: the run's own record is what the store holds, with no save in flight.
 	recordStored bool
 	// pending counts the messages handed over and not completed: those handled since the last
@@ -521,12 +517,12 @@ type pipelining struct {
 	pending int
 }
 
-// goesAhead reports whether the in-order message m, settled handler → save → complete, may be
-// handed over ahead of its save (one save each, pipelined): an active message that no index
-// entry names and that does not end the session (the tombstone's save comes before the last
-// message is completed, and nothing is handed over after it).
-func (v view) goesAhead(m *msg, how settlement, f pipelining) bool {
-	if how != saveThenComplete || !f.ahead || m.last || m.deferred || (v.st.Last != 0 && m.seq >= v.st.Last) {
+// goesAhead reports whether the in-order message m, with one save each, pipelined, may be handed
+// over ahead of its save: an active message that no index entry names and that does not end the
+// session (the tombstone's save comes before the last message is completed, and nothing is
+// handed over after it).
+func (v view) goesAhead(m *msg) bool {
+	if m.last || m.deferred || (v.st.Last != 0 && m.seq >= v.st.Last) {
 		return false
 	}
 	bs, indexed := v.st.Deferred[m.seq]
@@ -540,7 +536,7 @@ func (v view) goesAhead(m *msg, how settlement, f pipelining) bool {
 // or save of its own, and the messages handed over and not completed stay within
 // MaxPendingSettlements. See "The tail of a run" in the package documentation.
 func (v view) tailsRun(m *msg, how settlement, entries map[int64]int64, upcoming []msg, f pipelining) bool {
-	if !f.recordStored || f.ahead || !f.runs || v.resolving {
+	if !f.recordStored || v.resolving {
 		return false
 	}
 	if how == completeInRun && entries == nil {

@@ -14,7 +14,7 @@ import (
 // (inOrder), hands over an unsequenced one (passThrough), retries a failing handler and, once
 // the retries are exhausted, applies the poison policy.
 
-// handling is how one in-order message is handed over and settled (plan).
+// handling is how one in-order message is handed over and settled (strategy.plan).
 type handling struct {
 	how settlement
 	// entries, when set, are a new run's record, saved before the handler call.
@@ -26,24 +26,25 @@ type handling struct {
 	ahead bool
 }
 
-// inOrder hands the in-order message m to the handler and settles it, as plan says: as an entry
-// of a recorded run, handler → complete (the record stands for the save), or handler →
-// save(Next+1) → complete, the save in the background for a message that goes ahead. A handler
-// that keeps failing meets the poison policy.
+// inOrder hands the in-order message m to the handler and settles it as the run's strategy plans
+// it. A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
-	h, err := r.plan(m)
+	if r.view().savesForReplay(r.s.refusedEntries.Load(), r.s.inFlight()) {
+		if err := r.save(); err != nil {
+			return err
+		}
+	}
+	h, err := r.way.plan(r, m)
 	if err != nil {
 		return err
 	}
-	// The stored state tells the next holder to wait when it is this run's record or says Ahead.
-	marked := h.how == completeInRun || r.runs.record != nil || h.ahead && r.bg.aheadStored
-	if err := r.beforeHandler(marked); err != nil {
+	if err := r.beforeHandler(r.way.marks(h)); err != nil {
 		return err
 	}
-	if err := r.beforeCall(m, h); err != nil {
+	if err := r.way.beforeCall(r, m, h); err != nil {
 		return err
 	}
-	if ok, err := r.handOver(m, func() error { return r.handleOnce(m, h.how, h.ahead) }); !ok {
+	if ok, err := r.handOver(m, func() error { return r.way.handleOnce(r, m, h) }); !ok {
 		return err
 	}
 	if err := r.settleHandled(m, h); err != nil {
@@ -55,65 +56,26 @@ func (r *run) inOrder(m *msg) error {
 	return nil
 }
 
-// plan takes the view's choices for m (settlementOf, extensionOf, tailsRun, goesAhead), after
-// the save that bounds the replay (savesForReplay) and the landing of an extension that is done.
-func (r *run) plan(m *msg) (handling, error) {
-	if r.view().savesForReplay(r.s.refusedEntries.Load(), r.s.inFlight()) {
-		if err := r.save(); err != nil {
-			return handling{}, err
-		}
+// claim saves the state before the run's first handler call with a store of its own: an earlier
+// holder that lost its lock without noticing can save no more, and this run goes on from the
+// state it loaded, which is the latest.
+func (r *run) claim() error {
+	if r.saved.claimed || r.e.sessionBound {
+		return nil
 	}
-	early, err := r.landExtension(m)
-	if err != nil {
-		return handling{}, err
-	}
-	h := handling{early: early}
-	h.how, h.entries = r.view().settlementOf(m, r.e.strategy.recordsRuns(), r.runs.record, r.runs.upcoming)
-	if early {
-		h.how, h.entries = completeInRun, nil
-	}
-	f := r.pipelining()
-	if r.view().tailsRun(m, h.how, h.entries, r.runs.upcoming, f) {
-		h.how, h.entries, h.ahead = saveThenComplete, nil, true
-	} else {
-		h.ahead = r.view().goesAhead(m, h.how, f)
-	}
-	return h, nil
+	return r.save()
 }
 
-// beforeCall saves what must be stored before m's handler call: a new run's record (and its
-// extension over the next batch), or, with a store of its own, the run's claim: an earlier holder
-// that lost its lock without noticing can save no more, and this run goes on from the state it
-// loaded, which is the latest.
-func (r *run) beforeCall(m *msg, h handling) error {
-	switch {
-	case h.entries != nil:
-		if err := r.recordRun(h.entries); err != nil {
-			return err
-		}
-		r.extendRun(m)
-	case h.how == completeInRun:
-		r.extendRun(m)
-	case !r.saved.claimed && !r.e.sessionBound && r.e.strategy != transactional:
-		return r.save()
-	}
-	return nil
-}
-
-// settleHandled settles m, handled: an entry of a run is completed (once the extension it belongs
-// to has landed), a message that went ahead waits for the save that covers it, the anchor of a
-// drain waits unsettled, a deferred or indexed message is completed now (its index entry goes
-// once that landed), and any other is completed through the completer.
+// settleHandled settles m, handled: an entry of a run as the strategy says, a message that went
+// ahead waits for the save that covers it, the anchor of a drain waits unsettled, a deferred or
+// indexed message is completed now (its index entry goes once that landed), and any other is
+// completed through the completer.
 func (r *run) settleHandled(m *msg, h handling) error {
 	switch anchor := r.view().needsAnchor(); {
 	case h.how == completeInRun:
-		if a := r.bg.save; h.early && a != nil {
-			a.covers = append(a.covers, m)
-			return nil
-		}
-		return r.s.completeEntry(m)
+		return r.way.settleEntry(r, m, h)
 	case h.ahead && !anchor:
-		return r.handledAhead(m)
+		return r.way.handledAhead(r, m)
 	case h.ahead:
 		// m turned out to be the anchor of a drain: its save comes now, it waits unsettled.
 		if err := r.save(); err != nil {
@@ -149,23 +111,7 @@ func (r *run) passThrough(m *msg) error {
 	if err := r.beforeHandler(false); err != nil {
 		return err
 	}
-	ok, err := r.handOver(m, func() error {
-		if r.e.strategy != transactional {
-			return r.callHandler(r.ctx, m)
-		}
-		stored := r.saved.ver != 0
-		same := r.st.clone()
-		same.pruneSettled(r.s.settled)
-		if err := r.saveWith(m, same); err != nil {
-			return err
-		}
-		if !stored && r.st.pristine() {
-			// The transaction stored a state only to run the handler: a session of unsequenced
-			// messages alone leaves no row behind.
-			return r.deleteState()
-		}
-		return nil
-	})
+	ok, err := r.handOver(m, func() error { return r.way.passOnce(r, m) })
 	if !ok {
 		return err
 	}
@@ -212,7 +158,7 @@ func (r *run) holdHandover() error {
 		return nil
 	}
 	if err := clock.Sleep(r.ctx, r.e.clock, wait); err != nil {
-		return fmt.Errorf("sequencer: session %s: waiting for the earlier holder of a pipelined run: %w", r.id, context.Cause(r.ctx))
+		return fmt.Errorf("sequencer: session %s: waiting for the earlier holder of a pipelined run: %w", r.s.id, context.Cause(r.ctx))
 	}
 	return nil
 }
@@ -225,7 +171,7 @@ func (r *run) handOver(m *msg, once func() error) (ok bool, err error) {
 		return false, r.notHandedOver(m, err)
 	}
 	r.e.stats.handled.Add(1)
-	r.e.observe(Event{Kind: EventHandled, SessionID: r.id, Sequence: m.seq}) // 0 for an unsequenced m
+	r.e.observe(Event{Kind: EventHandled, SessionID: r.s.id, Sequence: m.seq}) // 0 for an unsequenced m
 	return true, nil
 }
 
@@ -261,7 +207,7 @@ func (r *run) retry(m *msg, once func() error) error {
 			return err // a store failure
 		}
 		if r.ctx.Err() != nil {
-			return fmt.Errorf("sequencer: session %s: handler stopped: %w", r.id, context.Cause(r.ctx))
+			return fmt.Errorf("sequencer: session %s: handler stopped: %w", r.s.id, context.Cause(r.ctx))
 		}
 		if attempt >= cfg.Retry.Attempts {
 			return &poisonError{err: herr.err}
@@ -274,10 +220,10 @@ func (r *run) retry(m *msg, once func() error) error {
 			r.saved.dirty = true
 		}
 		r.e.stats.retries.Add(1)
-		r.e.observe(Event{Kind: EventRetry, SessionID: r.id, Sequence: m.seq, Err: herr.err})
+		r.e.observe(Event{Kind: EventRetry, SessionID: r.s.id, Sequence: m.seq, Err: herr.err})
 		if d := cfg.Retry.Backoff(attempt); d > 0 {
 			if clock.Sleep(r.ctx, r.e.clock, d) != nil {
-				return fmt.Errorf("sequencer: session %s: retry wait: %w", r.id, context.Cause(r.ctx))
+				return fmt.Errorf("sequencer: session %s: retry wait: %w", r.s.id, context.Cause(r.ctx))
 			}
 			if err := r.verifyTenure(); err != nil {
 				return err
@@ -286,36 +232,21 @@ func (r *run) retry(m *msg, once func() error) error {
 	}
 }
 
-// handleOnce calls the handler once and, on success, advances the state and (unless m is an
-// entry of the recorded run or goes ahead of its save) saves it; with an AtomicStore both
-// happen in one transaction. Handler errors come back as *handlerError.
-func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
-	if r.e.strategy == transactional {
-		next := r.st.clone()
-		next.pruneSettled(r.s.settled)
-		if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {
-			r.gap.pending = wait
-		}
-		if err := r.saveWith(m, next); err != nil {
-			return err
-		}
-		if r.saved.ended {
-			r.freeSlot() // the last message: its handler's transaction has committed
-		}
-		return nil
-	}
+// handleAndSave calls the handler for m once and, on success, advances the state and saves it,
+// unless m is an entry of the recorded run or goes ahead of its save.
+func (r *run) handleAndSave(m *msg, h handling) error {
 	if err := r.callHandler(r.ctx, m); err != nil {
 		return err
 	}
 	if wait := r.st.handled(m.seq, m.bs, r.now()); wait > 0 {
-		r.gap.pending = wait
+		r.saved.gap = wait
 	}
 	if !r.st.EndedAt.IsZero() {
 		// The last message: what is left (its save, the completions, the close) is the tail,
 		// and a store failure in it does not call the handler again.
 		r.freeSlot()
 	}
-	if how == completeInRun || ahead {
+	if h.how == completeInRun || h.ahead {
 		r.saved.dirty = true
 		return nil
 	}
@@ -328,23 +259,23 @@ func (r *run) handleOnce(m *msg, how settlement, ahead bool) error {
 // version is re-read; if another holder wrote the state meanwhile (the lock was lost and taken
 // again behind the engine's back, see the package documentation), the engine stops.
 func (r *run) verifyTenure() error {
-	if err := r.flushAhead(); err != nil { // the version compared is the one last saved
+	if err := r.way.flush(r); err != nil { // the version compared is the one last saved
 		return err
 	}
 	if !r.e.sessionBound {
 		r.e.stats.calls[CallRenewLock].Add(1)
-		if _, err := r.sess.RenewLock(r.ctx); err != nil {
+		if _, err := r.s.sess.RenewLock(r.ctx); err != nil {
 			return r.s.callErr(CallRenewLock, err)
 		}
 	}
 	r.e.stats.storeCalls.Add(1)
-	_, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.sess})
+	_, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.s.sess})
 	if err != nil {
-		return fmt.Errorf("sequencer: session %s: checking the state after a retry wait: %w", r.id, err)
+		return fmt.Errorf("sequencer: session %s: checking the state after a retry wait: %w", r.s.id, err)
 	}
 	if ver != r.saved.ver {
 		return fmt.Errorf("sequencer: session %s: the stored state changed during a retry wait (version %d, this run's %d): %w",
-			r.id, ver, r.saved.ver, ErrVersionConflict)
+			r.s.id, ver, r.saved.ver, ErrVersionConflict)
 	}
 	return nil
 }
@@ -362,7 +293,7 @@ func (r *run) poison(m *msg, herr error) error {
 			return err
 		}
 		r.e.stats.deadLettered.Add(1)
-		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Err: herr})
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Err: herr})
 		return nil
 	}
 	r.log().WarnContext(r.ctx, "sequencer: handler failed, retries exhausted", slog.Int64("sequence", m.seq),
@@ -376,10 +307,10 @@ func (r *run) poison(m *msg, herr error) error {
 			return err
 		}
 		r.phase = blocked
-		r.e.observe(Event{Kind: EventBlocked, SessionID: r.id, Sequence: m.seq, Err: herr})
+		r.e.observe(Event{Kind: EventBlocked, SessionID: r.s.id, Sequence: m.seq, Err: herr})
 		return r.s.abandon(m)
 	case poisonSkip:
-		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Sequence: m.seq, Err: herr})
 		// Save the skip together with a marker, then dead-letter: a crash in between leaves the
 		// marker, and the redelivered message is dead-lettered instead of completed.
 		r.st.skipPoison(m.seq, m.bs, r.now())
@@ -401,7 +332,7 @@ func (r *run) poison(m *msg, herr error) error {
 		return nil
 	}
 	// poisonPark
-	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.id, Sequence: m.seq, Err: herr})
+	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Sequence: m.seq, Err: herr})
 	r.st.park(m.seq, m.bs, herr.Error(), r.now())
 	// Save first: a crash before the dead-lettering finds the parked mark and finishes it.
 	if err := r.save(); err != nil {
@@ -409,6 +340,6 @@ func (r *run) poison(m *msg, herr error) error {
 	}
 	r.e.stats.parked.Add(1)
 	r.phase = parkedHere
-	r.e.observe(Event{Kind: EventParked, SessionID: r.id, Sequence: m.seq, Err: herr})
+	r.e.observe(Event{Kind: EventParked, SessionID: r.s.id, Sequence: m.seq, Err: herr})
 	return r.deadLetterParked(m)
 }

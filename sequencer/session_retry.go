@@ -67,11 +67,11 @@ func (r *run) releaseRetry(m *msg, rerr *releaseError) error {
 	at := now.Add(wait)
 	r.st.Counters.Retries++
 	r.e.stats.retries.Add(1)
-	r.e.observe(Event{Kind: EventRetry, SessionID: r.id, Sequence: m.seq, Err: rerr.err})
+	r.e.observe(Event{Kind: EventRetry, SessionID: r.s.id, Sequence: m.seq, Err: rerr.err})
 	r.st.Retrying = &Retrying{Sequence: m.seq, BrokerSequence: m.bs, At: at, Attempts: uint64(rerr.attempts), Reason: rerr.err.Error()}
 	// The message for Next is here: whatever gap was open before it arrived has closed.
 	if gap := r.st.closeGap(now); gap > 0 {
-		r.gap.pending = gap
+		r.saved.gap = gap
 	}
 	r.st.recordDeferral(m.seq, m.bs)
 	if err := r.save(); err != nil {
@@ -85,6 +85,6 @@ func (r *run) releaseRetry(m *msg, rerr *releaseError) error {
 	r.log().InfoContext(r.ctx, "sequencer: handler failed; the session is released until the next attempt",
 		slog.Int64("sequence", m.seq), slog.Int("attempts", rerr.attempts), slog.Time("retry_at", at),
 		slog.Duration("wait", wait.Round(time.Millisecond)), slog.Any("error", rerr.err))
-	r.e.observe(Event{Kind: EventReleasedRetry, SessionID: r.id, Sequence: m.seq, Err: rerr.err, At: at})
+	r.e.observe(Event{Kind: EventReleasedRetry, SessionID: r.s.id, Sequence: m.seq, Err: rerr.err, At: at})
 	return nil
 }

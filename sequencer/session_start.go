@@ -172,7 +172,7 @@ func (r *run) resolve(m *msg) error {
 // the entries not delivered although a later message was: each entry is asked about once, and
 // one the broker holds is then left to be delivered (or the session to idle).
 func (r *run) peekPassed() error {
-	hs, ok := r.sess.(HoldingSession)
+	hs, ok := r.s.sess.(HoldingSession)
 	if !ok {
 		return nil
 	}
