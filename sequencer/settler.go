@@ -40,9 +40,8 @@ type settler struct {
 	refusedEntries atomic.Int64
 	// busy: the broker refused one of this run's settlements as busy (a throttled namespace).
 	busy atomic.Bool
-	// done completes the messages whose handling is saved; entries the entries of a recorded run
-	// (the pipelined completer with pipelined runs, else the synchronous one).
-	done, entries completer
+	// done completes the messages whose handling is saved.
+	done completer
 	// settled maps the application sequence of settled messages that may still have an index
 	// entry (State.Deferred, State.SkippedPoison) to their broker sequence; the next save removes
 	// those entries (State.pruneSettled).
@@ -73,12 +72,8 @@ func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *E
 	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
 	s.settled = map[int64]int64{}
 	s.done = syncCompleter{s}
-	s.entries = s.done
 	if n := e.cfg.MaxPendingSettlements; n > 1 {
 		s.done = newPipeline(s, n)
-		if e.pipelined {
-			s.entries = s.done
-		}
 	}
 }
 
@@ -229,12 +224,11 @@ func (s *settler) completeLater(m *msg, entry bool) error {
 	return s.done.issue(m, entry)
 }
 
-// completeEntry completes m, a handled entry of the run this engine recorded, through the
-// entries' completer. m's completion is issued even when an earlier background completion failed
-// (m is handled: leaving it at the broker would hand it over again), and that failure is returned
-// after it.
-func (s *settler) completeEntry(m *msg) error {
-	if err := s.entries.issue(m, true); err != nil {
+// completeEntry completes m, a handled entry of the run this engine recorded, through c. m's
+// completion is issued even when an earlier background completion failed (m is handled: leaving
+// it at the broker would hand it over again), and that failure is returned after it.
+func (s *settler) completeEntry(m *msg, c completer) error {
+	if err := c.issue(m, true); err != nil {
 		return err
 	}
 	return s.done.failure()

@@ -147,7 +147,10 @@ func (rr *recordedRuns) beforeCall(r *run, _ *msg, h handling) error {
 	return r.claim()
 }
 
-func (*recordedRuns) settleEntry(r *run, m *msg, _ handling) error { return r.s.completeEntry(m) }
+// settleEntry completes m before the next handler call.
+func (*recordedRuns) settleEntry(r *run, m *msg, _ handling) error {
+	return r.s.completeEntry(m, syncCompleter{&r.s})
+}
 
 func (rr *recordedRuns) stored(*run) error {
 	rr.record = nil
@@ -217,7 +220,7 @@ func (p *pipelinedRuns) settleEntry(r *run, m *msg, h handling) error {
 		a.covers = append(a.covers, m)
 		return nil
 	}
-	return r.s.completeEntry(m)
+	return r.s.completeEntry(m, r.s.done)
 }
 
 func (p *pipelinedRuns) handledAhead(_ *run, m *msg) error {
