@@ -10,12 +10,6 @@ import (
 	"time"
 )
 
-// The session loop is one RunSession call from the load of the state to the release, split by
-// phase into the session*.go files and settler.go (see "Where things are" in the package
-// documentation). This file holds the run, its phases, the loop of receive batches and one
-// message's step. The choices about a message are taken in decide.go (view); the session files
-// carry them out and track what the run has in flight.
-
 // phase is where a run stands. The stored State says what the session is (parked, ended,
 // waiting on a gap); the phase says what this run does next.
 type phase int

@@ -8,9 +8,6 @@ import (
 	"time"
 )
 
-// This file holds the run's calls to the state store, the handler and the broker's receive side
-// (settlements are the settler's, settler.go), each counted in the engine's stats.
-
 func (r *run) load() error {
 	r.e.stats.storeCalls.Add(1)
 	st, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.s.sess})

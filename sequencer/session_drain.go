@@ -7,11 +7,6 @@ import (
 	"time"
 )
 
-// This file hands over what became due after a message (drain: from the reorder window, then
-// deferred messages fetched by broker sequence number), bounds the reorder window (deferring what
-// does not fit), and applies the gap policy once a missing sequence has been waited for long
-// enough.
-
 // drain hands over everything that is now in order: from the window first, then deferred
 // messages fetched by broker sequence number, one receive-deferred call per consecutive run.
 // A stop ends it after the message in hand; the anchors then stay unsettled and wake the session

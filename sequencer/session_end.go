@@ -5,9 +5,6 @@ import (
 	"slices"
 )
 
-// This file ends a session whose last message is handled (end) and releases a run that may
-// still settle (release).
-
 // end runs once the last message is handled (or skipped): it settles what is left, then deletes
 // the state or turns it into a tombstone.
 func (r *run) end() error {

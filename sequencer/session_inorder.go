@@ -10,10 +10,6 @@ import (
 	"github.com/seqbus/seqbus/clock"
 )
 
-// This file hands an in-order message to the handler and makes it durable and settled
-// (inOrder), hands over an unsequenced one (passThrough), retries a failing handler and, once
-// the retries are exhausted, applies the poison policy.
-
 // handling is how one in-order message is handed over and settled (strategy.plan).
 type handling struct {
 	how settlement
@@ -101,12 +97,7 @@ func (r *run) settleHandled(m *msg, h handling) error {
 }
 
 // passThrough hands the unsequenced message m to the handler (UnsequencedPassThrough) and
-// completes it, outside the session's order: whatever the ordered messages wait for (a gap, a
-// parked session, an inherited record) does not hold it up, and the state is neither read nor
-// advanced for it. The fence of inOrder still applies before the handler call; with an
-// AtomicStore the handler runs in a transaction that saves the state unchanged (its version check
-// is the fence). A handler that keeps failing dead-letters m (HandlerFailed) whatever the poison
-// policy: an unordered message never parks or blocks the ordered ones.
+// completes it, outside the session's order (see "What happens to a message").
 func (r *run) passThrough(m *msg) error {
 	if err := r.beforeHandler(false); err != nil {
 		return err
@@ -119,19 +110,15 @@ func (r *run) passThrough(m *msg) error {
 }
 
 // beforeHandler holds the next handler call until this run may make it: not after a failed
-// background completion, not before the completions since the last save are answered with a
-// store of its own (the fence), not while an earlier holder may still be calling (holdHandover),
-// and not past the lease. marked says the stored state tells the next holder to wait (this run's
-// record, or Ahead): with pipelined runs the mark and the lease then bound the call instead of
-// the fence (see "Pipelined runs" in the package documentation).
+// background completion, not before the fence (a store of its own; see "Lock tenure"), not while
+// an earlier holder may still be calling, and not past the lease. marked: the stored state tells
+// the next holder to wait, so with Pipelined the mark and the lease bound the call instead of the
+// fence.
 func (r *run) beforeHandler(marked bool) error {
 	if err := r.s.failure(); err != nil {
 		return err // a background completion failed: hand nothing more to the handler
 	}
 	if !r.e.sessionBound && !(marked && r.e.pipelined) {
-		// Fence (see SessionBoundStore): a save to this store says nothing about the session
-		// lock, so the completions issued since the last save must have been answered (which
-		// they are not once the lock is lost) before the handler is called again.
 		if err := r.s.await(); err != nil {
 			return err
 		}
@@ -142,12 +129,10 @@ func (r *run) beforeHandler(marked bool) error {
 	return r.s.holdLease()
 }
 
-// holdHandover makes a run of a pipelined engine that inherited a record wait, before its first
-// handler call and before its first save, until EngineConfig.PipelineLease after it loaded the
-// state: the run that left the record may not know yet that its lock is lost and may still be
-// calling the handler for the entries it had in hand (settler.holdLease bounds for how long).
-// The save matters as much as the call: a save that resolves the record removes it, and a run
-// that loads the state after that save finds no record to wait for.
+// holdHandover makes a run that inherited a pipelined record (or Ahead) wait, before its first
+// handler call and its first save, until PipelineLease after the load: the earlier holder may
+// still be calling the handler. A save that resolves the record removes the mark the next holder
+// would wait for, so it waits too.
 func (r *run) holdHandover() error {
 	if r.inherited.handoverAt.IsZero() {
 		return nil
@@ -176,8 +161,7 @@ func (r *run) handOver(m *msg, once func() error) (ok bool, err error) {
 }
 
 // notHandedOver carries out what the failure err of handOver asks for: the poison policy, a
-// released retry, or nothing (a store or broker failure, returned). It is apart from handOver so
-// that the error targets it declares are not allocated for every message handed over.
+// released retry, or nothing (a store or broker failure, returned).
 func (r *run) notHandedOver(m *msg, err error) error {
 	var perr *poisonError
 	if errors.As(err, &perr) {
@@ -190,11 +174,9 @@ func (r *run) notHandedOver(m *msg, err error) error {
 	return err
 }
 
-// retry runs once (one handler call, with its save) until it succeeds or the retries are
-// exhausted (*poisonError), re-reading the stored version after each backoff wait (verifyTenure).
-// A retry of an ordered message counts in the state's counters. The attempts count on from an
-// earlier run's released retry, and once the in-place ones are used up the wait is spent with the
-// session released (*releaseError, session_retry.go).
+// retry runs once until it succeeds or the retries are exhausted (*poisonError), checking the
+// tenure after each backoff wait. The attempts count on from an earlier run's released retry;
+// once the in-place ones are used up the wait is spent released (*releaseError).
 func (r *run) retry(m *msg, once func() error) error {
 	cfg := r.e.cfg
 	for attempt := r.attemptsBefore(m) + 1; ; attempt++ {
@@ -253,11 +235,9 @@ func (r *run) handleAndSave(m *msg, h handling) error {
 	return r.save()
 }
 
-// verifyTenure checks, after a retry wait in which the engine made no call that would have shown
-// a lost session lock, that the run still holds the session before it hands the message over
-// again: the lock is renewed (a store that is not session-bound cannot tell), and the stored
-// version is re-read; if another holder wrote the state meanwhile (the lock was lost and taken
-// again behind the engine's back, see the package documentation), the engine stops.
+// verifyTenure checks after a retry wait, which made no call, that the run still holds the
+// session: the lock is renewed (with a store of its own) and the stored version re-read
+// ("Lock tenure").
 func (r *run) verifyTenure() error {
 	if err := r.way.flush(r); err != nil { // the version compared is the one last saved
 		return err

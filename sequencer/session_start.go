@@ -6,10 +6,6 @@ import (
 	"slices"
 )
 
-// This file is what a run does before it takes messages: it settles what an earlier run left
-// (startup), and, while an inherited run record is unresolved, learns the real Next from what the
-// broker delivers (resolve).
-
 // startup settles what an earlier run left: an expired tombstone, a parked message still
 // deferred, a resume, deferred messages already handled or beyond the last, a gap timed out.
 func (r *run) startup() error {

@@ -9,21 +9,11 @@ import (
 	"time"
 )
 
-// settler makes one run's settlements at the broker (complete, defer, dead-letter, abandon) and
-// owns what they share: the completer, the flag that the session lock is lost, the anchors whose
-// completion waits for a drain, and the messages settled whose index entries the next save
-// removes. The run decides what to settle and when; the settler makes the call, counts it, and
-// keeps the rules every settlement follows:
-//
-//   - nothing is settled once the lock is known to be lost, and the first lost lock cancels the
-//     run (its handler's ctx included);
-//   - every settlement but a completion through the completer first waits for the completions in
-//     flight, so a defer, dead-letter or abandon never overtakes a complete issued before it;
-//   - the first error of a background completion is kept and reported at the next completion,
-//     before the next handler call (failure) and when the run awaits the completer.
-//
-// Only the renewal goroutine and the background completions touch lost and cancel concurrently;
-// everything else belongs to the run's goroutine.
+// settler makes one run's settlements at the broker and owns what they share. Nothing is settled
+// once the lock is known lost (the first lost lock cancels the run); every settlement but a
+// completion through the completer first waits for the completions in flight ("Pipelined
+// completion" in the package documentation). The atomic fields are shared with the renewal
+// goroutine and the background completions; the rest belongs to the run's goroutine.
 type settler struct {
 	e      *Engine
 	sess   Session
@@ -66,8 +56,7 @@ type anchor struct {
 	indexed bool
 }
 
-// init readies s for a run of e on sess: ctx is the run's context, cancel cancels it. (The run
-// holds its settler by value: one allocation less per run.)
+// init readies s for a run of e on sess: ctx is the run's context, cancel cancels it.
 func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *Engine, sess Session) {
 	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
 	s.settled = map[int64]int64{}
@@ -137,9 +126,7 @@ func (s *settler) noteAnswered(sent time.Time) {
 }
 
 // holdLease makes a pipelined run wait for its completions in flight before the next handler
-// call once the latest answered call was sent EngineConfig.PipelineLease ago or more: a run that
-// does not know its lock is lost starts no handler call past the lease (see "Pipelined runs" in
-// the package documentation).
+// call once the latest answered call was sent PipelineLease ago or more ("Pipelined runs").
 func (s *settler) holdLease() error {
 	lease := s.e.cfg.PipelineLease
 	if !s.e.pipelined || lease < 0 {
@@ -213,10 +200,9 @@ func (s *settler) refusedHere(seq, bs int64) bool {
 	return ok && b == bs
 }
 
-// completeLater completes m, an active message whose handling is saved and that no index entry
-// or drain depends on, through the completer: unless an earlier background completion failed
-// (that error is returned), it is completed now or started in the background. entry says m is an
-// entry of the stored record (an extension's), whose refusal counts in refusedEntries.
+// completeLater completes m, an active message whose handling is saved and that nothing else
+// depends on, through the completer, unless an earlier background completion failed. entry: m is
+// an entry of the stored record, whose refusal counts in refusedEntries.
 func (s *settler) completeLater(m *msg, entry bool) error {
 	if err := s.done.failure(); err != nil {
 		return err
@@ -368,10 +354,8 @@ func (p *pipeline) wait() error {
 	return p.failure()
 }
 
-// workers runs an engine's background calls (completions, background saves, the receive of the
-// next batch) on goroutines kept while there is work, shared by its runs: a call through the
-// adapter and the SDK grows a new goroutine's stack, which a kept goroutine does once. A
-// goroutine idle for workerIdle ends, so that an engine without work keeps none.
+// workers runs an engine's background calls on goroutines shared by its runs and kept while
+// there is work (a kept goroutine grows its stack once); one idle for workerIdle ends.
 type workers struct {
 	tasks chan func()
 }
