@@ -69,9 +69,9 @@
 // time alone (view), without I/O; state.go holds State and its transitions. The session files
 // carry the choices out: session.go (the run, its phases, the loop), session_start.go (what a
 // run settles before it receives; an inherited record), session_inorder.go, strategy.go (the
-// settlement strategies), session_ahead.go (saves in the background), session_retry.go, session_drain.go, session_end.go,
-// session_calls.go (the store, the handler, receives, lock renewal) and settler.go (every
-// settlement at the broker).
+// settlement strategies), session_ahead.go (saves in the background), session_retry.go,
+// session_drain.go, session_end.go, session_calls.go (the store, the handler, receives, lock
+// renewal) and settler.go (every settlement at the broker).
 //
 // # Message contract
 //

@@ -151,10 +151,7 @@ func (r *run) freeSlot() {
 // loop loads the state and takes batches of messages until the session ends, parks, blocks,
 // stops or idles.
 func (r *run) loop() (Outcome, error) {
-	// With pipelined runs the first receive goes out with the load, so that their round trips
-	// overlap: a receive only puts messages in hand, and nothing is decided before the state is
-	// in. A woken run (a sweeper's wake, a planned retry) may release at once: it receives when
-	// it needs to.
+	// The first receive overlaps the load; a woken run may release at once, so it waits.
 	if r.e.cfg.Pipelining == Pipelined && !r.opts.woken {
 		r.askNextBatch()
 	}
@@ -241,9 +238,8 @@ func (r *run) loop() (Outcome, error) {
 
 // settledLateCopies reports whether a run of an ended session (its tombstone loaded) is done
 // with the batch of n messages it took: the broker had no more (n is short of a full receive) and
-// every late copy's completion landed (see End in the package documentation). After a refused
-// completion the run waits the idle timeout as before: that wait is the backoff before the copy
-// comes back, where releasing at once had the next run accepted at once and refused again.
+// every late copy's completion landed. After a refused completion the idle timeout is the
+// backoff before the copy comes back.
 func (r *run) settledLateCopies(n int) (bool, error) {
 	if r.phase != receiving || r.st.EndedAt.IsZero() || n >= r.e.cfg.ReceiveBatch {
 		return false, nil

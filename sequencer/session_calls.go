@@ -24,13 +24,10 @@ func (r *run) load() error {
 	return nil
 }
 
-// save writes r.st as it is, without the index entries of messages settled meanwhile. In memory
-// State.InFlight holds an inherited record until it is resolved and is empty otherwise, so every
-// save writes the exact Next; only recordRun writes a run's record. A save ends the run's own
-// record: the entries left are handled with saves of their own.
+// save writes r.st as it is, without the index entries of messages settled meanwhile: the exact
+// Next, or an inherited record not yet resolved (recordRun writes a run's own). It ends the run's
+// own record.
 func (r *run) save() error {
-	// A save may resolve an inherited record, and the next holder waits only for a record it
-	// finds (see Pipelined runs): wait out the earlier holder's calls before it is gone.
 	if err := r.holdHandover(); err != nil {
 		return err
 	}
@@ -157,11 +154,8 @@ func (r *run) receive() ([]msg, error) {
 }
 
 // nextBatch is a receive started while the batch before it is handled, or the state loaded
-// (Pipelined): the broker's round trip for the next batch overlaps the handling
-// of this one, or the load. Nothing about the
-// receive changes but when it is sent: the idle timeout counts from the moment the run asks for
-// the batch (takeNextBatch), a stop ends it, and a run that ends first drops it (dropNextBatch):
-// what it received returns to the broker with the session, unsettled, as if never received.
+// (Pipelined). Only when it is sent changes: the idle timeout counts from the moment the run
+// takes it, and a run that ends first drops it (its messages return to the broker unsettled).
 type nextBatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc

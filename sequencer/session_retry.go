@@ -46,10 +46,8 @@ func (r *run) cooling() bool {
 	return r.phase == retryingHere || (r.st != nil && r.st.RetryWaiting(r.now()))
 }
 
-// releaseIfCooling ends the run (retryingHere) when the message for Next waits for a released
-// retry that is not due, once there is nothing more to take: always after a receive batch (what
-// it held is deferred at the release), and at the start of a run when asked (a wake by id finds
-// nothing to do before the attempt is due).
+// releaseIfCooling ends the run (retryingHere) when now is set and the message for Next waits
+// for a released retry that is not due.
 func (r *run) releaseIfCooling(now bool) {
 	if now && r.phase == receiving && r.cooling() {
 		r.phase = retryingHere

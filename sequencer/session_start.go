@@ -110,12 +110,8 @@ func (r *run) settleStale() error {
 }
 
 // resolve settles an inherited run record with the active messages the broker delivers after the
-// earlier run ended; m is the next one delivered, or nil when a receive found nothing more (the
-// session idles). Each entry is decided by the three rules of "Recorded runs" in the package
-// documentation: delivered, still at the broker; not delivered while a later message was (and
-// the broker does not hold it, HoldingSession), gone; not delivered before the session idles,
-// gone. Next moves past the highest entry known to be gone as soon as it is known; the record is
-// settled once every entry is decided, and held messages that end up below Next are duplicates.
+// earlier run ended; m is the next one delivered, or nil when a receive found nothing more. Each
+// entry is decided by the rules of "Recorded runs" in the package documentation.
 func (r *run) resolve(m *msg) error {
 	if r.phase != resolving {
 		return nil
