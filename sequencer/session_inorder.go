@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/seqbus/seqbus/clock"
@@ -96,19 +96,6 @@ func (r *run) settleHandled(m *msg, h handling) error {
 	return nil
 }
 
-// passThrough hands the unsequenced message m to the handler (UnsequencedPassThrough) and
-// completes it, outside the session's order (see "What happens to a message").
-func (r *run) passThrough(m *msg) error {
-	if err := r.beforeHandler(false); err != nil {
-		return err
-	}
-	ok, err := r.handOver(m, func() error { return r.way.passOnce(r, m) })
-	if !ok {
-		return err
-	}
-	return r.s.completeLater(m, false)
-}
-
 // beforeHandler holds the next handler call until this run may make it: not after a failed
 // background completion, not before the fence (a store of its own; see "Lock tenure"), not while
 // an earlier holder may still be calling, and not past the lease. marked: the stored state tells
@@ -158,20 +145,6 @@ func (r *run) handOver(m *msg, once func() error) (ok bool, err error) {
 	r.e.stats.handled.Add(1)
 	r.e.observe(Event{Kind: EventHandled, SessionID: r.s.id, Sequence: m.seq}) // 0 for an unsequenced m
 	return true, nil
-}
-
-// notHandedOver carries out what the failure err of handOver asks for: the poison policy, a
-// released retry, or nothing (a store or broker failure, returned).
-func (r *run) notHandedOver(m *msg, err error) error {
-	var perr *poisonError
-	if errors.As(err, &perr) {
-		return r.poison(m, perr.err)
-	}
-	var rerr *releaseError
-	if errors.As(err, &rerr) {
-		return r.releaseRetry(m, rerr) // session_retry.go
-	}
-	return err
 }
 
 // retry runs once until it succeeds or the retries are exhausted (*poisonError), checking the
@@ -235,91 +208,349 @@ func (r *run) handleAndSave(m *msg, h handling) error {
 	return r.save()
 }
 
-// verifyTenure checks after a retry wait, which made no call, that the run still holds the
-// session: the lock is renewed (with a store of its own) and the stored version re-read
-// ("Lock tenure").
-func (r *run) verifyTenure() error {
-	if err := r.way.flush(r); err != nil { // the version compared is the one last saved
+// strategy is how a handled in-order message is made durable and settled (see "Settlement
+// strategies" in the package documentation). The engine chooses one when it is built
+// (strategyOf); each run gets a value of its own, which holds what only that strategy uses.
+// inOrder calls it at each step of the way of an in-order message.
+type strategy interface {
+	// plan says how m is handed over and settled.
+	plan(r *run, m *msg) (handling, error)
+	// marks reports whether the stored state tells the next holder to wait while m, planned as
+	// h, is handed over (a record of this run's, or Ahead).
+	marks(h handling) bool
+	// beforeCall saves what must be stored before m's handler call.
+	beforeCall(r *run, m *msg, h handling) error
+	// handleOnce calls the handler for m once and, when it succeeds, advances the state and
+	// makes it durable as h says. Handler errors come back as *handlerError.
+	handleOnce(r *run, m *msg, h handling) error
+	// passOnce calls the handler for the unsequenced m once.
+	passOnce(r *run, m *msg) error
+	// settleEntry settles m, a handled entry of the run's record.
+	settleEntry(r *run, m *msg, h handling) error
+	// handledAhead takes m, handled ahead of the save that covers it.
+	handledAhead(r *run, m *msg) error
+	// batchEnd runs after each receive batch.
+	batchEnd(r *run) error
+	// flush lands the save in flight in the background, if any: one save at a time.
+	flush(r *run) error
+	// stored follows a save of the run's own: the run's record ends, Ahead is no longer stored,
+	// and what was handled ahead of it is completed.
+	stored(r *run) error
+	// pending reports whether a save is in flight or handled messages wait for one.
+	pending() bool
+	// wait waits for the save in flight, so that nothing of the run outlives it.
+	wait()
+}
+
+// strategyOf returns the constructor of the strategy's per-run values: an AtomicStore is
+// transactional whatever the settings, SaveEachMessage saves each message, and pipelined runs
+// them in the background.
+func strategyOf(saveEach, pipelined bool, atomic AtomicStore) func() strategy {
+	switch {
+	case atomic != nil:
+		return func() strategy { return transactional{store: atomic} }
+	case saveEach && pipelined:
+		return func() strategy { return &saveAhead{} }
+	case saveEach:
+		return func() strategy { return perMessage{} }
+	case pipelined:
+		return func() strategy { return &pipelinedRuns{} }
+	}
+	return func() strategy { return &recordedRuns{} }
+}
+
+// ownSaves is handler → save(Next+1) → complete, each message with a save of its own, nothing in
+// the background: the steps every strategy takes unless it says otherwise.
+type ownSaves struct{}
+
+func (ownSaves) plan(*run, *msg) (handling, error)            { return handling{how: saveThenComplete}, nil }
+func (ownSaves) marks(handling) bool                          { return false }
+func (ownSaves) beforeCall(r *run, _ *msg, _ handling) error  { return r.claim() }
+func (ownSaves) handleOnce(r *run, m *msg, h handling) error  { return r.handleAndSave(m, h) }
+func (ownSaves) passOnce(r *run, m *msg) error                { return r.callHandler(r.ctx, m) }
+func (ownSaves) batchEnd(*run) error                          { return nil }
+func (ownSaves) flush(*run) error                             { return nil }
+func (ownSaves) stored(*run) error                            { return nil }
+func (ownSaves) pending() bool                                { return false }
+func (ownSaves) wait()                                        {}
+func (ownSaves) settleEntry(r *run, m *msg, _ handling) error { return r.notPlanned(m, "an entry") }
+func (ownSaves) handledAhead(r *run, m *msg) error            { return r.notPlanned(m, "ahead") }
+
+// notPlanned is the error of a step the run's strategy never plans: a broken invariant.
+func (r *run) notPlanned(m *msg, what string) error {
+	return fmt.Errorf("sequencer: session %s: sequence %d settled as %s, which %T does not plan", r.s.id, m.seq, what, r.way)
+}
+
+// perMessage: handler → save → complete ("In order, one save each").
+type perMessage struct{ ownSaves }
+
+// transactional runs the handler and the save in one transaction of an AtomicStore ("Lock
+// tenure"): the version check fences, so there is no claim.
+type transactional struct {
+	ownSaves
+	store AtomicStore
+}
+
+func (transactional) beforeCall(*run, *msg, handling) error { return nil }
+
+func (t transactional) handleOnce(r *run, m *msg, _ handling) error {
+	next := r.st.clone()
+	next.pruneSettled(r.s.settled)
+	if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {
+		r.saved.gap = wait
+	}
+	if err := r.saveWith(t.store, m, next); err != nil {
 		return err
 	}
-	if !r.e.sessionBound {
-		r.e.stats.calls[CallRenewLock].Add(1)
-		if _, err := r.s.sess.RenewLock(r.ctx); err != nil {
-			return r.s.callErr(CallRenewLock, err)
-		}
-	}
-	r.e.stats.storeCalls.Add(1)
-	_, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.s.sess})
-	if err != nil {
-		return fmt.Errorf("sequencer: session %s: checking the state after a retry wait: %w", r.s.id, err)
-	}
-	if ver != r.saved.ver {
-		return fmt.Errorf("sequencer: session %s: the stored state changed during a retry wait (version %d, this run's %d): %w",
-			r.s.id, ver, r.saved.ver, ErrVersionConflict)
+	if r.saved.ended {
+		r.freeSlot() // the last message: its handler's transaction has committed
 	}
 	return nil
 }
 
-// poison carries out what the poison policy decided (view.poisonOf) for m, whose handler kept
-// failing with herr.
-func (r *run) poison(m *msg, herr error) error {
-	act := r.view().poisonOf(m)
-	if act == poisonDeadLetter {
-		r.log().WarnContext(r.ctx, "sequencer: handler failed on an unsequenced message, retries exhausted; dead-lettering it",
-			slog.Int64("broker_sequence", m.bs), slog.Any("error", herr))
-		landed, err := r.s.deadLetter(m, ReasonHandlerFailed, herr.Error())
-		if err != nil || !landed {
-			// Refused as busy: m is delivered again, and its handler fails again.
-			return err
-		}
-		r.e.stats.deadLettered.Add(1)
-		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Err: herr})
-		return nil
-	}
-	r.log().WarnContext(r.ctx, "sequencer: handler failed, retries exhausted", slog.Int64("sequence", m.seq),
-		slog.String("policy", string(r.e.cfg.Poison)), slog.Any("error", herr))
-	switch act {
-	case poisonBlock:
-		// Record the block (operators list blocked sessions), then give the message back: the
-		// broker delivers it again until it succeeds or its max delivery count dead-letters it.
-		r.st.block(m.seq, m.bs, herr.Error(), r.now())
-		if err := r.save(); err != nil {
-			return err
-		}
-		r.phase = blocked
-		r.e.observe(Event{Kind: EventBlocked, SessionID: r.s.id, Sequence: m.seq, Err: herr})
-		return r.s.abandon(m)
-	case poisonSkip:
-		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Sequence: m.seq, Err: herr})
-		// Save the skip together with a marker, then dead-letter: a crash in between leaves the
-		// marker, and the redelivered message is dead-lettered instead of completed.
-		r.st.skipPoison(m.seq, m.bs, r.now())
-		if err := r.save(); err != nil {
-			return err
-		}
-		r.e.stats.skipped.Add(1)
-		// Not an indexed one: the next run's startup takes an index entry below Next whose
-		// message is not deferred for settled, and would drop the skip's marker with it.
-		if !r.indexed(m) && r.view().needsAnchor() {
-			// Like a handled message, the skipped one wakes the session if the drain is cut short.
-			r.s.anchor(m, herr.Error(), false)
-		} else if err := r.s.deadLetterSkipped(m, herr.Error()); err != nil {
-			return err
-		}
-		if !r.st.EndedAt.IsZero() {
-			return r.end()
-		}
-		return nil
-	}
-	// poisonPark
-	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Sequence: m.seq, Err: herr})
-	r.st.park(m.seq, m.bs, herr.Error(), r.now())
-	// Save first: a crash before the dead-lettering finds the parked mark and finishes it.
-	if err := r.save(); err != nil {
+// passOnce runs the handler in a transaction that saves the state unchanged: its version check
+// is the fence.
+func (t transactional) passOnce(r *run, m *msg) error {
+	stored := r.saved.ver != 0
+	same := r.st.clone()
+	same.pruneSettled(r.s.settled)
+	if err := r.saveWith(t.store, m, same); err != nil {
 		return err
 	}
-	r.e.stats.parked.Add(1)
-	r.phase = parkedHere
-	r.e.observe(Event{Kind: EventParked, SessionID: r.s.id, Sequence: m.seq, Err: herr})
-	return r.deadLetterParked(m)
+	if !stored && r.st.pristine() {
+		// A session of unsequenced messages alone leaves no row behind.
+		return r.deleteState()
+	}
+	return nil
 }
+
+// recordedRuns records the in-order messages in hand in one save, then each goes handler →
+// complete ("Recorded runs").
+type recordedRuns struct {
+	ownSaves
+	// record is this run's own recorded run (sequence → broker sequence number) while its
+	// entries are handled; the next save ends it.
+	record map[int64]int64
+}
+
+func (rr *recordedRuns) plan(r *run, m *msg) (handling, error) {
+	how, entries := r.view().settlementOf(m, rr.record, r.in.upcoming)
+	return handling{how: how, entries: entries}, nil
+}
+
+func (rr *recordedRuns) marks(h handling) bool { return h.how == completeInRun || rr.record != nil }
+
+func (rr *recordedRuns) beforeCall(r *run, _ *msg, h handling) error {
+	switch {
+	case h.entries != nil:
+		return rr.recordRun(r, h.entries)
+	case h.how == completeInRun:
+		return nil
+	}
+	return r.claim()
+}
+
+// settleEntry completes m before the next handler call.
+func (*recordedRuns) settleEntry(r *run, m *msg, _ handling) error {
+	return r.s.completeEntry(m, syncCompleter{&r.s})
+}
+
+func (rr *recordedRuns) stored(*run) error {
+	rr.record = nil
+	return nil
+}
+
+// recordRun saves the record of a new run (State.InFlight = entries, Next still at the first).
+func (rr *recordedRuns) recordRun(r *run, entries map[int64]int64) error {
+	r.st.InFlight = entries
+	err := r.save()
+	r.st.InFlight = nil
+	if err != nil {
+		return err
+	}
+	rr.record = entries
+	r.e.stats.runs.Add(1)
+	return nil
+}
+
+// pipelinedRuns are recorded runs whose entries are completed in the background, extended over
+// the next batch in hand, with the tail of a run handed over ahead of its save ("Pipelined runs",
+// "Extended runs", "The tail of a run").
+type pipelinedRuns struct {
+	recordedRuns
+	bg background
+}
+
+func (p *pipelinedRuns) plan(r *run, m *msg) (handling, error) {
+	early, err := p.landExtension(r, m)
+	if err != nil {
+		return handling{}, err
+	}
+	h := handling{early: early}
+	h.how, h.entries = r.view().settlementOf(m, p.record, r.in.upcoming)
+	if early {
+		h.how, h.entries = completeInRun, nil
+	}
+	f := pipelining{
+		recordStored: p.record != nil && p.bg.save == nil && r.phase == receiving,
+		pending:      len(p.bg.unsaved) + r.s.inFlight(),
+	}
+	if r.view().tailsRun(m, h.how, h.entries, r.in.upcoming, f) {
+		h.how, h.entries, h.ahead = saveThenComplete, nil, true
+	}
+	return h, nil
+}
+
+func (p *pipelinedRuns) marks(h handling) bool {
+	return p.recordedRuns.marks(h) || h.ahead && p.bg.aheadStored
+}
+
+func (p *pipelinedRuns) beforeCall(r *run, m *msg, h handling) error {
+	if h.entries == nil && h.how != completeInRun {
+		return r.claim()
+	}
+	if h.entries != nil {
+		if err := p.recordRun(r, h.entries); err != nil {
+			return err
+		}
+	}
+	p.extendRun(r, m)
+	return nil
+}
+
+func (p *pipelinedRuns) settleEntry(r *run, m *msg, h handling) error {
+	if a := p.bg.save; h.early && a != nil {
+		a.covers = append(a.covers, m)
+		return nil
+	}
+	return r.s.completeEntry(m, r.s.done)
+}
+
+func (p *pipelinedRuns) handledAhead(_ *run, m *msg) error {
+	p.bg.unsaved = append(p.bg.unsaved, m)
+	return nil
+}
+
+func (p *pipelinedRuns) flush(r *run) error { return p.bg.flush(r, &p.recordedRuns) }
+
+func (p *pipelinedRuns) stored(r *run) error {
+	p.record = nil
+	return p.bg.stored(r)
+}
+
+func (p *pipelinedRuns) pending() bool { return p.bg.pending() }
+func (p *pipelinedRuns) wait()         { p.bg.wait() }
+
+// extendRun extends the recorded run over the next batch when that batch has already been
+// received (askNextBatch) while m, an entry of the run, is about to be handed over: the record of
+// the run from m on over everything in hand is saved in the background, and the entries past the
+// current record wait only for that save to land (landExtension). See "Extended runs".
+func (p *pipelinedRuns) extendRun(r *run, m *msg) {
+	if p.bg.save != nil || p.record == nil {
+		return
+	}
+	more := r.peekNextBatch()
+	if more == nil {
+		return
+	}
+	entries := r.view().lookahead(m, append(slices.Clip(r.in.upcoming), more...))
+	if subset(entries, p.record) {
+		return
+	}
+	st := r.snapshot()
+	st.InFlight = entries
+	p.bg.start(r, &aheadSave{st: st, record: entries})
+}
+
+// subset reports whether every entry of a is in b.
+func subset(a, b map[int64]int64) bool {
+	for seq, bs := range a {
+		if was, ok := b[seq]; !ok || was != bs {
+			return false
+		}
+	}
+	return true
+}
+
+// landExtension lands the extension of the run in flight, if any, when it is done, and otherwise
+// says whether m may be handed over before it lands (view.extensionOf): early, its completion
+// then waits for the extension (aheadSave.covers); otherwise it waits for the extension to land.
+func (p *pipelinedRuns) landExtension(r *run, m *msg) (early bool, err error) {
+	a := p.bg.save
+	if a == nil || a.record == nil {
+		return false, nil
+	}
+	if err := p.bg.land(r, false, &p.recordedRuns); err != nil || p.bg.save == nil {
+		return false, err
+	}
+	switch r.view().extensionOf(m, p.record, a.record, len(a.covers)+r.s.inFlight()) {
+	case extensionNone:
+		return false, nil
+	case extensionEarly:
+		return true, nil
+	}
+	return false, p.bg.land(r, true, &p.recordedRuns)
+}
+
+// saveAhead is one save each with the saves in the background ("One save each, pipelined").
+type saveAhead struct {
+	ownSaves
+	bg background
+}
+
+func (a *saveAhead) plan(r *run, m *msg) (handling, error) {
+	return handling{how: saveThenComplete, ahead: r.view().goesAhead(m)}, nil
+}
+
+func (a *saveAhead) marks(h handling) bool { return h.ahead && a.bg.aheadStored }
+
+func (a *saveAhead) handledAhead(r *run, m *msg) error {
+	a.bg.unsaved = append(a.bg.unsaved, m)
+	return a.pump(r)
+}
+
+// batchEnd keeps what was handled from waiting for the next batch: when that batch is in hand
+// already its messages keep the saves going, otherwise the run saves and completes everything
+// handled before it waits for the broker.
+func (a *saveAhead) batchEnd(r *run) error {
+	if len(a.bg.unsaved) == 0 && a.bg.save == nil {
+		return nil
+	}
+	if r.peekNextBatch() != nil {
+		return a.pump(r)
+	}
+	if err := a.bg.flush(r, nil); err != nil {
+		return err
+	}
+	if len(a.bg.unsaved) == 0 {
+		return nil
+	}
+	a.bg.startAhead(r)
+	return a.bg.flush(r, nil)
+}
+
+// pump lands the save in flight if it is done, or waits for it when the handler has gone as far
+// ahead as MaxPendingSettlements allows or when the stored state does not say Ahead yet (the
+// next holder must find it before a handler call goes ahead), then starts the save of what was
+// handled since.
+func (a *saveAhead) pump(r *run) error {
+	if s := a.bg.save; s != nil {
+		wait := !a.bg.aheadStored || len(s.covers)+len(a.bg.unsaved) > r.e.cfg.MaxPendingSettlements
+		if err := a.bg.land(r, wait, nil); err != nil {
+			return err
+		}
+	}
+	if a.bg.save != nil || len(a.bg.unsaved) == 0 || r.view().gathersAhead(a.bg.aheadStored, len(r.in.upcoming), len(a.bg.unsaved)) {
+		return nil
+	}
+	a.bg.startAhead(r)
+	if !a.bg.aheadStored {
+		return a.bg.land(r, true, nil)
+	}
+	return nil
+}
+
+func (a *saveAhead) flush(r *run) error  { return a.bg.flush(r, nil) }
+func (a *saveAhead) stored(r *run) error { return a.bg.stored(r) }
+func (a *saveAhead) pending() bool       { return a.bg.pending() }
+func (a *saveAhead) wait()               { a.bg.wait() }
