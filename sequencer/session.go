@@ -379,7 +379,7 @@ func (r *run) duplicate(m *msg) error {
 	r.e.observe(Event{Kind: EventDuplicate, SessionID: r.s.id, Sequence: m.seq})
 	if !r.indexed(m) {
 		// Nothing in the stored index waits for this completion.
-		return r.s.completeLater(m, false)
+		return r.s.completeLater(m, nil)
 	}
 	landed, err := r.s.complete(m)
 	if err != nil {

@@ -3,6 +3,7 @@ package sequencer
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -94,8 +95,12 @@ func (b *background) land(r *run, wait bool, rec *recordedRuns) error {
 		r.s.noteAnswered(a.st.UpdatedAt) // the store's save is a call on the session
 	}
 	r.reportGap(a.gap, a.st.Next)
+	var refused *atomic.Int64
+	if a.record != nil {
+		refused = &rec.refused
+	}
 	for _, m := range a.covers {
-		if err := r.s.completeLater(m, a.record != nil); err != nil {
+		if err := r.s.completeLater(m, refused); err != nil {
 			return err
 		}
 	}
@@ -117,7 +122,7 @@ func (b *background) stored(r *run) error {
 	unsaved := b.unsaved
 	b.unsaved = nil
 	for _, m := range unsaved {
-		if err := r.s.completeLater(m, false); err != nil {
+		if err := r.s.completeLater(m, nil); err != nil {
 			return err
 		}
 	}

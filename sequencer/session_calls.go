@@ -50,10 +50,6 @@ func (r *run) save() error {
 	}
 	r.saved.ver, r.saved.dirty, r.saved.claimed = ver, false, true
 	r.saved.ended = !r.st.EndedAt.IsZero()
-	// Every entry handled so far is in this save: a refused completion no longer makes it a
-	// replay (view.savesForReplay). A refusal of one of them that lands later still counts: one save
-	// too many at worst.
-	r.s.refusedEntries.Store(0)
 	r.flushGap()
 	return r.way.stored(r)
 }

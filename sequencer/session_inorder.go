@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqbus/seqbus/clock"
@@ -25,11 +26,6 @@ type handling struct {
 // inOrder hands the in-order message m to the handler and settles it as the run's strategy plans
 // it. A handler that keeps failing meets the poison policy.
 func (r *run) inOrder(m *msg) error {
-	if r.view().savesForReplay(r.s.refusedEntries.Load(), r.s.inFlight()) {
-		if err := r.save(); err != nil {
-			return err
-		}
-	}
 	h, err := r.way.plan(r, m)
 	if err != nil {
 		return err
@@ -91,7 +87,7 @@ func (r *run) settleHandled(m *msg, h handling) error {
 		// would leave only deferred messages at the broker.
 		r.s.anchor(m, "", r.indexed(m))
 	default:
-		return r.s.completeLater(m, false)
+		return r.s.completeLater(m, nil)
 	}
 	return nil
 }
@@ -331,9 +327,25 @@ type recordedRuns struct {
 	// record is this run's own recorded run (sequence → broker sequence number) while its
 	// entries are handled; the next save ends it.
 	record map[int64]int64
+	// refused counts the entries whose completion the broker refused as busy since the last
+	// save: each stays at the broker, as after a crash, and is handed over again unless a save
+	// records it handled.
+	refused atomic.Int64
+}
+
+// boundReplay saves before m when the refused entries and the completions in flight reach the
+// replay window (view.savesForReplay).
+func (rr *recordedRuns) boundReplay(r *run) error {
+	if !r.view().savesForReplay(rr.refused.Load(), r.s.inFlight()) {
+		return nil
+	}
+	return r.save()
 }
 
 func (rr *recordedRuns) plan(r *run, m *msg) (handling, error) {
+	if err := rr.boundReplay(r); err != nil {
+		return handling{}, err
+	}
 	how, entries := r.view().settlementOf(m, rr.record, r.in.upcoming)
 	return handling{how: how, entries: entries}, nil
 }
@@ -351,12 +363,15 @@ func (rr *recordedRuns) beforeCall(r *run, _ *msg, h handling) error {
 }
 
 // settleEntry completes m before the next handler call.
-func (*recordedRuns) settleEntry(r *run, m *msg, _ handling) error {
-	return r.s.completeEntry(m, syncCompleter{&r.s})
+func (rr *recordedRuns) settleEntry(r *run, m *msg, _ handling) error {
+	return r.s.completeEntry(m, syncCompleter{&r.s}, &rr.refused)
 }
 
+// stored ends the record; every entry handled so far is in the save, so a refusal no longer
+// makes it a replay (one that lands later still counts: one save too many at worst).
 func (rr *recordedRuns) stored(*run) error {
 	rr.record = nil
+	rr.refused.Store(0)
 	return nil
 }
 
@@ -382,6 +397,9 @@ type pipelinedRuns struct {
 }
 
 func (p *pipelinedRuns) plan(r *run, m *msg) (handling, error) {
+	if err := p.boundReplay(r); err != nil {
+		return handling{}, err
+	}
 	early, err := p.landExtension(r, m)
 	if err != nil {
 		return handling{}, err
@@ -423,7 +441,7 @@ func (p *pipelinedRuns) settleEntry(r *run, m *msg, h handling) error {
 		a.covers = append(a.covers, m)
 		return nil
 	}
-	return r.s.completeEntry(m, r.s.done)
+	return r.s.completeEntry(m, r.s.done, &p.refused)
 }
 
 func (p *pipelinedRuns) handledAhead(_ *run, m *msg) error {
@@ -434,7 +452,9 @@ func (p *pipelinedRuns) handledAhead(_ *run, m *msg) error {
 func (p *pipelinedRuns) flush(r *run) error { return p.bg.flush(r, &p.recordedRuns) }
 
 func (p *pipelinedRuns) stored(r *run) error {
-	p.record = nil
+	if err := p.recordedRuns.stored(r); err != nil {
+		return err
+	}
 	return p.bg.stored(r)
 }
 

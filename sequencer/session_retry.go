@@ -96,7 +96,7 @@ func (r *run) passThrough(m *msg) error {
 	if !ok {
 		return err
 	}
-	return r.s.completeLater(m, false)
+	return r.s.completeLater(m, nil)
 }
 
 // notHandedOver carries out what the failure err of handOver asks for: the poison policy, a

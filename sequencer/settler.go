@@ -24,10 +24,6 @@ type settler struct {
 	// answered is when the latest call the broker answered for this run was sent (UnixNano): the
 	// lock was held then. Background completions land in any order, so it only moves forward.
 	answered atomic.Int64
-	// refusedEntries counts the entries of recorded runs whose completion the broker refused as
-	// busy since the last save: each stays at the broker, as after a crash, and the next holder
-	// hands it over again unless a save records it handled (replayBound).
-	refusedEntries atomic.Int64
 	// busy: the broker refused one of this run's settlements as busy (a throttled namespace).
 	busy atomic.Bool
 	// done completes the messages whose handling is saved.
@@ -201,20 +197,21 @@ func (s *settler) refusedHere(seq, bs int64) bool {
 }
 
 // completeLater completes m, an active message whose handling is saved and that nothing else
-// depends on, through the completer, unless an earlier background completion failed. entry: m is
-// an entry of the stored record, whose refusal counts in refusedEntries.
-func (s *settler) completeLater(m *msg, entry bool) error {
+// depends on, through the completer, unless an earlier background completion failed. refused,
+// for an entry of the stored record, counts its refusal as busy.
+func (s *settler) completeLater(m *msg, refused *atomic.Int64) error {
 	if err := s.done.failure(); err != nil {
 		return err
 	}
-	return s.done.issue(m, entry)
+	return s.done.issue(m, refused)
 }
 
 // completeEntry completes m, a handled entry of the run this engine recorded, through c. m's
 // completion is issued even when an earlier background completion failed (m is handled: leaving
-// it at the broker would hand it over again), and that failure is returned after it.
-func (s *settler) completeEntry(m *msg, c completer) error {
-	if err := c.issue(m, true); err != nil {
+// it at the broker would hand it over again), and that failure is returned after it. refused
+// counts its refusal as busy.
+func (s *settler) completeEntry(m *msg, c completer, refused *atomic.Int64) error {
+	if err := c.issue(m, refused); err != nil {
 		return err
 	}
 	return s.done.failure()
@@ -264,9 +261,9 @@ func (s *settler) settleAnchors() error {
 // background, at most MaxPendingSettlements at a time, and keeps the first error for failure and
 // wait. Only the run's own goroutine issues completions and waits for them.
 type completer interface {
-	// issue completes m, or starts its completion once a slot is free. entry: m is an entry of
-	// the stored record, whose refusal as busy counts in settler.refusedEntries.
-	issue(m *msg, entry bool) error
+	// issue completes m, or starts its completion once a slot is free. refused, when set, counts
+	// a refusal as busy (an entry of the stored record).
+	issue(m *msg, refused *atomic.Int64) error
 	// failure returns the first error of a background completion that has finished, if any.
 	failure() error
 	// wait waits for every completion started and returns the first error.
@@ -278,10 +275,10 @@ type completer interface {
 // syncCompleter completes each message before issue returns.
 type syncCompleter struct{ s *settler }
 
-func (c syncCompleter) issue(m *msg, entry bool) error {
+func (c syncCompleter) issue(m *msg, refused *atomic.Int64) error {
 	landed, err := c.s.call(CallComplete, m, c.s.sess.Complete, c.s.e.clock.Now())
-	if err == nil && !landed && entry {
-		c.s.refusedEntries.Add(1)
+	if err == nil && !landed && refused != nil {
+		refused.Add(1)
 	}
 	return err
 }
@@ -307,7 +304,7 @@ func newPipeline(s *settler, n int) *pipeline {
 
 func (p *pipeline) inFlight() int { return len(p.slots) }
 
-func (p *pipeline) issue(m *msg, entry bool) error {
+func (p *pipeline) issue(m *msg, refused *atomic.Int64) error {
 	s := p.s
 	select {
 	case p.slots <- struct{}{}:
@@ -326,8 +323,8 @@ func (p *pipeline) issue(m *msg, entry bool) error {
 		landed, err := s.call(CallComplete, m, s.sess.Complete, asked)
 		if err != nil {
 			p.fail(err)
-		} else if !landed && entry {
-			s.refusedEntries.Add(1)
+		} else if !landed && refused != nil {
+			refused.Add(1)
 		}
 	})
 	return nil
