@@ -496,8 +496,7 @@ type pipelining struct {
 
 // goesAhead reports whether the in-order message m, with one save each, pipelined, may be handed
 // over ahead of its save: an active message that no index entry names and that does not end the
-// session (the tombstone's save comes before the last message is completed, and nothing is
-// handed over after it).
+// session.
 func (v view) goesAhead(m *msg) bool {
 	if m.last || m.deferred || (v.st.Last != 0 && m.seq >= v.st.Last) {
 		return false
@@ -542,9 +541,7 @@ const (
 )
 
 // extensionOf says whether the in-order message m may be handed over before the extension in
-// flight (extension, the record it saves) lands: an entry of the record that has landed (record)
-// needs nothing, an entry of the extension goes early while the messages so handed over and the
-// completions in flight stay within MaxPendingSettlements, and anything else waits for it.
+// flight lands: an entry of the extension may while pending stays within MaxPendingSettlements.
 func (v view) extensionOf(m *msg, record, extension map[int64]int64, pending int) extensionStep {
 	if bs, ok := record[m.seq]; ok && bs == m.bs {
 		return extensionNone
@@ -555,10 +552,8 @@ func (v view) extensionOf(m *msg, record, extension map[int64]int64, pending int
 	return extensionWait
 }
 
-// savesForReplay reports whether the run saves before its next in-order message so that a crash
-// or a lost lock hands over again at most ReplayWindow messages: the entries whose completion
-// the broker refused as busy since the last save stay at the broker, as after a crash, and with
-// the completions in flight they reach the window.
+// savesForReplay reports whether the entries refused as busy since the last save (still at the
+// broker, as after a crash) and the completions in flight reach ReplayWindow: then the run saves.
 func (v view) savesForReplay(refused int64, inFlight int) bool {
 	return refused > 0 && int(refused)+inFlight >= v.cfg.ReplayWindow()
 }
