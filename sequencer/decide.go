@@ -9,13 +9,8 @@ import (
 	"github.com/seqbus/seqbus/contract"
 )
 
-// This file is the sequencing core without I/O: a message read once against the message
-// contract (msg), what the run holds in memory besides the state (window), and the decisions
-// taken from the state, the window, a message and the time alone (view): what to do with a
-// message (decide, leftover), how a handled one is settled (settlementOf), what the poison policy
-// does with one that keeps failing (poisonOf), what the gap policy does now (gapPolicy) and what
-// leaves the window (overflow). The session loop (session*.go) carries the decisions out;
-// nothing here calls the broker, the store or the handler, or reads a clock.
+// The decisions, without I/O: a message read against the contract (msg), the window, and what
+// the state, the window, a message and the time say (view).
 
 // msg is a received message, read against the message contract once, when it arrives.
 type msg struct {
@@ -159,10 +154,8 @@ const (
 	settleFinishSkip
 )
 
-// settleDecision is a decision that only settles a message: the loop completes or dead-letters
-// it and never hands it over or holds it. The loop's settle-only paths (stale deferred
-// messages, held messages at the end or below a resolved record, held messages beyond a newly
-// known last) take this type, so they cannot be given a message to hand over.
+// settleDecision is a decision that only settles a message; the settle-only paths take this
+// type, so they cannot be given a message to hand over.
 type settleDecision struct {
 	kind settleKind
 	// desc is the dead-letter description of an invalid message.
@@ -181,12 +174,8 @@ type view struct {
 	cooling bool
 }
 
-// decide returns what to do with m, from the state, the window and m alone. The checks run in
-// this order: unsequenced (passed through); what leftover settles whatever the window holds (the
-// contract, handled already, past the end); a second last mark or too far ahead (invalid); the
-// parked message (finish parking); another copy in hand or deferred (duplicate); then m is
-// handled if it is the next expected sequence and nothing holds it back (a parked mark does,
-// unless m is the missing sequence a gap timeout parked on), and held otherwise.
+// decide returns what to do with m, checking in the order of "What happens to a message" in the
+// package documentation.
 func (v view) decide(m *msg) action {
 	if m.unsequenced {
 		return action{kind: actPassThrough}
@@ -230,12 +219,9 @@ func (v view) decide(m *msg) action {
 
 func settle(d settleDecision) action { return action{kind: actSettle, settle: d} }
 
-// leftover decides a sequenced message that is settled whatever the window holds: it breaks the
-// contract (invalid), its sequence was handled (a duplicate, or a skipped poison message whose
-// dead-lettering a crash cut off) or lies beyond the known last sequence (invalid). ok is false
-// for any other message. It is the first part of decide, and all the loop asks about messages
-// the state puts below Next or beyond the last: stale deferred ones, held ones at the end, below a
-// resolved record or beyond a newly known last.
+// leftover decides a sequenced message that is settled whatever the window holds: invalid,
+// handled already, or beyond the known last. ok is false for any other message. It is the first
+// part of decide, and what the loop asks about messages below Next or beyond the last.
 func (v view) leftover(m *msg) (d settleDecision, ok bool) {
 	st := v.st
 	switch {
@@ -377,11 +363,8 @@ func (v view) lowestWaiting() int64 {
 
 // overflow returns the held messages to defer so that at most limit messages and WindowBytes of
 // bodies stay in the window, those furthest ahead first. It never picks the message for Next
-// (held only when a stop cut the drain short: deferred, it would strand the session until a
-// sweeper came by; while a released retry waits, the sweeper wakes it at its time) nor an entry
-// of an inherited record, and while such a record is unresolved
-// one held message stays at least: the real Next may be among them and every entry may be gone,
-// so it acts as the anchor that makes the broker offer the session again.
+// (deferred, it would strand the session until a sweeper came by) nor an entry of an inherited
+// record, and while such a record is unresolved one held message stays as the anchor.
 func (v view) overflow(limit int) []*msg {
 	floor := 0
 	if v.resolving {
@@ -421,14 +404,12 @@ const (
 // maxRun bounds the entries of one recorded run (State.InFlight).
 const maxRun = 256
 
-// settlementOf says how the in-order message m is settled once handled: as an entry of the run
-// recorded already (record), as the first entry of a new run whose entries it returns (the loop
-// records them before the handler call), or with a save of its own. runs is false when runs are
-// not used at all (SaveEachMessage, an AtomicStore). Runs hold only active messages that nothing
-// else depends on: not deferred, not the last, not the message before a deferred one (that one is
-// a drain's anchor), not while parked or while an inherited record is unresolved.
-func (v view) settlementOf(m *msg, runs bool, record map[int64]int64, upcoming []msg) (settlement, map[int64]int64) {
-	if !runs || m.deferred || v.resolving || !runnable(v.st, m.seq, m.last) {
+// settlementOf says how a strategy that records runs settles the in-order message m: as an entry
+// of the record, as the first entry of a new run whose entries it returns, or with a save of its
+// own. Runs hold only active messages nothing else depends on (runnable), and none while an
+// inherited record is unresolved.
+func (v view) settlementOf(m *msg, record map[int64]int64, upcoming []msg) (settlement, map[int64]int64) {
+	if m.deferred || v.resolving || !runnable(v.st, m.seq, m.last) {
 		return saveThenComplete, nil
 	}
 	if bs, ok := record[m.seq]; ok && bs == m.bs {
@@ -468,14 +449,10 @@ func (v view) inHand(seq int64, upcoming []msg) *msg {
 	return nil
 }
 
-// lookahead returns the run starting at m: the following sequences in hand, held in the window
-// or later in the receive batch (upcoming). It returns nil when no other message would join m.
-//
-// Redelivered messages (DeliveryCount > 1) never join a run: a process that crashes in the
-// handler of some message again and again has its run's messages delivered as often, and once the
-// broker dead-letters them (max delivery count) a record holding them would make the next run
-// take them as handled. With a save per message the engine instead waits on the gap at the
-// crashing message, which an operator sees.
+// lookahead returns the run starting at m: the following sequences held or later in upcoming;
+// nil when no other message would join m. A redelivered message never joins: once the broker
+// dead-letters a message that keeps crashing the process, a record holding it would make the
+// next run take it as handled.
 func (v view) lookahead(m *msg, upcoming []msg) map[int64]int64 {
 	var later map[int64]*msg // the rest of the batch by sequence, on first need
 	next := func(seq int64) *msg {
@@ -507,13 +484,9 @@ func (v view) lookahead(m *msg, upcoming []msg) map[int64]int64 {
 	return entries
 }
 
-// pipelining is what the decisions of the pipelined strategies look at besides the view: the mode
-// the engine runs in and what the run has handed over and not yet completed.
+// pipelining is what tailsRun looks at besides the view: what pipelined runs have stored, handed
+// over and not yet completed.
 type pipelining struct {
-	// runs: the entries of recorded runs are completed in the background (Engine.pipelinedRuns).
-	runs bool
-	// ahead: one save each, pipelined: saves run in the background (run.aheadMode).
-	ahead bool
 	// recordStored: the run's own record is what the store holds, with no save in flight.
 	recordStored bool
 	// pending counts the messages handed over and not completed: those handled since the last
@@ -521,12 +494,11 @@ type pipelining struct {
 	pending int
 }
 
-// goesAhead reports whether the in-order message m, settled handler → save → complete, may be
-// handed over ahead of its save (one save each, pipelined): an active message that no index
-// entry names and that does not end the session (the tombstone's save comes before the last
-// message is completed, and nothing is handed over after it).
-func (v view) goesAhead(m *msg, how settlement, f pipelining) bool {
-	if how != saveThenComplete || !f.ahead || m.last || m.deferred || (v.st.Last != 0 && m.seq >= v.st.Last) {
+// goesAhead reports whether the in-order message m, with one save each, pipelined, may be handed
+// over ahead of its save: an active message that no index entry names and that does not end the
+// session.
+func (v view) goesAhead(m *msg) bool {
+	if m.last || m.deferred || (v.st.Last != 0 && m.seq >= v.st.Last) {
 		return false
 	}
 	bs, indexed := v.st.Deferred[m.seq]
@@ -534,13 +506,9 @@ func (v view) goesAhead(m *msg, how settlement, f pipelining) bool {
 }
 
 // tailsRun reports whether the in-order message m, settled as how and entries say, is part of
-// the tail of this run's record: the record is what the store holds, m is not one of its entries,
-// and the messages from m up to the session's last one are in hand (held, or later in upcoming),
-// so the last message's save follows them at once. Such a message is handed over with no record
-// or save of its own, and the messages handed over and not completed stay within
-// MaxPendingSettlements. See "The tail of a run" in the package documentation.
+// the tail of the stored record ("The tail of a run" in the package documentation).
 func (v view) tailsRun(m *msg, how settlement, entries map[int64]int64, upcoming []msg, f pipelining) bool {
-	if !f.recordStored || f.ahead || !f.runs || v.resolving {
+	if !f.recordStored || v.resolving {
 		return false
 	}
 	if how == completeInRun && entries == nil {
@@ -573,9 +541,7 @@ const (
 )
 
 // extensionOf says whether the in-order message m may be handed over before the extension in
-// flight (extension, the record it saves) lands: an entry of the record that has landed (record)
-// needs nothing, an entry of the extension goes early while the messages so handed over and the
-// completions in flight stay within MaxPendingSettlements, and anything else waits for it.
+// flight lands: an entry of the extension may while pending stays within MaxPendingSettlements.
 func (v view) extensionOf(m *msg, record, extension map[int64]int64, pending int) extensionStep {
 	if bs, ok := record[m.seq]; ok && bs == m.bs {
 		return extensionNone
@@ -586,19 +552,14 @@ func (v view) extensionOf(m *msg, record, extension map[int64]int64, pending int
 	return extensionWait
 }
 
-// savesForReplay reports whether the run saves before its next in-order message so that a crash
-// or a lost lock hands over again at most ReplayWindow messages: the entries whose completion
-// the broker refused as busy since the last save stay at the broker, as after a crash, and with
-// the completions in flight they reach the window.
+// savesForReplay reports whether the entries refused as busy since the last save (still at the
+// broker, as after a crash) and the completions in flight reach ReplayWindow: then the run saves.
 func (v view) savesForReplay(refused int64, inFlight int) bool {
 	return refused > 0 && int(refused)+inFlight >= v.cfg.ReplayWindow()
 }
 
-// asksNextBatch reports whether the run asks the broker for its next batch while it handles
-// batch: with pipelined runs, while it receives (not while it resolves an inherited record or
-// waits for a released retry), unless the session may well end with what is in hand (the receive
-// would be for nothing): batch holds its last message, or the last sequence is known and the
-// messages held, deferred and in batch are as many as the sequences left.
+// asksNextBatch reports whether the run asks for its next batch while it handles batch:
+// Pipelined, while it receives, unless the session may well end with what is in hand.
 func (v view) asksNextBatch(batch []msg) bool {
 	if v.cfg.Pipelining != Pipelined || v.resolving || v.cooling {
 		return false
@@ -619,10 +580,8 @@ func (v view) asksNextBatch(batch []msg) bool {
 const aheadGather = 3
 
 // gathersAhead reports whether the next background save of one save each waits for more handled
-// messages: the stored state says Ahead already, more of the batch is in hand (upcoming), and
-// fewer than three quarters of MaxPendingSettlements (unsaved) wait for a save. Fewer saves then
-// cover more messages each, and the rest of the window covers the save's round trip; the end of
-// the batch saves the rest.
+// messages: Ahead is stored, more of the batch is in hand, and fewer than aheadGather quarters of
+// MaxPendingSettlements wait for a save.
 func (v view) gathersAhead(storedAhead bool, upcoming, unsaved int) bool {
 	return storedAhead && upcoming > 0 && unsaved < v.cfg.MaxPendingSettlements*aheadGather/4
 }

@@ -161,40 +161,38 @@ func TestSettlementOf(t *testing.T) {
 		name     string
 		world    world
 		m        in
-		noRuns   bool
 		record   map[int64]int64
 		upcoming []msg
 		want     settlement
 		entries  map[int64]int64
 	}{
-		{"nothing else in hand", world{next: 1}, in{seq: 1, bs: 1}, false, nil, nil, saveThenComplete, nil},
-		{"the rest of the batch", world{next: 1}, in{seq: 1, bs: 1}, false, nil,
+		{"nothing else in hand", world{next: 1}, in{seq: 1, bs: 1}, nil, nil, saveThenComplete, nil},
+		{"the rest of the batch", world{next: 1}, in{seq: 1, bs: 1}, nil,
 			upcoming(in{seq: 2, bs: 2}, in{seq: 3, bs: 3}, in{seq: 5, bs: 5}),
 			completeInRun, map[int64]int64{1: 1, 2: 2, 3: 3}},
 		{"held first, then the batch; invalid and second copies ignored", world{next: 1, held: []in{{seq: 2, bs: 9}}},
-			in{seq: 1, bs: 1}, false, nil,
+			in{seq: 1, bs: 1}, nil,
 			upcoming(in{invalid: "x", bs: 3}, in{seq: 2, bs: 4}, in{seq: 3, bs: 5}, in{seq: 3, bs: 6}),
 			completeInRun, map[int64]int64{1: 1, 2: 9, 3: 5}},
-		{"runs off", world{next: 1}, in{seq: 1, bs: 1}, true, nil, upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
-		{"an entry of this run's record", world{next: 2}, in{seq: 2, bs: 2}, false, map[int64]int64{1: 1, 2: 2}, nil, completeInRun, nil},
-		{"another copy of an entry", world{next: 2}, in{seq: 2, bs: 7}, false, map[int64]int64{1: 1, 2: 2}, nil, saveThenComplete, nil},
-		{"received deferred", world{next: 1}, in{seq: 1, bs: 1, deferred: true}, false, nil, upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
-		{"redelivered", world{next: 1}, in{seq: 1, bs: 1, redelivered: true}, false, nil, upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
-		{"a redelivered message ends the run", world{next: 1}, in{seq: 1, bs: 1}, false, nil,
+		{"an entry of this run's record", world{next: 2}, in{seq: 2, bs: 2}, map[int64]int64{1: 1, 2: 2}, nil, completeInRun, nil},
+		{"another copy of an entry", world{next: 2}, in{seq: 2, bs: 7}, map[int64]int64{1: 1, 2: 2}, nil, saveThenComplete, nil},
+		{"received deferred", world{next: 1}, in{seq: 1, bs: 1, deferred: true}, nil, upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
+		{"redelivered", world{next: 1}, in{seq: 1, bs: 1, redelivered: true}, nil, upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
+		{"a redelivered message ends the run", world{next: 1}, in{seq: 1, bs: 1}, nil,
 			upcoming(in{seq: 2, bs: 2}, in{seq: 3, bs: 3, redelivered: true}), completeInRun, map[int64]int64{1: 1, 2: 2}},
-		{"the last never joins", world{next: 1}, in{seq: 1, bs: 1}, false, nil,
+		{"the last never joins", world{next: 1}, in{seq: 1, bs: 1}, nil,
 			upcoming(in{seq: 2, bs: 2}, in{seq: 3, bs: 3, last: true}), completeInRun, map[int64]int64{1: 1, 2: 2}},
-		{"the message before a deferred one is an anchor", world{next: 1, deferred: map[int64]int64{4: 40}}, in{seq: 1, bs: 1}, false, nil,
+		{"the message before a deferred one is an anchor", world{next: 1, deferred: map[int64]int64{4: 40}}, in{seq: 1, bs: 1}, nil,
 			upcoming(in{seq: 2, bs: 2}, in{seq: 3, bs: 3}), completeInRun, map[int64]int64{1: 1, 2: 2}},
-		{"while resolving", world{next: 1, resolving: true, inFlight: map[int64]int64{1: 1}}, in{seq: 1, bs: 1}, false, nil,
+		{"while resolving", world{next: 1, resolving: true, inFlight: map[int64]int64{1: 1}}, in{seq: 1, bs: 1}, nil,
 			upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
-		{"while parked", world{next: 1, parked: &Parked{Sequence: 1}}, in{seq: 1, bs: 1}, false, nil,
+		{"while parked", world{next: 1, parked: &Parked{Sequence: 1}}, in{seq: 1, bs: 1}, nil,
 			upcoming(in{seq: 2, bs: 2}), saveThenComplete, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, entries := tt.world.view(testConfig()).settlementOf(tt.m.msg(), !tt.noRuns, tt.record, tt.upcoming)
+			got, entries := tt.world.view(testConfig()).settlementOf(tt.m.msg(), tt.record, tt.upcoming)
 			require.Equal(t, tt.want, got)
 			require.Equal(t, tt.entries, entries)
 		})
@@ -458,36 +456,31 @@ func TestCallHandlerRecoversAPanic(t *testing.T) {
 
 func TestGoesAhead(t *testing.T) {
 	t.Parallel()
-	ahead := pipelining{runs: true, ahead: true}
 	tests := []struct {
 		name string
 		w    world
 		m    in
-		how  settlement
-		f    pipelining
 		want bool
 	}{
-		{"an active message with one save each, pipelined", world{next: 3}, in{seq: 3, bs: 30}, saveThenComplete, ahead, true},
-		{"not in that mode", world{next: 3}, in{seq: 3, bs: 30}, saveThenComplete, pipelining{runs: true}, false},
-		{"an entry of a run", world{next: 3}, in{seq: 3, bs: 30}, completeInRun, ahead, false},
-		{"the last message", world{next: 3}, in{seq: 3, bs: 30, last: true}, saveThenComplete, ahead, false},
-		{"the last sequence known", world{next: 3, last: 3}, in{seq: 3, bs: 30}, saveThenComplete, ahead, false},
-		{"before the known last", world{next: 3, last: 4}, in{seq: 3, bs: 30}, saveThenComplete, ahead, true},
-		{"a deferred message", world{next: 3}, in{seq: 3, bs: 30, deferred: true}, saveThenComplete, ahead, false},
-		{"named by an index entry", world{next: 3, deferred: map[int64]int64{3: 30}}, in{seq: 3, bs: 30}, saveThenComplete, ahead, false},
-		{"another copy indexed", world{next: 3, deferred: map[int64]int64{3: 31}}, in{seq: 3, bs: 30}, saveThenComplete, ahead, true},
+		{"an active message with one save each, pipelined", world{next: 3}, in{seq: 3, bs: 30}, true},
+		{"the last message", world{next: 3}, in{seq: 3, bs: 30, last: true}, false},
+		{"the last sequence known", world{next: 3, last: 3}, in{seq: 3, bs: 30}, false},
+		{"before the known last", world{next: 3, last: 4}, in{seq: 3, bs: 30}, true},
+		{"a deferred message", world{next: 3}, in{seq: 3, bs: 30, deferred: true}, false},
+		{"named by an index entry", world{next: 3, deferred: map[int64]int64{3: 30}}, in{seq: 3, bs: 30}, false},
+		{"another copy indexed", world{next: 3, deferred: map[int64]int64{3: 31}}, in{seq: 3, bs: 30}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.want, tt.w.view(testConfig()).goesAhead(tt.m.msg(), tt.how, tt.f))
+			require.Equal(t, tt.want, tt.w.view(testConfig()).goesAhead(tt.m.msg()))
 		})
 	}
 }
 
 func TestTailsRun(t *testing.T) {
 	t.Parallel()
-	stored := pipelining{runs: true, recordStored: true}
+	stored := pipelining{recordStored: true}
 	batch := func(ins ...in) []msg {
 		out := make([]msg, len(ins))
 		for i, x := range ins {
@@ -514,15 +507,11 @@ func TestTailsRun(t *testing.T) {
 		{"the last is not in hand", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
 			batch(in{seq: 6, bs: 60}), stored, false},
 		{"no record stored", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
-			batch(in{seq: 6, bs: 60, last: true}), pipelining{runs: true}, false},
-		{"runs not pipelined", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
-			batch(in{seq: 6, bs: 60, last: true}), pipelining{recordStored: true}, false},
-		{"one save each, pipelined", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
-			batch(in{seq: 6, bs: 60, last: true}), pipelining{runs: true, ahead: true, recordStored: true}, false},
+			batch(in{seq: 6, bs: 60, last: true}), pipelining{}, false},
 		{"an entry of the record", world{next: 5}, in{seq: 5, bs: 50}, completeInRun, nil,
 			batch(in{seq: 6, bs: 60, last: true}), stored, false},
 		{"the window is full", world{next: 5}, in{seq: 5, bs: 50}, saveThenComplete, nil,
-			batch(in{seq: 6, bs: 60, last: true}), pipelining{runs: true, recordStored: true, pending: 16}, false},
+			batch(in{seq: 6, bs: 60, last: true}), pipelining{recordStored: true, pending: 16}, false},
 		{"redelivered", world{next: 5}, in{seq: 5, bs: 50, redelivered: true}, saveThenComplete, nil,
 			batch(in{seq: 6, bs: 60, last: true}), stored, false},
 		{"deferred", world{next: 5}, in{seq: 5, bs: 50, deferred: true}, saveThenComplete, nil,

@@ -41,23 +41,27 @@
 // # Settlement strategies
 //
 // How a handled in-order message is made durable and settled depends on the configuration,
-// fixed when the engine is built: one save each (SaveEachMessage), recorded runs (the default),
-// pipelined runs (Pipelined, the worker's default), save-ahead (SaveEachMessage with
-// Pipelined) and transactional (an AtomicStore). The crash argument of each is in its own
-// section below: In order, one save each; One save each, pipelined; Recorded runs, Pipelined
-// runs, Extended runs and The tail of a run; Lock tenure for the AtomicStore. The engine picks
-// one when it is built (Engine.strategy, strategyOf); another way to make a message durable
-// (early messages held in the store, say) is one more strategy there, with its section here.
+// fixed when the engine is built (strategyOf, session_inorder.go): one save each (perMessage,
+// SaveEachMessage), recorded runs (recordedRuns), pipelined runs (pipelinedRuns, Pipelined, the
+// default), save-ahead (saveAhead, SaveEachMessage with Pipelined) and transactional
+// (transactional, an AtomicStore). Each is a type that holds the fields only it uses and
+// implements the steps of the strategy interface that inOrder takes; its crash argument is its
+// own section below: In order, one save each; One save each, pipelined; Recorded runs,
+// Pipelined runs, Extended runs and The tail of a run; Lock tenure for the AtomicStore. Another
+// way to make a message durable (early messages held in the store, on HeldStore) is one more
+// type there, one more case in strategyOf, and its section here.
 //
 // # One in-order message's way
 //
 // Files in the order a reader opens them, with the default settings:
 //
-//	engine.go           RunSession: the run is set up, run and released
+//	engine.go           RunSession: the run is set up with its strategy, run and released
 //	session.go          the loop of receive batches; step decides a message (decide.go)
 //	decide.go           view.decide: in order; view.settlementOf: an entry of a run or a save of its own
-//	session_inorder.go  inOrder: the record saved, the handler called (handOver), the completion issued
-//	session_calls.go    the calls: load, save, recordRun, the handler, receive
+//	session_inorder.go  inOrder: the steps of the strategy (pipelinedRuns: the record saved, and
+//	                    extended in the background, session_ahead.go), the handler called
+//	                    (handOver), the message settled
+//	session_calls.go    the calls: load, save, the handler, receive
 //	settler.go          the completer: the entry completed now or in the background
 //
 // # Where things are
@@ -65,10 +69,11 @@
 // decide.go takes every choice about a message from the state, the window, the message and the
 // time alone (view), without I/O; state.go holds State and its transitions. The session files
 // carry the choices out: session.go (the run, its phases, the loop), session_start.go (what a
-// run settles before it receives; an inherited record), session_inorder.go, session_ahead.go
-// (saves in the background), session_retry.go, session_drain.go, session_end.go,
-// session_calls.go (the store, the handler, receives, lock renewal) and settler.go (every
-// settlement at the broker).
+// run settles before it receives; an inherited record), session_inorder.go (the way of an
+// in-order message and the settlement strategies), session_ahead.go (saves in the background),
+// session_retry.go (a failing handler, the poison policy, pass-through), session_drain.go,
+// session_end.go, session_calls.go (the store, the handler, receives, lock renewal) and
+// settler.go (every settlement at the broker).
 //
 // # Message contract
 //

@@ -68,59 +68,19 @@ type Engine struct {
 	// sessionBound: the store's writes go through the session (SessionBoundStore); otherwise
 	// the engine fences.
 	sessionBound bool
-	atomic       AtomicStore
 	handler      Handler
 	clock        clock.Clock
 	log          *slog.Logger
 	obs          Observer
 	stats        statsCounters
-	// strategy is how an in-order message is made durable and settled.
-	strategy strategy
+	// strategy gives each run its value of the engine's settlement strategy.
+	strategy func() strategy
 	// pipelined: Pipelined with MaxPendingSettlements > 1: a run goes on before
 	// the broker has answered, within the lease.
 	pipelined bool
 	// workers run the background calls of every run (completions, saves, receives).
 	workers *workers
 }
-
-// strategy is how a handled in-order message is made durable and settled, chosen once when the
-// engine is built (see "Settlement strategies" in the package documentation).
-type strategy int
-
-const (
-	// recordedRuns: the in-order messages in hand are recorded in one save, then each goes
-	// handler → complete ("Recorded runs" in the package documentation).
-	recordedRuns strategy = iota
-	// pipelinedRuns: recorded runs whose entries are completed in the background ("Pipelined
-	// runs", "Extended runs", "The tail of a run").
-	pipelinedRuns
-	// perMessage: handler → save → complete ("In order, one save each").
-	perMessage
-	// saveAhead: one save each, the saves in the background ("One save each, pipelined").
-	saveAhead
-	// transactional: the handler and the save in one transaction of an AtomicStore ("Lock
-	// tenure").
-	transactional
-)
-
-// strategyOf chooses the strategy: an AtomicStore is transactional whatever the settings,
-// SaveEachMessage saves each message, and Pipelined runs them in the background.
-func strategyOf(saveEach, pipelined, atomic bool) strategy {
-	switch {
-	case atomic:
-		return transactional
-	case saveEach && pipelined:
-		return saveAhead
-	case saveEach:
-		return perMessage
-	case pipelined:
-		return pipelinedRuns
-	}
-	return recordedRuns
-}
-
-// recordsRuns reports whether the strategy records runs of in-order messages.
-func (s strategy) recordsRuns() bool { return s == recordedRuns || s == pipelinedRuns }
 
 // NewEngine checks cfg (after WithDefaults) and returns an Engine.
 func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
@@ -145,10 +105,8 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
-	if a, ok := deps.Store.(AtomicStore); ok {
-		e.atomic = a
-	}
-	e.strategy = strategyOf(cfg.SaveEachMessage, e.pipelined, e.atomic != nil)
+	atomic, _ := deps.Store.(AtomicStore)
+	e.strategy = strategyOf(cfg.SaveEachMessage, e.pipelined, atomic)
 	if sb, ok := deps.Store.(SessionBoundStore); ok {
 		e.sessionBound = sb.WritesThroughSession()
 	}
@@ -214,9 +172,8 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 			woken:     opts.Woken,
 			onRelease: opts.Released,
 		},
-		sess: sess,
-		id:   sess.ID(),
-		w:    newWindow(),
+		w:   newWindow(),
+		way: e.strategy(),
 	}
 	r.s.init(rctx, cancel, e, sess)
 	if !opts.AcceptSent.IsZero() {
@@ -226,7 +183,7 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	wg.Go(r.renewLoop)
 	out, err := r.run()
 	r.dropNextBatch()
-	r.waitAhead()
+	r.way.wait()
 	// A successful run has awaited its completions already (release, end); after a failure
 	// the ones still in flight finish (or fail) before the session is closed.
 	if perr := r.s.await(); perr != nil && err == nil {
@@ -245,11 +202,11 @@ func (e *Engine) RunSession(ctx context.Context, sess Session, opts *RunOptions)
 	defer ccancel()
 	e.stats.calls[CallClose].Add(1)
 	if cerr := sess.Close(cctx); cerr != nil && out != OutcomeLockLost && out != OutcomeCanceled && out != OutcomeFailed {
-		e.log.WarnContext(ctx, "sequencer: closing session", slog.String("session_id", r.id), slog.Any("error", cerr))
+		e.log.WarnContext(ctx, "sequencer: closing session", slog.String("session_id", r.s.id), slog.Any("error", cerr))
 	}
-	e.observe(Event{Kind: EventSessionReleased, SessionID: r.id})
+	e.observe(Event{Kind: EventSessionReleased, SessionID: r.s.id})
 	if err != nil && out != OutcomeCanceled {
-		e.log.WarnContext(ctx, "sequencer: session released after an error", slog.String("session_id", r.id),
+		e.log.WarnContext(ctx, "sequencer: session released after an error", slog.String("session_id", r.s.id),
 			slog.String("outcome", out.String()), slog.Any("error", err))
 	}
 	return out, err

@@ -10,12 +10,6 @@ import (
 	"time"
 )
 
-// The session loop is one RunSession call from the load of the state to the release, split by
-// phase into the session*.go files and settler.go (see "Where things are" in the package
-// documentation). This file holds the run, its phases, the loop of receive batches and one
-// message's step. The choices about a message are taken in decide.go (view); the session files
-// carry them out and track what the run has in flight.
-
 // phase is where a run stands. The stored State says what the session is (parked, ended,
 // waiting on a gap); the phase says what this run does next.
 type phase int
@@ -62,21 +56,17 @@ type run struct {
 	e    *Engine
 	ctx  context.Context
 	opts runOptions
-	sess Session
-	id   string
-	// s makes the run's settlements and holds the lost-lock flag, the completer, the anchors
-	// and the settled messages whose index entries the next save removes.
+	// s holds the session, makes the run's settlements and owns what they share.
 	s     settler
 	phase phase
 	st    *State
 	saved saved
 	w     window
-	// runs is this run's recorded run, inherited what it resolves of an earlier run's, bg what
-	// runs in the background: a save and the receive of the next batch.
-	runs      recording
+	in    batches
+	// inherited is what the run resolves of an earlier run's record.
 	inherited inheritance
-	bg        background
-	gap       gapReport
+	// way is the run's part of the engine's strategy.
+	way strategy
 }
 
 // runOptions are the RunOptions a run keeps.
@@ -100,15 +90,18 @@ type saved struct {
 	// ended: the last save stored the tombstone (EndedAt set); with dirty false and nothing
 	// held or deferred, the stored state is the run's and end need not write it again.
 	ended bool
+	// gap is a resolved gap wait to report once saved; gapAtLoad is State.GapSince as loaded (a
+	// gap open at the release but not at the load opened during this run).
+	gap       time.Duration
+	gapAtLoad time.Time
 }
 
-// recording is the run's own recorded run.
-type recording struct {
-	// record is this run's own recorded run (sequence → broker sequence number) while its
-	// entries are handled; the next save ends it.
-	record map[int64]int64
-	// upcoming is the rest of the receive batch in hand, looked at when a run is recorded.
+// batches are the receive batches a run has in hand besides the message it decides.
+type batches struct {
+	// upcoming is the rest of the receive batch in hand.
 	upcoming []msg
+	// next is the receive of the next batch, started while this one is handled (askNextBatch).
+	next *nextBatch
 }
 
 // inheritance is what a run that inherited a record learns while it resolves it.
@@ -124,30 +117,9 @@ type inheritance struct {
 	handoverAt time.Time
 }
 
-// background is what a pipelined run has in flight besides its completions.
-type background struct {
-	// save is the save in flight in the background (session_ahead.go), unsaved the messages
-	// handled since it started (completed once a later save landed), aheadStored that the last
-	// save landed said Ahead.
-	save        *aheadSave
-	unsaved     []*msg
-	aheadStored bool
-	// next is the receive of the next batch, started while this one is handled (askNextBatch).
-	next *nextBatch
-}
-
-// gapReport is what the run reports of a gap.
-type gapReport struct {
-	// pending is a resolved gap wait to report once saved.
-	pending time.Duration
-	// atLoad is State.GapSince as loaded: a gap open at the release but not at the load opened
-	// during this run.
-	atLoad time.Time
-}
-
 func (r *run) now() time.Time { return r.e.clock.Now() }
 
-func (r *run) log() *slog.Logger { return r.e.log.With(slog.String("session_id", r.id)) }
+func (r *run) log() *slog.Logger { return r.e.log.With(slog.String("session_id", r.s.id)) }
 
 func (r *run) view() view {
 	return view{cfg: &r.e.cfg, st: r.st, w: &r.w, resolving: r.phase == resolving, cooling: r.cooling()}
@@ -179,10 +151,7 @@ func (r *run) freeSlot() {
 // loop loads the state and takes batches of messages until the session ends, parks, blocks,
 // stops or idles.
 func (r *run) loop() (Outcome, error) {
-	// With pipelined runs the first receive goes out with the load, so that their round trips
-	// overlap: a receive only puts messages in hand, and nothing is decided before the state is
-	// in. A woken run (a sweeper's wake, a planned retry) may release at once: it receives when
-	// it needs to.
+	// The first receive overlaps the load; a woken run may release at once, so it waits.
 	if r.e.cfg.Pipelining == Pipelined && !r.opts.woken {
 		r.askNextBatch()
 	}
@@ -269,9 +238,8 @@ func (r *run) loop() (Outcome, error) {
 
 // settledLateCopies reports whether a run of an ended session (its tombstone loaded) is done
 // with the batch of n messages it took: the broker had no more (n is short of a full receive) and
-// every late copy's completion landed (see End in the package documentation). After a refused
-// completion the run waits the idle timeout as before: that wait is the backoff before the copy
-// comes back, where releasing at once had the next run accepted at once and refused again.
+// every late copy's completion landed. After a refused completion the idle timeout is the
+// backoff before the copy comes back.
 func (r *run) settledLateCopies(n int) (bool, error) {
 	if r.phase != receiving || r.st.EndedAt.IsZero() || n >= r.e.cfg.ReceiveBatch {
 		return false, nil
@@ -291,7 +259,7 @@ func (r *run) take(batch []msg) error {
 			break
 		}
 		m := &batch[i]
-		r.runs.upcoming = batch[i+1:]
+		r.in.upcoming = batch[i+1:]
 		if err := r.resolve(m); err != nil {
 			return err
 		}
@@ -302,8 +270,8 @@ func (r *run) take(batch []msg) error {
 			return err
 		}
 	}
-	r.runs.upcoming = nil
-	if err := r.aheadAtBatchEnd(); err != nil {
+	r.in.upcoming = nil
+	if err := r.way.batchEnd(r); err != nil {
 		return err
 	}
 	return r.trimWindow(r.windowLimit())
@@ -373,7 +341,7 @@ func (r *run) settleLeftover(m *msg) error {
 	if !ok {
 		// Only a broken invariant gets here: the callers pick their messages by the same rule.
 		return fmt.Errorf("sequencer: session %s: sequence %d (broker sequence %d) is neither below the next sequence %d nor after the last %d where only settlement was expected",
-			r.id, m.seq, m.bs, r.st.Next, r.st.Last)
+			r.s.id, m.seq, m.bs, r.st.Next, r.st.Last)
 	}
 	return r.settle(m, d)
 }
@@ -396,7 +364,7 @@ func (r *run) settle(m *msg, d settleDecision) error {
 func (r *run) hold(m *msg) {
 	r.w.put(m)
 	r.e.stats.held.Add(1)
-	r.e.observe(Event{Kind: EventHeld, SessionID: r.id, Sequence: m.seq})
+	r.e.observe(Event{Kind: EventHeld, SessionID: r.s.id, Sequence: m.seq})
 	if r.phase != resolving {
 		// While a record is resolved Next is only a lower bound: no gap yet (the drain after the
 		// resolution opens one if messages still wait).
@@ -408,10 +376,10 @@ func (r *run) duplicate(m *msg) error {
 	r.st.Counters.Duplicates++
 	r.saved.dirty = true
 	r.e.stats.duplicates.Add(1)
-	r.e.observe(Event{Kind: EventDuplicate, SessionID: r.id, Sequence: m.seq})
+	r.e.observe(Event{Kind: EventDuplicate, SessionID: r.s.id, Sequence: m.seq})
 	if !r.indexed(m) {
 		// Nothing in the stored index waits for this completion.
-		return r.s.completeLater(m, false)
+		return r.s.completeLater(m, nil)
 	}
 	landed, err := r.s.complete(m)
 	if err != nil {
@@ -427,7 +395,7 @@ func (r *run) invalid(m *msg, desc string) error {
 	r.saved.dirty = true
 	r.e.stats.invalid.Add(1)
 	r.e.stats.deadLettered.Add(1)
-	r.e.observe(Event{Kind: EventInvalid, SessionID: r.id, Sequence: m.seq})
+	r.e.observe(Event{Kind: EventInvalid, SessionID: r.s.id, Sequence: m.seq})
 	landed, err := r.s.deadLetter(m, ReasonInvalidSequence, desc)
 	if err != nil {
 		return err

@@ -8,14 +8,11 @@ import (
 	"time"
 )
 
-// This file holds the run's calls to the state store, the handler and the broker's receive side
-// (settlements are the settler's, settler.go), each counted in the engine's stats.
-
 func (r *run) load() error {
 	r.e.stats.storeCalls.Add(1)
-	st, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.sess})
+	st, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.s.sess})
 	if err != nil {
-		return fmt.Errorf("sequencer: session %s: loading state: %w", r.id, err)
+		return fmt.Errorf("sequencer: session %s: loading state: %w", r.s.id, err)
 	}
 	if st == nil {
 		st = NewState()
@@ -23,23 +20,20 @@ func (r *run) load() error {
 	if st.Deferred == nil {
 		st.Deferred = map[int64]int64{}
 	}
-	r.st, r.saved.ver, r.gap.atLoad = st, ver, st.GapSince
+	r.st, r.saved.ver, r.saved.gapAtLoad = st, ver, st.GapSince
 	return nil
 }
 
-// save writes r.st as it is, without the index entries of messages settled meanwhile. In memory
-// State.InFlight holds an inherited record until it is resolved and is empty otherwise, so every
-// save writes the exact Next; only recordRun writes a run's record. A save ends the run's own
-// record: the entries left are handled with saves of their own.
+// save writes r.st as it is, without the index entries of messages settled meanwhile: the exact
+// Next, or an inherited record not yet resolved (recordRun writes a run's own). It ends the run's
+// own record.
 func (r *run) save() error {
-	// A save may resolve an inherited record, and the next holder waits only for a record it
-	// finds (see Pipelined runs): wait out the earlier holder's calls before it is gone.
 	if err := r.holdHandover(); err != nil {
 		return err
 	}
 	// A background save goes first (one save at a time), and this one covers what was handled
 	// since; it clears Ahead: the next handler call follows it, it does not go ahead of it.
-	if err := r.flushAhead(); err != nil {
+	if err := r.way.flush(r); err != nil {
 		return err
 	}
 	r.st.Ahead = false
@@ -47,87 +41,63 @@ func (r *run) save() error {
 	clear(r.s.settled)
 	r.st.UpdatedAt = r.now()
 	r.e.stats.storeCalls.Add(1)
-	ver, err := r.e.store.Save(r.ctx, SaveParams{Session: r.sess, State: r.st, ExpectedVersion: r.saved.ver})
+	ver, err := r.e.store.Save(r.ctx, SaveParams{Session: r.s.sess, State: r.st, ExpectedVersion: r.saved.ver})
 	if err != nil {
-		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.id, r.st.Next, err)
+		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.s.id, r.st.Next, err)
 	}
 	if r.e.sessionBound {
 		r.s.noteAnswered(r.st.UpdatedAt) // the store's save is a call on the session
 	}
-	r.saved.ver, r.saved.dirty, r.runs.record, r.saved.claimed, r.bg.aheadStored = ver, false, nil, true, false
+	r.saved.ver, r.saved.dirty, r.saved.claimed = ver, false, true
 	r.saved.ended = !r.st.EndedAt.IsZero()
-	// Every entry handled so far is in this save: a refused completion no longer makes it a
-	// replay (view.savesForReplay). A refusal of one of them that lands later still counts: one save
-	// too many at worst.
-	r.s.refusedEntries.Store(0)
 	r.flushGap()
-	unsaved := r.bg.unsaved
-	r.bg.unsaved = nil
-	for _, m := range unsaved {
-		if err := r.s.completeLater(m, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// recordRun saves the record of a new run (State.InFlight = entries, Next still at the first).
-func (r *run) recordRun(entries map[int64]int64) error {
-	r.st.InFlight = entries
-	err := r.save()
-	r.st.InFlight = nil
-	if err != nil {
-		return err
-	}
-	r.runs.record = entries
-	r.e.stats.runs.Add(1)
-	return nil
+	return r.way.stored(r)
 }
 
 // saveWith runs the handler for m and saves next (the state with m handled) in one transaction
 // of the AtomicStore. A handler error comes back as *handlerError.
-func (r *run) saveWith(m *msg, next *State) error {
+func (r *run) saveWith(store AtomicStore, m *msg, next *State) error {
 	next.UpdatedAt = r.now()
 	r.e.stats.storeCalls.Add(1)
-	ver, err := r.e.atomic.SaveWith(r.ctx, SaveParams{Session: r.sess, State: next, ExpectedVersion: r.saved.ver},
+	ver, err := store.SaveWith(r.ctx, SaveParams{Session: r.s.sess, State: next, ExpectedVersion: r.saved.ver},
 		func(ctx context.Context) error { return r.callHandler(ctx, m) })
 	if err != nil {
-		r.gap.pending = 0
+		r.saved.gap = 0
 		var herr *handlerError
 		if errors.As(err, &herr) {
 			return herr
 		}
-		return fmt.Errorf("sequencer: session %s: saving state with handler (next %d): %w", r.id, next.Next, err)
+		return fmt.Errorf("sequencer: session %s: saving state with handler (next %d): %w", r.s.id, next.Next, err)
 	}
 	clear(r.s.settled)
-	r.st, r.saved.ver, r.saved.dirty, r.runs.record, r.saved.claimed = next, ver, false, nil, true
+	r.st, r.saved.ver, r.saved.dirty, r.saved.claimed = next, ver, false, true
 	r.saved.ended = !r.st.EndedAt.IsZero()
 	r.flushGap()
 	return nil
 }
 
 func (r *run) flushGap() {
-	r.reportGap(r.gap.pending, r.st.Next)
-	r.gap.pending = 0
+	r.reportGap(r.saved.gap, r.st.Next)
+	r.saved.gap = 0
 }
 
 // reportGap reports a resolved gap wait (none when wait is 0) once a save with Next next stored it.
 func (r *run) reportGap(wait time.Duration, next int64) {
 	if wait > 0 {
 		r.e.stats.gapWait.Add(int64(wait))
-		r.e.observe(Event{Kind: EventGapResolved, SessionID: r.id, Sequence: next, Duration: wait})
+		r.e.observe(Event{Kind: EventGapResolved, SessionID: r.s.id, Sequence: next, Duration: wait})
 	}
 }
 
 func (r *run) deleteState() error {
-	if err := r.flushAhead(); err != nil { // the version compared is the one last saved
+	if err := r.way.flush(r); err != nil { // the version compared is the one last saved
 		return err
 	}
 	r.e.stats.storeCalls.Add(1)
-	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.sess, ExpectedVersion: r.saved.ver}); err != nil {
-		return fmt.Errorf("sequencer: session %s: deleting state: %w", r.id, err)
+	if err := r.e.store.Delete(r.ctx, DeleteParams{Session: r.s.sess, ExpectedVersion: r.saved.ver}); err != nil {
+		return fmt.Errorf("sequencer: session %s: deleting state: %w", r.s.id, err)
 	}
-	r.saved.ver, r.saved.dirty, r.runs.record, r.saved.ended = 0, false, nil, false
+	r.saved.ver, r.saved.dirty, r.saved.ended = 0, false, false
 	return nil
 }
 
@@ -158,8 +128,8 @@ func (r *run) callHandler(ctx context.Context, m *msg) error {
 // receive waits for the next batch of active messages, read against the contract. An empty batch
 // means the idle timeout or a stop ended the wait.
 func (r *run) receive() ([]msg, error) {
-	if p := r.bg.next; p != nil {
-		r.bg.next = nil
+	if p := r.in.next; p != nil {
+		r.in.next = nil
 		return r.takeNextBatch(p)
 	}
 	rctx, cancel := context.WithCancel(r.ctx)
@@ -169,7 +139,7 @@ func (r *run) receive() ([]msg, error) {
 	stopWatch := context.AfterFunc(r.opts.stop, cancel)
 	defer stopWatch()
 	r.e.stats.calls[CallReceive].Add(1)
-	raw, err := r.sess.Receive(rctx, r.e.cfg.ReceiveBatch)
+	raw, err := r.s.sess.Receive(rctx, r.e.cfg.ReceiveBatch)
 	if err != nil {
 		if rctx.Err() != nil && r.ctx.Err() == nil && !errors.Is(err, ErrLockLost) {
 			return r.e.read(raw, false), nil // the idle timer or a stop ended the receive
@@ -180,11 +150,8 @@ func (r *run) receive() ([]msg, error) {
 }
 
 // nextBatch is a receive started while the batch before it is handled, or the state loaded
-// (Pipelined): the broker's round trip for the next batch overlaps the handling
-// of this one, or the load. Nothing about the
-// receive changes but when it is sent: the idle timeout counts from the moment the run asks for
-// the batch (takeNextBatch), a stop ends it, and a run that ends first drops it (dropNextBatch):
-// what it received returns to the broker with the session, unsettled, as if never received.
+// (Pipelined). Only when it is sent changes: the idle timeout counts from the moment the run
+// takes it, and a run that ends first drops it (its messages return to the broker unsettled).
 type nextBatch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -206,9 +173,9 @@ func (r *run) askNextBatch() {
 	r.e.workers.run(func() {
 		defer close(p.done)
 		defer stopWatch()
-		p.raw, p.err = r.sess.Receive(ctx, r.e.cfg.ReceiveBatch)
+		p.raw, p.err = r.s.sess.Receive(ctx, r.e.cfg.ReceiveBatch)
 	})
-	r.bg.next = p
+	r.in.next = p
 }
 
 // takeNextBatch returns the batch of p, waiting for it up to the idle timeout from now, as a
@@ -239,7 +206,7 @@ func (r *run) takeNextBatch(p *nextBatch) ([]msg, error) {
 // and without taking it (the batch in hand is still being handled): a recorded run may extend
 // over it (extendRun). It looks once per receive.
 func (r *run) peekNextBatch() []msg {
-	p := r.bg.next
+	p := r.in.next
 	if p == nil || p.peeked {
 		return nil
 	}
@@ -258,8 +225,8 @@ func (r *run) peekNextBatch() []msg {
 
 // dropNextBatch ends a receive the run started and will not take: the run ends.
 func (r *run) dropNextBatch() {
-	if p := r.bg.next; p != nil {
-		r.bg.next = nil
+	if p := r.in.next; p != nil {
+		r.in.next = nil
 		p.cancel()
 		<-p.done
 	}
@@ -271,7 +238,7 @@ func (r *run) receiveDeferred(bss []int64) ([]msg, error) {
 		return nil, r.s.callErr(CallReceiveDeferred, ErrLockLost)
 	}
 	r.e.stats.calls[CallReceiveDeferred].Add(1)
-	raw, err := r.sess.ReceiveDeferred(r.ctx, bss)
+	raw, err := r.s.sess.ReceiveDeferred(r.ctx, bss)
 	if err != nil {
 		return nil, r.s.callErr(CallReceiveDeferred, err)
 	}
@@ -283,7 +250,7 @@ func (r *run) renewLoop() {
 	for {
 		d := cfg.LockRenewInterval
 		if d == 0 {
-			if until := r.sess.LockedUntil(); until.IsZero() {
+			if until := r.s.sess.LockedUntil(); until.IsZero() {
 				d = 10 * time.Second // the session does not know its expiry
 			} else {
 				d = max(until.Sub(r.now())/2, 100*time.Millisecond)
@@ -297,7 +264,7 @@ func (r *run) renewLoop() {
 		case <-t.C():
 		}
 		r.e.stats.calls[CallRenewLock].Add(1)
-		if _, err := r.sess.RenewLock(r.ctx); err != nil {
+		if _, err := r.s.sess.RenewLock(r.ctx); err != nil {
 			if errors.Is(err, ErrLockLost) {
 				r.s.markLost()
 				return

@@ -7,11 +7,6 @@ import (
 	"time"
 )
 
-// This file hands over what became due after a message (drain: from the reorder window, then
-// deferred messages fetched by broker sequence number), bounds the reorder window (deferring what
-// does not fit), and applies the gap policy once a missing sequence has been waited for long
-// enough.
-
 // drain hands over everything that is now in order: from the window first, then deferred
 // messages fetched by broker sequence number, one receive-deferred call per consecutive run.
 // A stop ends it after the message in hand; the anchors then stay unsettled and wake the session
@@ -122,7 +117,7 @@ func (r *run) trimWindow(limit int) error {
 			return err
 		}
 		r.e.stats.deferred.Add(1)
-		r.e.observe(Event{Kind: EventDeferred, SessionID: r.id, Sequence: m.seq})
+		r.e.observe(Event{Kind: EventDeferred, SessionID: r.s.id, Sequence: m.seq})
 	}
 	return nil
 }
@@ -132,14 +127,14 @@ func (r *run) trimWindow(limit int) error {
 func (r *run) idle() Outcome {
 	if r.view().gapWaiting() {
 		r.openGap()
-		if !r.st.GapSince.Equal(r.gap.atLoad) {
+		if !r.st.GapSince.Equal(r.saved.gapAtLoad) {
 			// The gap opened during this run: say so once; the worker's sweeper reports it again
 			// while it stays open.
 			lowest := r.view().lowestWaiting()
 			r.log().WarnContext(r.ctx, "sequencer: session idle while a sequence is missing; later messages wait",
 				slog.Int64("missing", r.st.Next), slog.Int64("lowest_waiting", lowest),
 				slog.Duration("gap_timeout", r.e.cfg.GapTimeout), slog.String("gap_policy", string(r.e.cfg.GapPolicy)))
-			r.e.observe(Event{Kind: EventGapOpened, SessionID: r.id, Sequence: r.st.Next, Lowest: lowest})
+			r.e.observe(Event{Kind: EventGapOpened, SessionID: r.s.id, Sequence: r.st.Next, Lowest: lowest})
 		}
 	}
 	if r.st.Parked != nil {
@@ -179,7 +174,7 @@ func (r *run) parkGap() error {
 	}
 	r.e.stats.parked.Add(1)
 	r.phase = parkedHere
-	r.e.observe(Event{Kind: EventParked, SessionID: r.id, Sequence: missing, Lowest: lowest})
+	r.e.observe(Event{Kind: EventParked, SessionID: r.s.id, Sequence: missing, Lowest: lowest})
 	return nil
 }
 
@@ -194,7 +189,7 @@ func (r *run) skipGap() error {
 		slog.Int64("from", from), slog.Int64("to", lowest-1))
 	skipped, wait := r.st.skipTo(lowest, r.now())
 	r.e.stats.skipped.Add(skipped)
-	r.gap.pending = wait
-	r.e.observe(Event{Kind: EventSkipped, SessionID: r.id, Sequence: from})
+	r.saved.gap = wait
+	r.e.observe(Event{Kind: EventSkipped, SessionID: r.s.id, Sequence: from})
 	return r.save()
 }

@@ -5,9 +5,6 @@ import (
 	"slices"
 )
 
-// This file ends a session whose last message is handled (end) and releases a run that may
-// still settle (release).
-
 // end runs once the last message is handled (or skipped): it settles what is left, then deletes
 // the state or turns it into a tombstone.
 func (r *run) end() error {
@@ -43,7 +40,7 @@ func (r *run) end() error {
 			return err
 		}
 	}
-	r.e.observe(Event{Kind: EventSessionEnded, SessionID: r.id, Sequence: r.st.Last})
+	r.e.observe(Event{Kind: EventSessionEnded, SessionID: r.s.id, Sequence: r.st.Last})
 	return nil
 }
 
@@ -51,7 +48,7 @@ func (r *run) end() error {
 // the anchors completed when nothing depends on them.
 func (r *run) release(out Outcome) (Outcome, error) {
 	r.dropNextBatch()
-	if r.bg.save != nil || len(r.bg.unsaved) > 0 || r.st.Ahead {
+	if r.way.pending() || r.st.Ahead {
 		// The last save must cover what was handled ahead of it and clear the Ahead mark: the
 		// next holder then need not wait for this one.
 		r.saved.dirty = true

@@ -1,16 +1,15 @@
 package sequencer
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 )
 
-// This file spends the wait before a failing message's next attempt with the session released
-// (EngineConfig.RetryReleaseAfter): the retry loop (session_inorder.go) hands over here once the
-// in-place attempts are used up, the state records when the next attempt is due (State.Retrying),
-// the message is deferred, and the run releases the session; a sweeper (or the Runner that
-// released it) wakes the session when the attempt is due. Until then a run of the session hands
-// nothing over: it holds what arrives, defers it and releases the session again.
+// A handler that keeps failing (retry is in session_inorder.go): the wait before the next attempt
+// spent with the session released (EngineConfig.RetryReleaseAfter, State.Retrying), and the
+// poison policy once the attempts are used up. Also the unsequenced messages passed through.
 
 // releaseError is how retry says the next wait is to be spent released: attempts handler calls
 // have failed, the last with err.
@@ -46,10 +45,8 @@ func (r *run) cooling() bool {
 	return r.phase == retryingHere || (r.st != nil && r.st.RetryWaiting(r.now()))
 }
 
-// releaseIfCooling ends the run (retryingHere) when the message for Next waits for a released
-// retry that is not due, once there is nothing more to take: always after a receive batch (what
-// it held is deferred at the release), and at the start of a run when asked (a wake by id finds
-// nothing to do before the attempt is due).
+// releaseIfCooling ends the run (retryingHere) when now is set and the message for Next waits
+// for a released retry that is not due.
 func (r *run) releaseIfCooling(now bool) {
 	if now && r.phase == receiving && r.cooling() {
 		r.phase = retryingHere
@@ -67,11 +64,11 @@ func (r *run) releaseRetry(m *msg, rerr *releaseError) error {
 	at := now.Add(wait)
 	r.st.Counters.Retries++
 	r.e.stats.retries.Add(1)
-	r.e.observe(Event{Kind: EventRetry, SessionID: r.id, Sequence: m.seq, Err: rerr.err})
+	r.e.observe(Event{Kind: EventRetry, SessionID: r.s.id, Sequence: m.seq, Err: rerr.err})
 	r.st.Retrying = &Retrying{Sequence: m.seq, BrokerSequence: m.bs, At: at, Attempts: uint64(rerr.attempts), Reason: rerr.err.Error()}
 	// The message for Next is here: whatever gap was open before it arrived has closed.
 	if gap := r.st.closeGap(now); gap > 0 {
-		r.gap.pending = gap
+		r.saved.gap = gap
 	}
 	r.st.recordDeferral(m.seq, m.bs)
 	if err := r.save(); err != nil {
@@ -85,6 +82,122 @@ func (r *run) releaseRetry(m *msg, rerr *releaseError) error {
 	r.log().InfoContext(r.ctx, "sequencer: handler failed; the session is released until the next attempt",
 		slog.Int64("sequence", m.seq), slog.Int("attempts", rerr.attempts), slog.Time("retry_at", at),
 		slog.Duration("wait", wait.Round(time.Millisecond)), slog.Any("error", rerr.err))
-	r.e.observe(Event{Kind: EventReleasedRetry, SessionID: r.id, Sequence: m.seq, Err: rerr.err, At: at})
+	r.e.observe(Event{Kind: EventReleasedRetry, SessionID: r.s.id, Sequence: m.seq, Err: rerr.err, At: at})
 	return nil
+}
+
+// passThrough hands the unsequenced message m to the handler (UnsequencedPassThrough) and
+// completes it, outside the session's order (see "What happens to a message").
+func (r *run) passThrough(m *msg) error {
+	if err := r.beforeHandler(false); err != nil {
+		return err
+	}
+	ok, err := r.handOver(m, func() error { return r.way.passOnce(r, m) })
+	if !ok {
+		return err
+	}
+	return r.s.completeLater(m, nil)
+}
+
+// notHandedOver carries out what the failure err of handOver asks for: the poison policy, a
+// released retry, or nothing (a store or broker failure, returned).
+func (r *run) notHandedOver(m *msg, err error) error {
+	var perr *poisonError
+	if errors.As(err, &perr) {
+		return r.poison(m, perr.err)
+	}
+	var rerr *releaseError
+	if errors.As(err, &rerr) {
+		return r.releaseRetry(m, rerr) // session_retry.go
+	}
+	return err
+}
+
+// verifyTenure checks after a retry wait, which made no call, that the run still holds the
+// session: the lock is renewed (with a store of its own) and the stored version re-read
+// ("Lock tenure").
+func (r *run) verifyTenure() error {
+	if err := r.way.flush(r); err != nil { // the version compared is the one last saved
+		return err
+	}
+	if !r.e.sessionBound {
+		r.e.stats.calls[CallRenewLock].Add(1)
+		if _, err := r.s.sess.RenewLock(r.ctx); err != nil {
+			return r.s.callErr(CallRenewLock, err)
+		}
+	}
+	r.e.stats.storeCalls.Add(1)
+	_, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.s.sess})
+	if err != nil {
+		return fmt.Errorf("sequencer: session %s: checking the state after a retry wait: %w", r.s.id, err)
+	}
+	if ver != r.saved.ver {
+		return fmt.Errorf("sequencer: session %s: the stored state changed during a retry wait (version %d, this run's %d): %w",
+			r.s.id, ver, r.saved.ver, ErrVersionConflict)
+	}
+	return nil
+}
+
+// poison carries out what the poison policy decided (view.poisonOf) for m, whose handler kept
+// failing with herr.
+func (r *run) poison(m *msg, herr error) error {
+	act := r.view().poisonOf(m)
+	if act == poisonDeadLetter {
+		r.log().WarnContext(r.ctx, "sequencer: handler failed on an unsequenced message, retries exhausted; dead-lettering it",
+			slog.Int64("broker_sequence", m.bs), slog.Any("error", herr))
+		landed, err := r.s.deadLetter(m, ReasonHandlerFailed, herr.Error())
+		if err != nil || !landed {
+			// Refused as busy: m is delivered again, and its handler fails again.
+			return err
+		}
+		r.e.stats.deadLettered.Add(1)
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Err: herr})
+		return nil
+	}
+	r.log().WarnContext(r.ctx, "sequencer: handler failed, retries exhausted", slog.Int64("sequence", m.seq),
+		slog.String("policy", string(r.e.cfg.Poison)), slog.Any("error", herr))
+	switch act {
+	case poisonBlock:
+		// Record the block (operators list blocked sessions), then give the message back: the
+		// broker delivers it again until it succeeds or its max delivery count dead-letters it.
+		r.st.block(m.seq, m.bs, herr.Error(), r.now())
+		if err := r.save(); err != nil {
+			return err
+		}
+		r.phase = blocked
+		r.e.observe(Event{Kind: EventBlocked, SessionID: r.s.id, Sequence: m.seq, Err: herr})
+		return r.s.abandon(m)
+	case poisonSkip:
+		r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Sequence: m.seq, Err: herr})
+		// Save the skip together with a marker, then dead-letter: a crash in between leaves the
+		// marker, and the redelivered message is dead-lettered instead of completed.
+		r.st.skipPoison(m.seq, m.bs, r.now())
+		if err := r.save(); err != nil {
+			return err
+		}
+		r.e.stats.skipped.Add(1)
+		// Not an indexed one: the next run's startup takes an index entry below Next whose
+		// message is not deferred for settled, and would drop the skip's marker with it.
+		if !r.indexed(m) && r.view().needsAnchor() {
+			// Like a handled message, the skipped one wakes the session if the drain is cut short.
+			r.s.anchor(m, herr.Error(), false)
+		} else if err := r.s.deadLetterSkipped(m, herr.Error()); err != nil {
+			return err
+		}
+		if !r.st.EndedAt.IsZero() {
+			return r.end()
+		}
+		return nil
+	}
+	// poisonPark
+	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Sequence: m.seq, Err: herr})
+	r.st.park(m.seq, m.bs, herr.Error(), r.now())
+	// Save first: a crash before the dead-lettering finds the parked mark and finishes it.
+	if err := r.save(); err != nil {
+		return err
+	}
+	r.e.stats.parked.Add(1)
+	r.phase = parkedHere
+	r.e.observe(Event{Kind: EventParked, SessionID: r.s.id, Sequence: m.seq, Err: herr})
+	return r.deadLetterParked(m)
 }

@@ -6,10 +6,6 @@ import (
 	"slices"
 )
 
-// This file is what a run does before it takes messages: it settles what an earlier run left
-// (startup), and, while an inherited run record is unresolved, learns the real Next from what the
-// broker delivers (resolve).
-
 // startup settles what an earlier run left: an expired tombstone, a parked message still
 // deferred, a resume, deferred messages already handled or beyond the last, a gap timed out.
 func (r *run) startup() error {
@@ -114,12 +110,8 @@ func (r *run) settleStale() error {
 }
 
 // resolve settles an inherited run record with the active messages the broker delivers after the
-// earlier run ended; m is the next one delivered, or nil when a receive found nothing more (the
-// session idles). Each entry is decided by the three rules of "Recorded runs" in the package
-// documentation: delivered, still at the broker; not delivered while a later message was (and
-// the broker does not hold it, HoldingSession), gone; not delivered before the session idles,
-// gone. Next moves past the highest entry known to be gone as soon as it is known; the record is
-// settled once every entry is decided, and held messages that end up below Next are duplicates.
+// earlier run ended; m is the next one delivered, or nil when a receive found nothing more. Each
+// entry is decided by the rules of "Recorded runs" in the package documentation.
 func (r *run) resolve(m *msg) error {
 	if r.phase != resolving {
 		return nil
@@ -172,7 +164,7 @@ func (r *run) resolve(m *msg) error {
 // the entries not delivered although a later message was: each entry is asked about once, and
 // one the broker holds is then left to be delivered (or the session to idle).
 func (r *run) peekPassed() error {
-	hs, ok := r.sess.(HoldingSession)
+	hs, ok := r.s.sess.(HoldingSession)
 	if !ok {
 		return nil
 	}

@@ -9,21 +9,11 @@ import (
 	"time"
 )
 
-// settler makes one run's settlements at the broker (complete, defer, dead-letter, abandon) and
-// owns what they share: the completer, the flag that the session lock is lost, the anchors whose
-// completion waits for a drain, and the messages settled whose index entries the next save
-// removes. The run decides what to settle and when; the settler makes the call, counts it, and
-// keeps the rules every settlement follows:
-//
-//   - nothing is settled once the lock is known to be lost, and the first lost lock cancels the
-//     run (its handler's ctx included);
-//   - every settlement but a completion through the completer first waits for the completions in
-//     flight, so a defer, dead-letter or abandon never overtakes a complete issued before it;
-//   - the first error of a background completion is kept and reported at the next completion,
-//     before the next handler call (failure) and when the run awaits the completer.
-//
-// Only the renewal goroutine and the background completions touch lost and cancel concurrently;
-// everything else belongs to the run's goroutine.
+// settler makes one run's settlements at the broker and owns what they share. Nothing is settled
+// once the lock is known lost (the first lost lock cancels the run); every settlement but a
+// completion through the completer first waits for the completions in flight ("Pipelined
+// completion" in the package documentation). The atomic fields are shared with the renewal
+// goroutine and the background completions; the rest belongs to the run's goroutine.
 type settler struct {
 	e      *Engine
 	sess   Session
@@ -34,15 +24,10 @@ type settler struct {
 	// answered is when the latest call the broker answered for this run was sent (UnixNano): the
 	// lock was held then. Background completions land in any order, so it only moves forward.
 	answered atomic.Int64
-	// refusedEntries counts the entries of recorded runs whose completion the broker refused as
-	// busy since the last save: each stays at the broker, as after a crash, and the next holder
-	// hands it over again unless a save records it handled (replayBound).
-	refusedEntries atomic.Int64
 	// busy: the broker refused one of this run's settlements as busy (a throttled namespace).
 	busy atomic.Bool
-	// done completes the messages whose handling is saved; entries the entries of a recorded run
-	// (the pipelined completer with pipelined runs, else the synchronous one).
-	done, entries completer
+	// done completes the messages whose handling is saved.
+	done completer
 	// settled maps the application sequence of settled messages that may still have an index
 	// entry (State.Deferred, State.SkippedPoison) to their broker sequence; the next save removes
 	// those entries (State.pruneSettled).
@@ -67,18 +52,13 @@ type anchor struct {
 	indexed bool
 }
 
-// init readies s for a run of e on sess: ctx is the run's context, cancel cancels it. (The run
-// holds its settler by value: one allocation less per run.)
+// init readies s for a run of e on sess: ctx is the run's context, cancel cancels it.
 func (s *settler) init(ctx context.Context, cancel context.CancelCauseFunc, e *Engine, sess Session) {
 	s.e, s.sess, s.id, s.ctx, s.cancel = e, sess, sess.ID(), ctx, cancel
 	s.settled = map[int64]int64{}
 	s.done = syncCompleter{s}
-	s.entries = s.done
 	if n := e.cfg.MaxPendingSettlements; n > 1 {
 		s.done = newPipeline(s, n)
-		if e.pipelined {
-			s.entries = s.done
-		}
 	}
 }
 
@@ -142,9 +122,7 @@ func (s *settler) noteAnswered(sent time.Time) {
 }
 
 // holdLease makes a pipelined run wait for its completions in flight before the next handler
-// call once the latest answered call was sent EngineConfig.PipelineLease ago or more: a run that
-// does not know its lock is lost starts no handler call past the lease (see "Pipelined runs" in
-// the package documentation).
+// call once the latest answered call was sent PipelineLease ago or more ("Pipelined runs").
 func (s *settler) holdLease() error {
 	lease := s.e.cfg.PipelineLease
 	if !s.e.pipelined || lease < 0 {
@@ -218,23 +196,22 @@ func (s *settler) refusedHere(seq, bs int64) bool {
 	return ok && b == bs
 }
 
-// completeLater completes m, an active message whose handling is saved and that no index entry
-// or drain depends on, through the completer: unless an earlier background completion failed
-// (that error is returned), it is completed now or started in the background. entry says m is an
-// entry of the stored record (an extension's), whose refusal counts in refusedEntries.
-func (s *settler) completeLater(m *msg, entry bool) error {
+// completeLater completes m, an active message whose handling is saved and that nothing else
+// depends on, through the completer, unless an earlier background completion failed. refused,
+// for an entry of the stored record, counts its refusal as busy.
+func (s *settler) completeLater(m *msg, refused *atomic.Int64) error {
 	if err := s.done.failure(); err != nil {
 		return err
 	}
-	return s.done.issue(m, entry)
+	return s.done.issue(m, refused)
 }
 
-// completeEntry completes m, a handled entry of the run this engine recorded, through the
-// entries' completer. m's completion is issued even when an earlier background completion failed
-// (m is handled: leaving it at the broker would hand it over again), and that failure is returned
-// after it.
-func (s *settler) completeEntry(m *msg) error {
-	if err := s.entries.issue(m, true); err != nil {
+// completeEntry completes m, a handled entry of the run this engine recorded, through c. m's
+// completion is issued even when an earlier background completion failed (m is handled: leaving
+// it at the broker would hand it over again), and that failure is returned after it. refused
+// counts its refusal as busy.
+func (s *settler) completeEntry(m *msg, c completer, refused *atomic.Int64) error {
+	if err := c.issue(m, refused); err != nil {
 		return err
 	}
 	return s.done.failure()
@@ -284,9 +261,9 @@ func (s *settler) settleAnchors() error {
 // background, at most MaxPendingSettlements at a time, and keeps the first error for failure and
 // wait. Only the run's own goroutine issues completions and waits for them.
 type completer interface {
-	// issue completes m, or starts its completion once a slot is free. entry: m is an entry of
-	// the stored record, whose refusal as busy counts in settler.refusedEntries.
-	issue(m *msg, entry bool) error
+	// issue completes m, or starts its completion once a slot is free. refused, when set, counts
+	// a refusal as busy (an entry of the stored record).
+	issue(m *msg, refused *atomic.Int64) error
 	// failure returns the first error of a background completion that has finished, if any.
 	failure() error
 	// wait waits for every completion started and returns the first error.
@@ -298,10 +275,10 @@ type completer interface {
 // syncCompleter completes each message before issue returns.
 type syncCompleter struct{ s *settler }
 
-func (c syncCompleter) issue(m *msg, entry bool) error {
+func (c syncCompleter) issue(m *msg, refused *atomic.Int64) error {
 	landed, err := c.s.call(CallComplete, m, c.s.sess.Complete, c.s.e.clock.Now())
-	if err == nil && !landed && entry {
-		c.s.refusedEntries.Add(1)
+	if err == nil && !landed && refused != nil {
+		refused.Add(1)
 	}
 	return err
 }
@@ -327,7 +304,7 @@ func newPipeline(s *settler, n int) *pipeline {
 
 func (p *pipeline) inFlight() int { return len(p.slots) }
 
-func (p *pipeline) issue(m *msg, entry bool) error {
+func (p *pipeline) issue(m *msg, refused *atomic.Int64) error {
 	s := p.s
 	select {
 	case p.slots <- struct{}{}:
@@ -346,8 +323,8 @@ func (p *pipeline) issue(m *msg, entry bool) error {
 		landed, err := s.call(CallComplete, m, s.sess.Complete, asked)
 		if err != nil {
 			p.fail(err)
-		} else if !landed && entry {
-			s.refusedEntries.Add(1)
+		} else if !landed && refused != nil {
+			refused.Add(1)
 		}
 	})
 	return nil
@@ -374,10 +351,8 @@ func (p *pipeline) wait() error {
 	return p.failure()
 }
 
-// workers runs an engine's background calls (completions, background saves, the receive of the
-// next batch) on goroutines kept while there is work, shared by its runs: a call through the
-// adapter and the SDK grows a new goroutine's stack, which a kept goroutine does once. A
-// goroutine idle for workerIdle ends, so that an engine without work keeps none.
+// workers runs an engine's background calls on goroutines shared by its runs and kept while
+// there is work (a kept goroutine grows its stack once); one idle for workerIdle ends.
 type workers struct {
 	tasks chan func()
 }

@@ -118,12 +118,12 @@ func TestSettlerBackgroundCompletionsAreBounded(t *testing.T) {
 	b := setupSettler(t, 2)
 	release := make(chan struct{})
 	b.sess.gate[1], b.sess.gate[2] = release, release
-	require.NoError(t, b.s.completeLater(testMsg(1, 1), false))
-	require.NoError(t, b.s.completeLater(testMsg(2, 2), false))
+	require.NoError(t, b.s.completeLater(testMsg(1, 1), nil))
+	require.NoError(t, b.s.completeLater(testMsg(2, 2), nil))
 	<-b.sess.started
 	<-b.sess.started
 	third := make(chan error, 1)
-	go func() { third <- b.s.completeLater(testMsg(3, 3), false) }()
+	go func() { third <- b.s.completeLater(testMsg(3, 3), nil) }()
 	select {
 	case <-b.sess.started:
 		t.Fatal("a third completion started while two were in flight")
@@ -142,7 +142,7 @@ func TestSettlerSettlementWaitsForBackgroundCompletions(t *testing.T) {
 	b := setupSettler(t, 4)
 	release := make(chan struct{})
 	b.sess.gate[1] = release
-	require.NoError(t, b.s.completeLater(testMsg(1, 1), false))
+	require.NoError(t, b.s.completeLater(testMsg(1, 1), nil))
 	<-b.sess.started
 	deferred := make(chan error, 1)
 	go func() { deferred <- b.s.deferMsg(testMsg(5, 5)) }()
@@ -158,8 +158,8 @@ func TestSettlerKeepsTheFirstBackgroundError(t *testing.T) {
 	b.sess.fail[1], b.sess.fail[2] = first, second
 	release := make(chan struct{})
 	b.sess.gate[2] = release
-	require.NoError(t, b.s.completeLater(testMsg(1, 1), false))
-	require.NoError(t, b.s.completeLater(testMsg(2, 2), false))
+	require.NoError(t, b.s.completeLater(testMsg(1, 1), nil))
+	require.NoError(t, b.s.completeLater(testMsg(2, 2), nil))
 	<-b.sess.started
 	<-b.sess.started
 	close(release)
@@ -167,7 +167,7 @@ func TestSettlerKeepsTheFirstBackgroundError(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, errors.Is(err, first) || errors.Is(err, second))
 	require.Equal(t, err, b.s.failure(), "the pipeline keeps its first error")
-	require.Equal(t, err, b.s.completeLater(testMsg(3, 3), false), "and reports it at the next completion")
+	require.Equal(t, err, b.s.completeLater(testMsg(3, 3), nil), "and reports it at the next completion")
 	require.NoError(t, b.ctx.Err(), "an error other than a lost lock does not cancel the run")
 }
 
@@ -176,7 +176,7 @@ func TestSettlerLostLock(t *testing.T) {
 	for _, pending := range []int{1, 4} {
 		b := setupSettler(t, pending)
 		b.sess.fail[1] = ErrLockLost
-		err := b.s.completeLater(testMsg(1, 1), false)
+		err := b.s.completeLater(testMsg(1, 1), nil)
 		if err == nil {
 			err = b.s.await()
 		}

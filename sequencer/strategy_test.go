@@ -1,32 +1,38 @@
 package sequencer
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
+type atomicStoreStub struct{ AtomicStore }
+
 func TestStrategyOf(t *testing.T) {
 	t.Parallel()
+	atomic := atomicStoreStub{}
 	tests := []struct {
-		name                        string
-		saveEach, pipelined, atomic bool
-		want                        strategy
-		runs                        bool
+		name                string
+		saveEach, pipelined bool
+		atomic              AtomicStore
+		want                strategy
 	}{
-		{"the default settings", false, true, false, pipelinedRuns, true},
-		{"awaited", false, false, false, recordedRuns, true},
-		{"save each, awaited", true, false, false, perMessage, false},
-		{"save each, pipelined", true, true, false, saveAhead, false},
-		{"an AtomicStore", false, true, true, transactional, false},
-		{"an AtomicStore, save each, awaited", true, false, true, transactional, false},
+		{"the default settings", false, true, nil, &pipelinedRuns{}},
+		{"awaited", false, false, nil, &recordedRuns{}},
+		{"save each, awaited", true, false, nil, perMessage{}},
+		{"save each, pipelined", true, true, nil, &saveAhead{}},
+		{"an AtomicStore", false, true, atomic, transactional{store: atomic}},
+		{"an AtomicStore, save each, awaited", true, false, atomic, transactional{store: atomic}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := strategyOf(tt.saveEach, tt.pipelined, tt.atomic)
-			require.Equal(t, tt.want, got)
-			require.Equal(t, tt.runs, got.recordsRuns())
+			newRun := strategyOf(tt.saveEach, tt.pipelined, tt.atomic)
+			require.Equal(t, tt.want, newRun())
+			if a, b := newRun(), newRun(); reflect.ValueOf(a).Kind() == reflect.Pointer {
+				require.NotSame(t, a, b, "each run has a value of its own")
+			}
 		})
 	}
 }
