@@ -20,7 +20,7 @@ import (
 )
 
 type sendMessageInput struct {
-	QueueURL                string               `json:"QueueUrl"`
+	queueURLInput
 	MessageBody             *string              `json:"MessageBody"`
 	DelaySeconds            *int                 `json:"DelaySeconds"`
 	MessageAttributes       map[string]attrValue `json:"MessageAttributes"`
@@ -38,21 +38,13 @@ type sendMessageOutput struct {
 }
 
 func (h *Handler) sendMessage(r *request) (any, error) {
-	var in sendMessageInput
-	if err := r.decode(&in); err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q, err := h.queueByURLLocked(in.QueueURL)
-	if err != nil {
-		return nil, err
-	}
-	out, err := h.sendLocked(q, &in, r.sender)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return onQueue(h, r, func(q *queue, in *sendMessageInput) (any, error) {
+		out, err := h.sendLocked(q, in, r.sender)
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
 }
 
 type sendMessageBatchInput struct {
@@ -615,22 +607,14 @@ func wantAttr(patterns []string, name string) bool {
 }
 
 type deleteMessageInput struct {
-	QueueURL      string `json:"QueueUrl"`
+	queueURLInput
 	ReceiptHandle string `json:"ReceiptHandle"`
 }
 
 func (h *Handler) deleteMessage(r *request) (any, error) {
-	var in deleteMessageInput
-	if err := r.decode(&in); err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q, err := h.queueByURLLocked(in.QueueURL)
-	if err != nil {
-		return nil, err
-	}
-	return nil, h.deleteLocked(q, in.ReceiptHandle)
+	return onQueue(h, r, func(q *queue, in *deleteMessageInput) (any, error) {
+		return nil, h.deleteLocked(q, in.ReceiptHandle)
+	})
 }
 
 // deleteLocked deletes the message of receipt handle rh, which must be the newest
@@ -664,8 +648,8 @@ type batchEntry struct {
 }
 
 type batchInput struct {
-	QueueURL string       `json:"QueueUrl"`
-	Entries  []batchEntry `json:"Entries"`
+	queueURLInput
+	Entries []batchEntry `json:"Entries"`
 }
 
 type batchIDResult struct {
@@ -679,25 +663,20 @@ type batchOutput struct {
 
 // runBatch applies fn to each entry of a batch request.
 func (h *Handler) runBatch(r *request, fn func(q *queue, e batchEntry) error) (any, error) {
-	var in batchInput
-	if err := r.decode(&in); err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q, err := h.queueByURLLocked(in.QueueURL)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(in.Entries))
-	for i, e := range in.Entries {
+	return onQueue(h, r, func(q *queue, in *batchInput) (any, error) { return runEntries(q, in.Entries, fn) })
+}
+
+// runEntries applies fn to each entry, collecting the results of a batch request.
+func runEntries(q *queue, entries []batchEntry, fn func(q *queue, e batchEntry) error) (any, error) {
+	ids := make([]string, len(entries))
+	for i, e := range entries {
 		ids[i] = e.ID
 	}
 	if err := checkBatch(ids); err != nil {
 		return nil, err
 	}
 	out := batchOutput{Successful: []batchIDResult{}, Failed: []batchError{}}
-	for _, e := range in.Entries {
+	for _, e := range entries {
 		if err := fn(q, e); err != nil {
 			out.Failed = append(out.Failed, toBatchError(e.ID, err))
 			continue
@@ -712,23 +691,15 @@ func (h *Handler) deleteMessageBatch(r *request) (any, error) {
 }
 
 type changeVisibilityInput struct {
-	QueueURL          string `json:"QueueUrl"`
+	queueURLInput
 	ReceiptHandle     string `json:"ReceiptHandle"`
 	VisibilityTimeout *int   `json:"VisibilityTimeout"`
 }
 
 func (h *Handler) changeMessageVisibility(r *request) (any, error) {
-	var in changeVisibilityInput
-	if err := r.decode(&in); err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q, err := h.queueByURLLocked(in.QueueURL)
-	if err != nil {
-		return nil, err
-	}
-	return nil, h.changeVisibilityLocked(q, in.ReceiptHandle, in.VisibilityTimeout)
+	return onQueue(h, r, func(q *queue, in *changeVisibilityInput) (any, error) {
+		return nil, h.changeVisibilityLocked(q, in.ReceiptHandle, in.VisibilityTimeout)
+	})
 }
 
 func (h *Handler) changeMessageVisibilityBatch(r *request) (any, error) {

@@ -122,7 +122,7 @@ func (h *Handler) getQueueURL(r *request) (any, error) {
 }
 
 type getQueueAttributesInput struct {
-	QueueURL       string   `json:"QueueUrl"`
+	queueURLInput
 	AttributeNames []string `json:"AttributeNames"`
 }
 
@@ -131,21 +131,13 @@ type attributesOutput struct {
 }
 
 func (h *Handler) getQueueAttributes(r *request) (any, error) {
-	var in getQueueAttributesInput
-	if err := r.decode(&in); err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q, err := h.queueByURLLocked(in.QueueURL)
-	if err != nil {
-		return nil, err
-	}
-	attrs, err := q.visibleAttrs(in.AttributeNames, h.clk.Now())
-	if err != nil {
-		return nil, err
-	}
-	return attributesOutput{attrs}, nil
+	return onQueue(h, r, func(q *queue, in *getQueueAttributesInput) (any, error) {
+		attrs, err := q.visibleAttrs(in.AttributeNames, h.clk.Now())
+		if err != nil {
+			return nil, err
+		}
+		return attributesOutput{attrs}, nil
+	})
 }
 
 type setQueueAttributesInput struct {
@@ -223,38 +215,46 @@ func (h *Handler) listQueues(r *request) (any, error) {
 	return out, nil
 }
 
+// queueURLInput is the QueueUrl of a request on one queue; the inputs of such requests embed it.
 type queueURLInput struct {
 	QueueURL string `json:"QueueUrl"`
 }
 
-func (h *Handler) deleteQueue(r *request) (any, error) {
-	var in queueURLInput
-	if err := r.decode(&in); err != nil {
+func (i *queueURLInput) queueURL() string { return i.QueueURL }
+
+// onQueue decodes r's input and runs fn, under h.mu, on the queue the input names.
+func onQueue[In any, P interface {
+	*In
+	queueURL() string
+}](h *Handler, r *request, fn func(q *queue, in P) (any, error)) (any, error) {
+	in := P(new(In))
+	if err := r.decode(in); err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q, err := h.queueByURLLocked(in.QueueURL)
+	q, err := h.queueByURLLocked(in.queueURL())
 	if err != nil {
 		return nil, err
 	}
-	delete(h.queues, q.name)
-	h.deleted[q.name] = h.clk.Now()
-	h.notifyLocked()
-	return nil, nil
+	return fn(q, in)
+}
+
+func (h *Handler) deleteQueue(r *request) (any, error) {
+	return onQueue(h, r, func(q *queue, _ *queueURLInput) (any, error) {
+		delete(h.queues, q.name)
+		h.deleted[q.name] = h.clk.Now()
+		h.notifyLocked()
+		return nil, nil
+	})
 }
 
 func (h *Handler) purgeQueue(r *request) (any, error) {
-	var in queueURLInput
-	if err := r.decode(&in); err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q, err := h.queueByURLLocked(in.QueueURL)
-	if err != nil {
-		return nil, err
-	}
+	return onQueue(h, r, func(q *queue, _ *queueURLInput) (any, error) { return h.purgeLocked(q) })
+}
+
+// purgeLocked empties q, at most once a minute. h.mu must be held.
+func (h *Handler) purgeLocked(q *queue) (any, error) {
 	now := h.clk.Now()
 	if !q.purged.IsZero() && now.Sub(q.purged) < purgeInterval {
 		return nil, newErr("PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress",
