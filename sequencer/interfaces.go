@@ -43,8 +43,12 @@ type DeadLetterParams struct {
 	Description string
 }
 
-// Session is a session locked for this process. Implementations: the Service Bus adapter, the
-// in-memory fake broker. All methods except ID and LockedUntil may block on I/O.
+// Session is a session locked for this process: what every provider must offer (a Service Bus
+// session, an SQS FIFO message group, the in-memory fake broker's session). What a provider may
+// lack is asked for by the interfaces that embed it: DeferringSession (deferral at the broker),
+// HoldingSession (a look at what the broker holds); session state is a StateStore's business
+// (the Service Bus store reads it through the session). All methods except ID and LockedUntil
+// may block on I/O.
 //
 // Implementations must be safe for concurrent use: the engine renews the lock in the background
 // and, with EngineConfig.MaxPendingSettlements > 1, runs several Complete calls (of different
@@ -61,17 +65,25 @@ type Session interface {
 	// Receive waits for up to max messages. It returns what arrived before ctx ends; an empty
 	// slice with a nil error means nothing arrived before ctx ended (an idle session).
 	Receive(ctx context.Context, max int) ([]*Message, error)
-	// ReceiveDeferred fetches deferred messages of this session by broker sequence number. Numbers
-	// that the broker no longer holds are left out of the result without an error.
-	ReceiveDeferred(ctx context.Context, brokerSequences []int64) ([]*Message, error)
 	Complete(ctx context.Context, m *Message) error
-	Defer(ctx context.Context, m *Message) error
 	DeadLetter(ctx context.Context, m *Message, p DeadLetterParams) error
 	Abandon(ctx context.Context, m *Message) error
 	// RenewLock renews the session lock and returns the new expiry.
 	RenewLock(ctx context.Context) (time.Time, error)
 	// Close releases the session lock. Unsettled messages return to the broker.
 	Close(ctx context.Context) error
+}
+
+// DeferringSession is a Session whose broker can set a message aside and give it back by its
+// broker sequence number (Service Bus deferral). The engine needs it with EarlyDefer, and to
+// fetch what was deferred before a switch to EarlyStore; SQS FIFO has no deferral.
+type DeferringSession interface {
+	Session
+	// Defer sets m aside at the broker: it is delivered only by ReceiveDeferred.
+	Defer(ctx context.Context, m *Message) error
+	// ReceiveDeferred fetches deferred messages of this session by broker sequence number. Numbers
+	// that the broker no longer holds are left out of the result without an error.
+	ReceiveDeferred(ctx context.Context, brokerSequences []int64) ([]*Message, error)
 }
 
 // HoldingSession is a Session that can tell which of its messages the broker still holds without
@@ -227,4 +239,7 @@ var (
 	// presumes the refusal (the Service Bus SDK hides it) returns it too: a settlement that in
 	// fact landed leaves an index entry whose message the next run does not find, and drops.
 	ErrSettlementRefused = errors.New("sequencer: settlement refused as busy")
+	// ErrNoDeferral: the session cannot defer (it is no DeferringSession); early messages need
+	// EarlyStore there.
+	ErrNoDeferral = errors.New("sequencer: the provider cannot defer messages")
 )

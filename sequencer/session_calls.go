@@ -237,8 +237,12 @@ func (r *run) receiveDeferred(bss []int64) ([]msg, error) {
 	if r.s.lost.Load() {
 		return nil, r.s.callErr(CallReceiveDeferred, ErrLockLost)
 	}
+	ds, ok := r.s.sess.(DeferringSession)
+	if !ok {
+		return nil, r.s.callErr(CallReceiveDeferred, ErrNoDeferral)
+	}
 	r.e.stats.calls[CallReceiveDeferred].Add(1)
-	raw, err := r.s.sess.ReceiveDeferred(r.ctx, bss)
+	raw, err := ds.ReceiveDeferred(r.ctx, bss)
 	if err != nil {
 		return nil, r.s.callErr(CallReceiveDeferred, err)
 	}

@@ -143,7 +143,11 @@ func (s *settler) complete(m *msg) (landed bool, err error) {
 // delivered again once the session is released, and its index entry recognises it (as after a
 // crash between the save and the defer).
 func (s *settler) deferMsg(m *msg) error {
-	_, err := s.settle(CallDefer, m, s.sess.Defer)
+	ds, ok := s.sess.(DeferringSession)
+	if !ok {
+		return s.callErr(CallDefer, ErrNoDeferral)
+	}
+	_, err := s.settle(CallDefer, m, ds.Defer)
 	return err
 }
 
