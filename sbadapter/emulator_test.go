@@ -175,12 +175,12 @@ func TestDeferAndReceiveDeferred(t *testing.T) {
 	for _, m := range msgs {
 		bySeq[m.Properties["Sequence"].(int64)] = m.BrokerSequence
 	}
-	require.NoError(t, sess.Defer(ctx, msgs[0]))
-	require.NoError(t, sess.Defer(ctx, msgs[1]))
+	require.NoError(t, sess.(sequencer.DeferringSession).Defer(ctx, msgs[0]))
+	require.NoError(t, sess.(sequencer.DeferringSession).Defer(ctx, msgs[1]))
 	require.NoError(t, sess.Complete(ctx, msgs[2]))
 
 	// 999999 does not exist: it is left out without an error.
-	got, err := sess.ReceiveDeferred(ctx, []int64{bySeq[2], 999999, bySeq[3]})
+	got, err := sess.(sequencer.DeferringSession).ReceiveDeferred(ctx, []int64{bySeq[2], 999999, bySeq[3]})
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	seqs := []int64{got[0].BrokerSequence, got[1].BrokerSequence}
@@ -192,7 +192,7 @@ func TestDeferAndReceiveDeferred(t *testing.T) {
 		require.Equal(t, "a", m.SessionID)
 		require.NoError(t, sess.Complete(ctx, m))
 	}
-	got, err = sess.ReceiveDeferred(ctx, []int64{bySeq[2]})
+	got, err = sess.(sequencer.DeferringSession).ReceiveDeferred(ctx, []int64{bySeq[2]})
 	require.NoError(t, err)
 	require.Empty(t, got, "completed deferred messages are gone")
 	require.NoError(t, sess.Close(ctx))
@@ -210,7 +210,7 @@ func TestPeekShowsActiveAndDeferredOfTheSession(t *testing.T) {
 	sess, err := b.source.Accept(ctx, "a")
 	require.NoError(t, err)
 	msgs := receiveN(ctx, t, sess, 3)
-	require.NoError(t, sess.Defer(ctx, msgs[1]))
+	require.NoError(t, sess.(sequencer.DeferringSession).Defer(ctx, msgs[1]))
 	require.NoError(t, sess.Complete(ctx, msgs[0]))
 
 	peeked, err := sess.(*sbadapter.Session).Peek(ctx, 0, 10)
@@ -246,7 +246,7 @@ func TestHoldingPeeksPageByPage(t *testing.T) {
 	require.NoError(t, err)
 	msgs := receiveN(ctx, t, sess, 70)
 	require.NoError(t, sess.Complete(ctx, msgs[69]))
-	require.NoError(t, sess.Defer(ctx, msgs[1]))
+	require.NoError(t, sess.(sequencer.DeferringSession).Defer(ctx, msgs[1]))
 	hs := sess.(sequencer.HoldingSession)
 	held, err := hs.Holding(ctx, []int64{msgs[69].BrokerSequence, msgs[0].BrokerSequence, msgs[1].BrokerSequence, msgs[68].BrokerSequence})
 	require.NoError(t, err)

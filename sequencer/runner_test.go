@@ -200,7 +200,7 @@ func TestRunnerWakeServesStrandedSession(t *testing.T) {
 	require.NoError(t, err)
 	msgs, err := sess.Receive(t.Context(), 1)
 	require.NoError(t, err)
-	require.NoError(t, sess.Defer(t.Context(), msgs[0]))
+	require.NoError(t, sess.(sequencer.DeferringSession).Defer(t.Context(), msgs[0]))
 	require.NoError(t, sess.Close(t.Context()))
 	st := sequencer.NewState()
 	st.Deferred[1] = bs
