@@ -223,8 +223,8 @@ func deadLetterDedupID(messageID string) string {
 }
 
 // deadLetterAttributes are the message's attributes plus the reason and the description (those
-// that are not empty), as far as SQS's 10 attributes allow: the description goes first, then the
-// reason.
+// that are not empty), as far as SQS's 10 attributes allow: short of room, the description is left
+// out first, then the reason.
 func deadLetterAttributes(orig map[string]types.MessageAttributeValue, p sequencer.DeadLetterParams) map[string]types.MessageAttributeValue {
 	out := make(map[string]types.MessageAttributeValue, len(orig)+2)
 	for k, v := range orig {
