@@ -9,7 +9,10 @@
 // One receive loop per Source demultiplexes by MessageGroupId: messages of a group with a session
 // open in this process go to that session; other groups are offered to AcceptNext, all of a
 // group's messages of a batch together. SQS serves no one a group that has a message in flight:
-// that is the session's exclusivity. It also means a session receives the group's next messages
+// that is the session's exclusivity, and it lasts only while a message of the group is in flight:
+// a session with nothing held holds nothing at SQS, and another process may receive the group's
+// next messages (order holds all the same: SQS hands them out only after the earlier ones are
+// settled). It also means a session receives the group's next messages
 // only once those in flight are settled (or released).
 //
 // The loop receives only when asked: an AcceptNext waiting with nothing offered, or a session

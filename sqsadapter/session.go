@@ -160,6 +160,11 @@ func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
 		return err
 	}
 	s.src.mu.Lock()
+	if h := s.g.held[m.MessageID]; h == nil || h.handle != rec.ReceiptHandle || s.closed {
+		// Settled, released or closed since the check above.
+		s.src.mu.Unlock()
+		return fmt.Errorf("sqsadapter: abandon message %q of group %q: no longer held: %w", m.MessageID, s.id, sequencer.ErrLockLost)
+	}
 	rel := []heldMsg{*s.g.held[m.MessageID]}
 	for _, b := range s.g.buf {
 		if h := s.g.held[b.MessageID]; h != nil {
