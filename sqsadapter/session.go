@@ -54,10 +54,10 @@ func (s *Session) LockedUntil() time.Time {
 	return until
 }
 
-// Receive returns up to max messages of the group received for it, waiting for the receive loop
-// until ctx ends (then an empty slice and nil).
-func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, error) {
-	max = cmpMax(max, 1)
+// Receive returns up to limit messages of the group received for it (at least one), waiting for
+// the receive loop until ctx ends (then an empty slice and nil).
+func (s *Session) Receive(ctx context.Context, limit int) ([]*sequencer.Message, error) {
+	limit = max(limit, 1)
 	for {
 		s.src.mu.Lock()
 		if s.closed {
@@ -65,7 +65,7 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 			return nil, fmt.Errorf("sqsadapter: receive group %q: session closed: %w", s.id, sequencer.ErrLockLost)
 		}
 		if n := len(s.g.buf); n > 0 {
-			k := min(n, max)
+			k := min(n, limit)
 			out := slices.Clone(s.g.buf[:k])
 			s.g.buf = slices.Delete(s.g.buf, 0, k)
 			s.src.mu.Unlock()
@@ -86,13 +86,6 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 			return []*sequencer.Message{}, nil
 		}
 	}
-}
-
-func cmpMax(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // held returns m's receipt when the session still holds it with that receipt handle, else an
