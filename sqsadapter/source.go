@@ -101,9 +101,10 @@ type group struct {
 }
 
 type heldMsg struct {
-	handle string
-	seq    int64 // BrokerSequence, for releasing in order
-	until  time.Time
+	handle   string
+	seq      int64 // BrokerSequence, for releasing in order
+	until    time.Time
+	settling int // settlements under way
 }
 
 func newGroup(id string) *group {

@@ -3,6 +3,7 @@ package sqsadapter_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -320,4 +321,47 @@ func TestDeadLetterAgainIsDeduplicated(t *testing.T) {
 	require.Equal(t, "HandlerFailed", dl[0].Reason)
 	require.Equal(t, "boom", dl[0].Description)
 	require.EqualValues(t, 1, dl[0].Properties[contract.SequenceProperty])
+}
+
+// TestRenewAlongsideCompletions: the engine renews in the background while it completes; a
+// renewal that finds a message just deleted is no lost lock.
+func TestRenewAlongsideCompletions(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, nil)
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second})
+	for round := range 3 {
+		group := fmt.Sprint("g", round)
+		send(t, pub, group, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+		sess, err := src.Accept(ctxT(t), group)
+		require.NoError(t, err)
+		var msgs []*sequencer.Message
+		for ctx := ctxT(t); len(msgs) < 10 && ctx.Err() == nil; {
+			ms, err := sess.Receive(ctx, 10)
+			require.NoError(t, err)
+			msgs = append(msgs, ms...)
+		}
+		require.Len(t, msgs, 10)
+		stop := make(chan struct{})
+		renewErr := make(chan error, 1)
+		go func() {
+			defer close(renewErr)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := sess.RenewLock(t.Context()); err != nil {
+					renewErr <- err
+					return
+				}
+			}
+		}()
+		for _, m := range msgs {
+			require.NoError(t, sess.Complete(t.Context(), m))
+		}
+		close(stop)
+		require.NoError(t, <-renewErr)
+		require.NoError(t, sess.Close(t.Context()))
+	}
 }
