@@ -152,6 +152,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	if c.conn.Postgres != nil {
 		sw.attention = listerAttention{lister: c.conn.Lister}
+		sw.held = c.conn.Postgres
 		sw.lease = &advisoryLease{pool: c.conn.Pool, entity: cfg.Entity.String()}
 	} else {
 		src := countingSource{SessionSource: c.conn.ScanSource, calls: calls}
