@@ -45,6 +45,8 @@ type Session struct {
 	r      sessionReceiver
 	id     string
 	logger *slog.Logger
+	// noPeek: the entity is partitioned (Source.MarkPartitioned): Holding answers ErrNoPeek.
+	noPeek bool
 
 	// settleTimeout bounds one settlement attempt (Config.SettleTimeout).
 	settleTimeout time.Duration
@@ -390,6 +392,9 @@ const holdingPage = 64
 // brokerSequences on, page by page, until past the highest, and returns those it finds active
 // (a message this receiver holds locked is active too).
 func (s *Session) Holding(ctx context.Context, brokerSequences []int64) ([]int64, error) {
+	if s.noPeek {
+		return nil, fmt.Errorf("sbadapter: session %s: the entity is partitioned: %w", s.id, sequencer.ErrNoPeek)
+	}
 	if len(brokerSequences) == 0 {
 		return nil, nil
 	}

@@ -294,7 +294,7 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		c.log.WarnContext(ctx, "worker: probing the entity failed; starting anyway, the runner retries", slog.Any("error", err))
 	}
-	if err := c.checkDeferral(ctx); err != nil {
+	if err := c.checkPartitioning(ctx); err != nil {
 		return fail(err)
 	}
 
