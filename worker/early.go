@@ -146,8 +146,9 @@ func (c Config) deferralRefused(p EntityProperties) error {
 	}
 	return configError("EarlyMessages", fmt.Errorf(
 		"%s on %s, which is partitioned: Service Bus is known to fail the fetch of a session's deferred messages on partitioned entities; "+
-			"run `worker doctor` with these settings, and set %s=true only if its round trip passes",
-		c.EarlyMessages, c.Entity, envVar(reflect.TypeFor[Config](), "DeferOnPartitioned")))
+			"hold early messages in the state store instead (%s=%s with %s=%s), or run `worker doctor` with these settings and set %s=true only if its round trip passes",
+		c.EarlyMessages, c.Entity, envVar(reflect.TypeFor[Config](), "EarlyMessages"), EarlyMessagesStore,
+		envVar(reflect.TypeFor[Config](), "StateStore"), StateStorePostgres, envVar(reflect.TypeFor[Config](), "DeferOnPartitioned")))
 }
 
 // checkPartitioning is the start-time look at the entity's partitioning: it reads the entity's
