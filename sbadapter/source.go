@@ -248,6 +248,14 @@ func (s *Source) newSession(r sessionReceiver) *Session {
 	return sess
 }
 
+var _ sequencer.CapableSource = (*Source)(nil)
+
+// Capabilities implements sequencer.CapableSource: Service Bus sessions defer and keep a session
+// state; they peek unless the entity is partitioned (MarkPartitioned).
+func (s *Source) Capabilities() sequencer.Capabilities {
+	return sequencer.Capabilities{Deferral: true, Peek: !s.partitioned.Load(), SessionState: true}
+}
+
 // MarkPartitioned tells the source its entity is partitioned, as its properties say (the worker
 // reads them at start). Service Bus refuses a session's $management requests without the
 // session id there, and the SDK's peek sends none: the sessions locked from now on answer

@@ -102,6 +102,26 @@ type HoldingSession interface {
 	Holding(ctx context.Context, brokerSequences []int64) ([]int64, error)
 }
 
+// Capabilities say what a provider's sessions offer beyond Session: what the provider may lack.
+type Capabilities struct {
+	// Deferral: its sessions are DeferringSessions (Service Bus; not SQS FIFO).
+	Deferral bool
+	// Peek: its sessions are HoldingSessions (Service Bus, but for partitioned entities).
+	Peek bool
+	// SessionState: the broker keeps a state per session that a StateStore may use (Service Bus
+	// session state; not SQS FIFO, whose states live in Postgres).
+	SessionState bool
+}
+
+// CapableSource is a SessionSource that says what its sessions offer. A Runner picks the early
+// messages' keeper from it when its EngineConfig leaves EarlyMessages unset (EarlyStore where
+// the provider cannot defer), and refuses EarlyDefer on a provider that cannot defer. A source
+// that does not implement it is taken to offer what its sessions' types say.
+type CapableSource interface {
+	SessionSource
+	Capabilities() Capabilities
+}
+
 // SessionSource hands out locked sessions.
 type SessionSource interface {
 	// AcceptNext locks the next available session. It returns ErrNoSession when none became

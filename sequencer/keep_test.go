@@ -180,3 +180,29 @@ func TestEarlyStoreNeedsAHeldStore(t *testing.T) {
 	cfg.Held.TotalBytes = -1
 	require.ErrorContains(t, cfg.WithDefaults().Validate(), "Held limits must not be negative")
 }
+
+// noDeferral is a source whose provider cannot defer (as SQS FIFO).
+type noDeferral struct{ sequencer.SessionSource }
+
+func (noDeferral) Capabilities() sequencer.Capabilities { return sequencer.Capabilities{} }
+
+// A Runner over a provider without deferral holds early messages in the store unless told to
+// defer, which it refuses.
+func TestRunnerPicksTheKeeperTheProviderSupports(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sequencer.EngineConfig{})
+	src := noDeferral{b.client}
+	r, err := sequencer.NewRunner(sequencer.RunnerConfig{Source: src, Store: b.storeClient().Holding(), Handler: sequencer.HandlerFunc(b.handle)})
+	require.NoError(t, err)
+	require.Equal(t, sequencer.EarlyStore, r.Engine().Config().EarlyMessages)
+
+	_, err = sequencer.NewRunner(sequencer.RunnerConfig{Source: src, Store: b.storeClient(), Handler: sequencer.HandlerFunc(b.handle)})
+	require.ErrorContains(t, err, "needs a state store that holds messages", "a store without held messages cannot serve it")
+	_, err = sequencer.NewRunner(sequencer.RunnerConfig{Source: src, Store: b.storeClient().Holding(), Handler: sequencer.HandlerFunc(b.handle),
+		Engine: sequencer.EngineConfig{EarlyMessages: sequencer.EarlyDefer}})
+	require.ErrorContains(t, err, "needs a provider that defers")
+
+	r, err = sequencer.NewRunner(sequencer.RunnerConfig{Source: b.client, Store: b.storeClient(), Handler: sequencer.HandlerFunc(b.handle)})
+	require.NoError(t, err)
+	require.Equal(t, sequencer.EarlyDefer, r.Engine().Config().EarlyMessages, "a source that says nothing keeps the default")
+}
