@@ -206,3 +206,25 @@ func TestRunnerPicksTheKeeperTheProviderSupports(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sequencer.EarlyDefer, r.Engine().Config().EarlyMessages, "a source that says nothing keeps the default")
 }
+
+// A message the store cannot keep (a property of a type it does not keep) stays at the broker,
+// as past a bound; nothing is lost.
+func TestEarlyStoreNotHoldable(t *testing.T) {
+	t.Parallel()
+	b := setupHolding(t, storeCfg)
+	b.broker.Publish("a", map[string]any{"Sequence": int64(2), "Odd": struct{}{}}, nil)
+	out, ok := b.runNext(t)
+	require.True(t, ok)
+	require.Equal(t, sequencer.OutcomeHeldFull, out)
+	require.Empty(t, b.store.HeldMessages("a"))
+	active, _ := b.broker.Pending("a")
+	require.Equal(t, 1, active)
+	b.broker.PublishSeq("a", 1, false)
+	b.clock.Advance(time.Minute)
+	cfg := storeCfg
+	cfg.ReceiveBatch = 32
+	b.engine = b.newEngine(t, cfg, b.storeClient().Holding())
+	_, ok = b.runNext(t)
+	require.True(t, ok)
+	require.Equal(t, []int64{1, 2}, b.got("a"))
+}
