@@ -373,6 +373,9 @@ func (s *Session) NoteStateVersion(v int64, ok bool) {
 // (ReceivedMessage.State tells them apart). Operator tools use it to show a session; the engine
 // peeks through Holding.
 func (s *Session) Peek(ctx context.Context, from int64, max int) ([]*azservicebus.ReceivedMessage, error) {
+	if s.noPeek {
+		return nil, fmt.Errorf("sbadapter: session %s: the entity is partitioned: %w", s.id, sequencer.ErrNoPeek)
+	}
 	var msgs []*azservicebus.ReceivedMessage
 	err := s.call(ctx, func(ctx context.Context) (err error) {
 		msgs, err = s.r.PeekMessages(ctx, max, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
@@ -392,9 +395,6 @@ const holdingPage = 64
 // brokerSequences on, page by page, until past the highest, and returns those it finds active
 // (a message this receiver holds locked is active too).
 func (s *Session) Holding(ctx context.Context, brokerSequences []int64) ([]int64, error) {
-	if s.noPeek {
-		return nil, fmt.Errorf("sbadapter: session %s: the entity is partitioned: %w", s.id, sequencer.ErrNoPeek)
-	}
 	if len(brokerSequences) == 0 {
 		return nil, nil
 	}

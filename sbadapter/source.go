@@ -259,7 +259,7 @@ func (s *Source) Capabilities() sequencer.Capabilities {
 // MarkPartitioned tells the source its entity is partitioned, as its properties say (the worker
 // reads them at start). Service Bus refuses a session's $management requests without the
 // session id there, and the SDK's peek sends none: the sessions locked from now on answer
-// Holding with sequencer.ErrNoPeek instead of a peek the broker refuses.
+// Peek and Holding with sequencer.ErrNoPeek instead of a peek the broker refuses.
 func (s *Source) MarkPartitioned() { s.partitioned.Store(true) }
 
 // ListSessions returns the ids of the entity's sessions that have active messages or stored

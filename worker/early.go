@@ -178,7 +178,11 @@ func (c *Client) checkPartitioning(ctx context.Context) error {
 		return nil
 	}
 	if props.Partitioned {
-		c.conn.Source.MarkPartitioned()
+		for _, s := range []*sbadapter.Source{c.conn.Source, c.conn.ManagementSource, c.conn.ScanSource} {
+			if s != nil {
+				s.MarkPartitioned()
+			}
+		}
 	}
 	return cfg.deferralRefused(props)
 }
