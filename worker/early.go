@@ -27,19 +27,33 @@ const (
 	// fetch on partitioned entities, so Start refuses a partitioned entity it can read the
 	// properties of, unless Config.DeferOnPartitioned.
 	EarlyMessagesDefer EarlyMessages = "defer"
-	// EarlyMessagesStore holds early messages in the state store and completes them at the
-	// broker. This build does not have it: Validate refuses it.
+	// EarlyMessagesStore holds early messages in the Postgres state store and completes them at
+	// the broker (sequencer.EarlyStore): no deferred message is ever created, so it works on
+	// partitioned entities. Bounded by Config.HeldMaxSessionMessages, HeldMaxSessionBytes and
+	// HeldMaxBytes.
 	EarlyMessagesStore EarlyMessages = "store"
 )
 
-// checkEarlyMessages refuses a mode this build does not run.
-func checkEarlyMessages[T any](p *problems[T], e EarlyMessages) {
-	switch e {
+// checkEarlyMessages checks the mode against the settings it depends on: store holds message
+// bodies, which the Service Bus session state cannot (its size limit is that of one message), and
+// gives no message back to the broker, which the poison policy block relies on.
+func checkEarlyMessages[T any](p *problems[T], c Config) {
+	switch c.EarlyMessages {
 	case EarlyMessagesDefer:
 	case EarlyMessagesStore:
-		p.add("EarlyMessages", "%s (early messages held in the state store) is not available in this build: use %s", e, EarlyMessagesDefer)
+		if c.Ordering == OrderingSession && c.StateStore != StateStorePostgres {
+			p.add("EarlyMessages", "%s holds early messages in the state store, which needs %s=postgres: the Service Bus session state is bounded by one message's size",
+				c.EarlyMessages, p.v("StateStore"))
+		}
+		if c.PoisonPolicy == sequencer.PoisonBlock {
+			p.add("EarlyMessages", "%s does not go with %s=block, which gives a failing message back to the broker: a held message has left it",
+				c.EarlyMessages, p.v("PoisonPolicy"))
+		}
 	default:
-		p.add("EarlyMessages", "%q is not one of %s, %s (%s is not available in this build)", e, EarlyMessagesDefer, EarlyMessagesStore, EarlyMessagesStore)
+		p.add("EarlyMessages", "%q is not one of %s, %s", c.EarlyMessages, EarlyMessagesDefer, EarlyMessagesStore)
+	}
+	if c.HeldMaxSessionMessages < 0 {
+		p.add("HeldMaxSessionMessages", "must not be negative (0: no bound), got %d", c.HeldMaxSessionMessages)
 	}
 }
 
@@ -132,16 +146,19 @@ func (c Config) deferralRefused(p EntityProperties) error {
 	}
 	return configError("EarlyMessages", fmt.Errorf(
 		"%s on %s, which is partitioned: Service Bus is known to fail the fetch of a session's deferred messages on partitioned entities; "+
-			"run `worker doctor` with these settings, and set %s=true only if its round trip passes",
-		c.EarlyMessages, c.Entity, envVar(reflect.TypeFor[Config](), "DeferOnPartitioned")))
+			"hold early messages in the state store instead (%s=%s with %s=%s), or run `worker doctor` with these settings and set %s=true only if its round trip passes",
+		c.EarlyMessages, c.Entity, envVar(reflect.TypeFor[Config](), "EarlyMessages"), EarlyMessagesStore,
+		envVar(reflect.TypeFor[Config](), "StateStore"), StateStorePostgres, envVar(reflect.TypeFor[Config](), "DeferOnPartitioned")))
 }
 
-// checkDeferral is the start-time check of deferral on a partitioned entity: it reads the
-// entity's properties and refuses what deferralRefused refuses. Without the Manage right (or
-// when the read fails otherwise) it logs that it could not check and lets the worker start.
-func (c *Client) checkDeferral(ctx context.Context) error {
+// checkPartitioning is the start-time look at the entity's partitioning: it reads the entity's
+// properties, refuses what deferralRefused refuses, and on a partitioned entity tells the
+// session source not to peek (the SDK's peek of a session's messages lacks the session id the
+// service needs there; see sbadapter.Source.MarkPartitioned). Without the Manage right (or when
+// the read fails otherwise) it logs that it could not check and lets the worker start.
+func (c *Client) checkPartitioning(ctx context.Context) error {
 	cfg := c.cfg
-	if cfg.Ordering != OrderingSession || cfg.EarlyMessages != EarlyMessagesDefer || cfg.DeferOnPartitioned {
+	if cfg.Ordering != OrderingSession {
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -152,9 +169,20 @@ func (c *Client) checkDeferral(ctx context.Context) error {
 		if errors.Is(err, sbadapter.ErrUnauthorized) {
 			reason = "the credentials lack the Manage right"
 		}
-		c.log.WarnContext(ctx, "worker: could not check whether the entity is partitioned (deferral of early messages fails there); starting anyway",
+		what := "peeks of a session's messages"
+		if cfg.EarlyMessages == EarlyMessagesDefer && !cfg.DeferOnPartitioned {
+			what = "deferral of early messages"
+		}
+		c.log.WarnContext(ctx, "worker: could not check whether the entity is partitioned ("+what+" fail there); starting anyway",
 			slog.String("entity", cfg.Entity.String()), slog.String("reason", reason), slog.Any("error", err))
 		return nil
+	}
+	if props.Partitioned {
+		for _, s := range []*sbadapter.Source{c.conn.Source, c.conn.ManagementSource, c.conn.ScanSource} {
+			if s != nil {
+				s.MarkPartitioned()
+			}
+		}
 	}
 	return cfg.deferralRefused(props)
 }
