@@ -3,6 +3,7 @@ package sequencertest_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +19,32 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestBrokerConformance(t *testing.T) {
 	t.Parallel()
+	var mu sync.Mutex
+	brokers := map[sequencer.SessionSource]*sequencertest.Broker{}
 	sequencertest.RunSessionConformance(t, func(t *testing.T) (sequencer.SessionSource, sequencertest.Publisher) {
-		b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Blocking: true, Clock: clock.Real()})
-		return b.NewClient(nil), sequencertest.BrokerPublisher{B: b}
-	}, &sequencertest.ConformanceOptions{Wait: 400 * time.Millisecond})
+		b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Blocking: true, Clock: clock.Real(), LockDuration: 2 * time.Second})
+		mu.Lock()
+		c := b.NewClient(nil)
+		brokers[c] = b
+		mu.Unlock()
+		return c, sequencertest.BrokerPublisher{B: b}
+	}, &sequencertest.ConformanceOptions{
+		Wait:         400 * time.Millisecond,
+		Capabilities: sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true},
+		DeadLetters: func(_ context.Context, src sequencer.SessionSource, sessionID string) ([]sequencertest.DeadLettered, error) {
+			mu.Lock()
+			b := brokers[src]
+			mu.Unlock()
+			var out []sequencertest.DeadLettered
+			for _, d := range b.DeadLetters() {
+				if d.Message.SessionID == sessionID {
+					out = append(out, sequencertest.DeadLettered{SessionID: d.Message.SessionID, Body: d.Message.Body,
+						Properties: d.Message.Properties, Reason: d.Reason, Description: d.Description})
+				}
+			}
+			return out, nil
+		},
+	})
 }
 
 func TestBrokerLockExpiry(t *testing.T) {
