@@ -4,8 +4,10 @@
 // state and the accept-next rule (a session holding only deferred messages is not offered); an
 // in-memory StateStore (Store) that stores the binary encoding; fault injection for both through
 // a Process whose hook sees every call before and after it takes effect and can fail it or crash
-// the whole process; and RunSessionConformance, the suite every SessionSource implementation
-// (this fake, the Service Bus adapter against the emulator) must pass.
+// the whole process; a HeldStore view of that store (Holding) for early messages held in the
+// store; and RunSessionConformance, the suite every provider (this fake, the Service Bus adapter
+// against the emulator, the SQS FIFO adapter against the local SQS) must pass, what a provider may
+// lack gated on the capabilities it declares.
 //
 // It is for tests only: production code must never import it. It imports package sequencer,
 // the leaf package clock, the standard library and testify (for the conformance suite),
