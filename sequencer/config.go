@@ -193,10 +193,15 @@ const (
 )
 
 // HeldLimits bound what EarlyStore holds in the store. When holding the early messages of a
-// batch would pass a bound, the engine holds none of them and stops taking messages from the
-// session: the run ends (OutcomeHeldFull) and releases the session, and the messages it did not
-// hold return to the broker, which keeps them (each such release counts a delivery of them at
-// Service Bus). Nothing is lost; the session goes on once its held messages are handed over.
+// batch would pass a bound, the engine holds none of them (EventHeldFull) and keeps them, and
+// what arrives after them, unsettled in the window, looking further for the message for Next;
+// once that passes WindowBytes it stops taking messages from the session and releases it
+// (OutcomeHeldFull). What the window keeps when the session is released returns to the broker,
+// which keeps it. Nothing is lost, but while the message for Next is missing the session is
+// offered again at once and released at each IdleTimeout, and each release counts a delivery
+// of what it did not hold: at the entity's max delivery count the broker dead-letters those
+// (MaxDeliveryCountExceeded; a replay brings them back). The bounds are a safety valve for the
+// store, to be set well above what a session holds in normal running, and watched.
 type HeldLimits struct {
 	// SessionMessages and SessionBytes bound what one session holds (HeldSize per message).
 	SessionMessages int

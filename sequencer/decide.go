@@ -84,6 +84,9 @@ type window struct {
 	fetched map[int64]*msg
 	// missing marks deferred entries the broker did not return.
 	missing map[int64]bool
+	// refused: the store refused to hold more this run (a bound of EngineConfig.Held): what is
+	// early stays here, up to WindowBytes (trimWindow).
+	refused bool
 }
 
 func newWindow() window {

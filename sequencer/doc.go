@@ -362,9 +362,12 @@
 // fetched from the broker if the session can defer, and with EarlyDefer on a HeldStore the
 // entries the broker does not return are looked for in the store: switching modes loses nothing.
 //
-// HeldLimits bound what is held. Past a bound the run holds none of the batch's early messages
-// and ends (OutcomeHeldFull): its unsettled messages go back to the broker when the session is
-// released, and nothing is lost; the message for Next of a released retry is never refused.
+// HeldLimits bound what is held. Past a bound the run holds none of the batch's early messages:
+// they and what arrives after them wait unsettled in the window, up to WindowBytes, so that the
+// run reaches the message for Next behind them (a release alone would loop: the broker delivers
+// the early ones first again); past WindowBytes the run ends (OutcomeHeldFull). What the window
+// keeps goes back to the broker when the session is released, and nothing is lost; the message
+// for Next of a released retry is never refused.
 //
 // # Drain
 //

@@ -37,9 +37,9 @@ const (
 	// next attempt is spent with the session released (EngineConfig.RetryReleaseAfter); the
 	// state says when the attempt is due (State.Retrying).
 	OutcomeRetrying
-	// OutcomeHeldFull: holding the early messages in hand would pass a bound of
-	// EngineConfig.Held, or the store cannot keep one of them (ErrNotHoldable); the session was
-	// released with them unsettled, and the broker keeps them.
+	// OutcomeHeldFull: the store refused to hold more early messages (a bound of
+	// EngineConfig.Held, or one it cannot keep) and the window passed WindowBytes with what it
+	// kept instead; the session was released with them unsettled, and the broker keeps them.
 	OutcomeHeldFull
 )
 

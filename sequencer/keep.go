@@ -19,7 +19,8 @@ type keeper interface {
 	// setAside records ms in the index and sets them aside, durably: what a crash leaves is
 	// either the message at the broker or the index entry with its copy kept. early: ms are
 	// early messages of the window (counted and observed as such), not the message for Next
-	// of a released retry. The holding keeper may refuse (heldFull), setting aside nothing.
+	// of a released retry. The holding keeper may refuse (window.refused), setting aside
+	// nothing.
 	setAside(r *run, ms []*msg, early bool) error
 	// fetch brings back the kept copies of entries (application sequence → broker sequence);
 	// an entry whose copy is gone is left out.
@@ -101,6 +102,9 @@ func (h *holding) setAside(r *run, ms []*msg, early bool) error {
 			copies = append(copies, NewHeldMessage(m.raw, now))
 		}
 	}
+	if r.w.refused && early {
+		return nil // refused once this run: the window keeps them (trimWindow)
+	}
 	for _, c := range copies {
 		if _, err := MarshalProperties(c.Properties); err != nil {
 			// The store cannot keep it as it is: the broker keeps it, as past a bound.
@@ -140,8 +144,8 @@ func (h *holding) setAside(r *run, ms []*msg, early bool) error {
 	return nil
 }
 
-// full reports whether holding copies would pass a bound of EngineConfig.Held; the run then
-// ends (heldFull) and its unsettled messages return to the broker.
+// full reports whether holding copies would pass a bound of EngineConfig.Held; the window then
+// keeps them (window.refused).
 func (h *holding) full(r *run, copies []*HeldMessage) (bool, error) {
 	lim := r.e.cfg.Held
 	if lim == (HeldLimits{}) {
@@ -181,12 +185,16 @@ func (h *holding) full(r *run, copies []*HeldMessage) (bool, error) {
 	return true, nil
 }
 
-// release ends the run without holding its n early messages (heldFull), saying why: they go
-// back to the broker with the session.
+// release leaves n early messages unheld, saying why, once a run: the window keeps them
+// unsettled while the run looks further for the message for Next (trimWindow), and they go back
+// to the broker with the session if it does not come.
 func (h *holding) release(r *run, why string, n int) {
-	r.phase = heldFull
+	if r.w.refused {
+		return
+	}
+	r.w.refused = true
 	r.e.stats.heldFull.Add(1)
-	r.log().WarnContext(r.ctx, "sequencer: early messages not held, the session is released: "+why,
+	r.log().WarnContext(r.ctx, "sequencer: early messages not held in the store: "+why+"; they wait unsettled in the window",
 		slog.Int("messages", n), slog.Int64("next", r.st.Next))
 	r.e.observe(Event{Kind: EventHeldFull, SessionID: r.s.id, Sequence: r.st.Next})
 }
@@ -214,6 +222,13 @@ func (h *holding) fetch(r *run, entries map[int64]int64) ([]msg, error) {
 		return nil, err
 	}
 	rest := missingOf(entries, got)
+	for seq := range rest {
+		if seq < r.st.Next {
+			// Handled: a held copy went with the advance past it. (A copy deferred before a
+			// switch to EarlyStore whose completion a crash cut off stays deferred.)
+			delete(rest, seq)
+		}
+	}
 	if _, ok := r.s.sess.(DeferringSession); !ok || len(rest) == 0 {
 		return got, nil
 	}
@@ -229,6 +244,17 @@ func inSequenceOrder(entries map[int64]int64) []int64 {
 		out = append(out, entries[k])
 	}
 	return out
+}
+
+// advance records in st that the handler took m, as State.handled does. A copy read from the
+// store loses its index entry in the same write that removes it from the store (the advance
+// past it), so no entry outlives its copy.
+func advance(st *State, m *msg, now time.Time) time.Duration {
+	wait := st.handled(m.seq, m.bs, now)
+	if m.stored && st.Deferred[m.seq] == m.bs {
+		delete(st.Deferred, m.seq)
+	}
+	return wait
 }
 
 // missingOf returns the entries no message of got answers.

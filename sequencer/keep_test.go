@@ -73,8 +73,8 @@ func TestEarlyStoreWakesWhenNextIsHeld(t *testing.T) {
 	require.Empty(t, b.store.HeldMessages("a"))
 }
 
-// Past a bound the run holds none of the batch's early messages and releases the session: the
-// broker keeps them, and the session goes on once they fit.
+// Past a bound the run holds none of the batch's early messages: the window keeps them, and the
+// broker keeps them once the session is released; the session goes on when Next comes.
 func TestEarlyStoreHeldFull(t *testing.T) {
 	t.Parallel()
 	cfg := storeCfg
@@ -85,7 +85,7 @@ func TestEarlyStoreHeldFull(t *testing.T) {
 	b.broker.PublishSeq("a", 2, false)
 	out, ok := b.runNext(t)
 	require.True(t, ok)
-	require.Equal(t, sequencer.OutcomeHeldFull, out)
+	require.Equal(t, sequencer.OutcomeIdle, out)
 	require.Empty(t, b.store.HeldMessages("a"), "nothing held")
 	active, deferred := b.broker.Pending("a")
 	require.Equal(t, 2, active, "the broker keeps both")
@@ -215,7 +215,7 @@ func TestEarlyStoreNotHoldable(t *testing.T) {
 	b.broker.Publish("a", map[string]any{"Sequence": int64(2), "Odd": struct{}{}}, nil)
 	out, ok := b.runNext(t)
 	require.True(t, ok)
-	require.Equal(t, sequencer.OutcomeHeldFull, out)
+	require.Equal(t, sequencer.OutcomeIdle, out)
 	require.Empty(t, b.store.HeldMessages("a"))
 	active, _ := b.broker.Pending("a")
 	require.Equal(t, 1, active)
@@ -227,4 +227,44 @@ func TestEarlyStoreNotHoldable(t *testing.T) {
 	_, ok = b.runNext(t)
 	require.True(t, ok)
 	require.Equal(t, []int64{1, 2}, b.got("a"))
+}
+
+// Reversed arrival past the bound: the broker delivers the early messages first, so a run that
+// released the session at the bound would meet them first again, forever; the window keeps what
+// the store refuses and the run reaches the message for Next behind them.
+func TestEarlyStoreHeldFullReachesNext(t *testing.T) {
+	t.Parallel()
+	cfg := storeCfg
+	cfg.Held = sequencer.HeldLimits{SessionMessages: 2}
+	b := setupHolding(t, cfg)
+	for seq := int64(6); seq >= 1; seq-- {
+		b.broker.PublishSeq("a", seq, seq == 6)
+	}
+	out, ok := b.runNext(t)
+	require.True(t, ok)
+	require.Equal(t, sequencer.OutcomeEnded, out)
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, b.got("a"))
+	require.Len(t, b.eventsOf(sequencer.EventHeldInStore), 2, "6 and 5 were held; 4 was refused")
+	require.Len(t, b.eventsOf(sequencer.EventHeldFull), 1, "once a run")
+	require.Empty(t, b.store.HeldMessages("a"))
+	require.Zero(t, b.broker.Len())
+}
+
+// Past WindowBytes too the run ends (OutcomeHeldFull) and the broker keeps what it did not hold.
+func TestEarlyStoreHeldFullPastWindowBytes(t *testing.T) {
+	t.Parallel()
+	cfg := storeCfg
+	cfg.Held = sequencer.HeldLimits{SessionMessages: 1}
+	cfg.WindowBytes = 10
+	b := setupHolding(t, cfg)
+	for seq := int64(4); seq >= 2; seq-- {
+		b.broker.Publish("a", map[string]any{"Sequence": seq}, []byte("0123456789"))
+	}
+	out, ok := b.runNext(t)
+	require.True(t, ok)
+	require.Equal(t, sequencer.OutcomeHeldFull, out)
+	require.Equal(t, []int64{4}, b.store.HeldMessages("a"))
+	active, _ := b.broker.Pending("a")
+	require.Equal(t, 2, active, "3 and 2 stay at the broker")
+	require.Empty(t, b.got("a"))
 }

@@ -479,6 +479,7 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 	}
 	if c.held {
 		require.Zero(t, w.broker.Calls()["defer"], "seed %d: a message was deferred with EarlyStore", seed)
+		require.Zero(t, w.broker.Calls()["receive_deferred"], "seed %d: a deferred message was asked for with EarlyStore", seed)
 		tot.heldDeadLetters += len(w.store.HeldDeadLetters())
 		tot.holds += w.store.Calls()["hold"]
 	}

@@ -29,8 +29,9 @@ const (
 	// ended: this run handled (or skipped) the last message and settled what was left; the
 	// session is released.
 	ended
-	// heldFull: the early messages of a batch would pass a bound of EngineConfig.Held; the run
-	// takes no more messages and releases the session, leaving them to the broker.
+	// heldFull: the store refused to hold more (a bound of EngineConfig.Held) and the window
+	// passed WindowBytes with what it kept instead; the run takes no more messages and releases
+	// the session, leaving them to the broker.
 	heldFull
 	// retryingHere: the handler of the message for Next keeps failing and its next attempt waits
 	// with the session released (State.Retrying), or such a wait is not over; the rest of the
@@ -286,6 +287,9 @@ func (r *run) take(batch []msg) error {
 	r.in.upcoming = nil
 	if err := r.way.batchEnd(r); err != nil {
 		return err
+	}
+	if r.w.refused && r.w.bytes > r.e.cfg.WindowBytes && r.phase == receiving {
+		r.phase = heldFull // what the store refused no longer fits the window either
 	}
 	return r.trimWindow(r.windowLimit())
 }

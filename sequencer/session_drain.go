@@ -98,10 +98,13 @@ func (r *run) windowLimit() int {
 
 // trimWindow sets aside the held messages furthest ahead until at most limit messages and
 // WindowBytes remain (view.overflow): deferred at the broker or held in the store, as the keeper
-// says, one state write recording them all. After a bound of EngineConfig.Held was reached
-// (heldFull) nothing more is set aside: what the window holds returns to the broker.
+// says, one state write recording them all. Once the store refused to hold more (a bound of
+// EngineConfig.Held, window.refused), the window keeps what arrives, unsettled, so that the run
+// looks further for the message for Next (the broker delivers the early ones first again after a
+// release); past WindowBytes the run ends (heldFull, set by take), and at the release what it
+// keeps goes back to the broker.
 func (r *run) trimWindow(limit int) error {
-	if r.phase == heldFull {
+	if r.w.refused {
 		return nil
 	}
 	evict := r.view().overflow(limit)
@@ -109,8 +112,11 @@ func (r *run) trimWindow(limit int) error {
 		return nil
 	}
 	slices.Reverse(evict) // nearest first
-	if err := r.e.keep.setAside(r, evict, true); err != nil || r.phase == heldFull {
+	if err := r.e.keep.setAside(r, evict, true); err != nil {
 		return err
+	}
+	if r.w.refused {
+		return nil
 	}
 	for _, m := range evict {
 		r.w.unhold(m.seq)

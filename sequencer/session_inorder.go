@@ -189,7 +189,7 @@ func (r *run) handleAndSave(m *msg, h handling) error {
 	if err := r.callHandler(r.ctx, m); err != nil {
 		return err
 	}
-	if wait := r.st.handled(m.seq, m.bs, r.now()); wait > 0 {
+	if wait := advance(r.st, m, r.now()); wait > 0 {
 		r.saved.gap = wait
 	}
 	if !r.st.EndedAt.IsZero() {
@@ -292,7 +292,7 @@ func (transactional) beforeCall(*run, *msg, handling) error { return nil }
 func (t transactional) handleOnce(r *run, m *msg, _ handling) error {
 	next := r.st.clone()
 	next.pruneSettled(r.s.settled)
-	if wait := next.handled(m.seq, m.bs, r.now()); wait > 0 {
+	if wait := advance(next, m, r.now()); wait > 0 {
 		r.saved.gap = wait
 	}
 	if err := r.saveWith(t.store, m, next); err != nil {
