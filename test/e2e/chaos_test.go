@@ -76,9 +76,9 @@ var (
 // transiently; then the faults stop and the run must finish by itself. Checked with each state
 // store, each with pipelined runs (SEQBUS_PIPELINE_RUNS) and without, and with the Service Bus
 // store saving each message (SEQBUS_SAVE_EACH_MESSAGE, its saves in the background), and with the
-// Postgres store holding early messages on a partitioned queue (SEQBUS_EARLY_MESSAGES=store;
-// postgres-store: no deferred message is ever created, held messages are left in the store at
-// the end of none): every sequence
+// Postgres store holding early messages on a partitioned queue (SEQBUS_EARLY_MESSAGES=store,
+// postgres-store: messages were held, none was ever deferred or fetched back, and at the end no
+// row is left in the store): every sequence
 // of every session handled (nothing lost), no handler call out of order (a call for a session's
 // sequence is either the next one or part of a replay: the sequences handled last, handed over
 // again in their order, as many as the documented at-least-once window allows, one message by
@@ -89,6 +89,7 @@ var (
 //	go test ./test/e2e -run TestChaos -v                                   # the short preset
 //	go test ./test/e2e -run TestChaos/servicebus -chaos.long -count 10 -v  # the long preset
 //	go test ./test/e2e -run TestChaos/servicebus-save-each -chaos.long -chaos.latency 1ms -v  # far ahead
+//	go test ./test/e2e -run 'TestChaos/postgres-store' -chaos.long -count 3 -v -timeout 40m  # early messages in the store
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	preset := chaosShort

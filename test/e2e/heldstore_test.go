@@ -353,3 +353,34 @@ func TestHeldStorePoisonReplay(t *testing.T) {
 	require.Empty(t, cliJSON[operator.DLQListResult](t, env, "dlq", "list").Held)
 	w.stop(t)
 }
+
+// A session whose early messages pass SEQBUS_HELD_MAX_SESSION_MESSAGES on a partitioned queue:
+// the run ends held_full (logged with the bound reached) and releases the session, the broker
+// keeps the messages not held, and, as sequencer.HeldLimits promises, nothing is lost: the
+// session goes on once its held messages are handed over, every message in order, none
+// dead-lettered. (The message for its next sequence is at the broker behind the ones not held.)
+func TestHeldStoreFullReleasesAndGoesOn(t *testing.T) {
+	t.Parallel()
+	const id, messages = "full", 6
+	f := newFixtureRule(t, partitioned, broker.SessionIDOnPartitioned)
+	pool, env := heldEnv(t, f, "SEQBUS_REORDER_WINDOW=0", "SEQBUS_PREFETCH=1", "SEQBUS_HELD_MAX_SESSION_MESSAGES=2")
+	var plan []demo.Publication
+	for seq := int64(messages); seq >= 1; seq-- {
+		plan = append(plan, demo.Publication{SessionID: id, Sequence: seq, Last: seq == messages})
+	}
+	f.publish(t, plan)
+	w := startWorker(t, "worker", env)
+	released := func() int { return countLogLines([]*proc{w}, "early messages not held, the session is released") }
+	waitFor(t, waitLong, func() bool { return released() > 0 }, func() string { return "no held_full: " + tail(w.stderr.String(), 2000) })
+	waitFor(t, 20*time.Second, func() bool {
+		return len(handledSequences(t, w, id)) == messages || f.counts(t).DeadLetter > 0
+	}, func() string {
+		return fmt.Sprintf("the session does not go on: handled %v; held %v; queue %+v; runs ended held_full: %d",
+			handledSequences(t, w, id), heldSequences(t, pool, id), f.counts(t), released())
+	})
+	require.Zero(t, f.counts(t).DeadLetter, "nothing dead-lettered by the broker: %s", f.peek(t))
+	require.Equal(t, oneToN(1, messages), handledSequences(t, w, id), "every sequence once, in order")
+	f.requireDrained(t)
+	require.Zero(t, heldRows(t, pool))
+	w.stop(t)
+}
