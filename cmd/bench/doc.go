@@ -7,7 +7,7 @@
 // Usage:
 //
 //	bench [-quick] [-replicas 1,2,4,8] [-pressure none,throttle,latency] [-exception-rate 0,1%,10%]
-//	      [-arrival in-order,shuffled] [-sessions 60] [-messages 50] [-sessions-per-replica 4]
+//	      [-arrival in-order,shuffled,reversed] [-early defer,store] [-reorder-window N] [-sessions 60] [-messages 50] [-sessions-per-replica 4]
 //	      [-session-connections 1]
 //	      [-throttle-credits 1000] [-latency 5ms] [-pipeline-runs] [-database-url URL] [-retry-base 2ms]
 //	      [-cell-timeout 3m] [-seed 1]
@@ -27,7 +27,11 @@
 // internal/benchreport). A progress bar runs on stderr. -quick runs a small matrix in under a minute; the dimension
 // flags select subsets; -pipeline-runs=false runs the replicas with SEQBUS_PIPELINE_RUNS=false
 // (each completion awaited; the worker's default pipelines them); -database-url keeps the
-// replicas' state in Postgres (the migrations applied at start); -cpuprofile writes a CPU profile
+// replicas' state in Postgres (the migrations applied at start); -early defer,store runs each
+// cell once per mode of early messages (SEQBUS_EARLY_MESSAGES), side by side on the same input,
+// store on a partitioned queue (it needs -database-url), with -reorder-window smaller than a
+// session so that early messages reach the mode; the table's "broker calls/msg" counts the
+// session and source calls alone, "worker calls/msg" adds the state store's; -cpuprofile writes a CPU profile
 // whose samples carry the cell and the side (worker, plain, publisher) as pprof labels. Handler exceptions are
 // transient: the engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts
 // (-retry-base changes the first wait; the worker's default of 1 s would make the exception

@@ -197,6 +197,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		pressures  = listFlag[bench.Pressure]{parse: func(s string) (bench.Pressure, error) { return bench.Pressure(s), nil }}
 		exceptions = listFlag[float64]{parse: func(s string) (float64, error) { return parseShare("exception rate", s) }}
 		arrivals   = listFlag[bench.Arrival]{parse: func(s string) (bench.Arrival, error) { return bench.Arrival(s), nil }}
+		early      = listFlag[worker.EarlyMessages]{parse: func(s string) (worker.EarlyMessages, error) { return worker.EarlyMessages(s), nil }}
 		entity     sbadapter.Entity
 		retryBase  time.Duration
 	)
@@ -205,7 +206,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var(&replicas, "replicas", "worker replicas, comma-separated (default 1,2,4,8)")
 	fs.Var(&pressures, "pressure", "pressure levels: none, throttle, latency (default all)")
 	fs.Var(&exceptions, "exception-rate", "share of handler calls that fail, e.g. 0,1%,10% or 0,0.01,0.1 (default 0,1%,10%)")
-	fs.Var(&arrivals, "arrival", "in-order, shuffled (default both)")
+	fs.Var(&arrivals, "arrival", "in-order, shuffled, reversed (default in-order,shuffled)")
+	fs.Var(&early, "early", "where the replicas keep early messages beyond the reorder window, comma-separated, each a cell of its own beside the other: defer, store (SEQBUS_EARLY_MESSAGES; store needs -database-url and runs on a partitioned queue; default the worker's, defer)")
+	fs.Func("reorder-window", "the replicas' SEQBUS_REORDER_WINDOW (default the worker's); smaller than -messages, early messages reach -early", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not a number: %w", err)
+		}
+		o.ReorderWindow = &n
+		return nil
+	})
 	fs.IntVar(&o.Sessions, "sessions", 0, "sessions per cell (default 60)")
 	fs.IntVar(&o.Messages, "messages", 0, "messages per session (default 50)")
 	fs.IntVar(&o.SessionsPerReplica, "sessions-per-replica", 0, "sessions each replica handles at once (default 4)")
@@ -251,6 +261,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	setList(&o.Pressures, pressures)
 	setList(&o.ExceptionRates, exceptions)
 	setList(&o.Arrivals, arrivals)
+	setList(&o.Early, early)
 	switch {
 	case retryBase < 0:
 		return config{}, errors.New("-retry-base must not be negative")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/worker"
 )
 
 // Options configure a matrix run. Zero fields take the defaults in brackets.
@@ -21,7 +22,15 @@ type Options struct {
 	Replicas       []int      // [1 2 4 8]
 	Pressures      []Pressure // [none throttle latency]
 	ExceptionRates []float64  // [0 0.01 0.1]
-	Arrivals       []Arrival  // [in-order shuffled]
+	Arrivals       []Arrival  // [in-order shuffled]; reversed on request
+	// Early lists where the replicas keep early messages beyond the reorder window
+	// (SEQBUS_EARLY_MESSAGES), each mode a cell of its own, side by side [empty: the worker's
+	// default, defer, and the cells do not name it]; store needs DatabaseURL and runs on a
+	// partitioned queue.
+	Early []worker.EarlyMessages
+	// ReorderWindow is each replica's SEQBUS_REORDER_WINDOW [nil: the worker's default]. A
+	// window smaller than a session lets early messages reach the Early mode.
+	ReorderWindow *int
 
 	Sessions int // sessions per cell [60]
 	Messages int // messages per session [50]
@@ -159,9 +168,20 @@ func (o Options) Validate() error {
 		}
 	}
 	for _, a := range o.Arrivals {
-		if a != ArrivalInOrder && a != ArrivalShuffled {
-			errs = append(errs, fmt.Errorf("arrival: %q is neither %s nor %s", a, ArrivalInOrder, ArrivalShuffled))
+		if a != ArrivalInOrder && a != ArrivalShuffled && a != ArrivalReversed {
+			errs = append(errs, fmt.Errorf("arrival: %q is none of %s, %s, %s", a, ArrivalInOrder, ArrivalShuffled, ArrivalReversed))
 		}
+	}
+	for _, e := range o.Early {
+		switch {
+		case e != worker.EarlyMessagesDefer && e != worker.EarlyMessagesStore:
+			errs = append(errs, fmt.Errorf("early messages: %q is neither %s nor %s", e, worker.EarlyMessagesDefer, worker.EarlyMessagesStore))
+		case e == worker.EarlyMessagesStore && o.DatabaseURL == "":
+			errs = append(errs, fmt.Errorf("early messages: %s holds them in Postgres and needs a database url", e))
+		}
+	}
+	if o.ReorderWindow != nil && *o.ReorderWindow < 0 {
+		errs = append(errs, fmt.Errorf("reorder window: %d is negative (0 turns it off)", *o.ReorderWindow))
 	}
 	if o.Sessions < 1 || o.Messages < 1 || o.SessionsPerReplica < 1 {
 		errs = append(errs, fmt.Errorf("sessions %d, messages %d and sessions per replica %d must be positive", o.Sessions, o.Messages, o.SessionsPerReplica))
@@ -196,15 +216,22 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Cells lists the matrix in the order it runs: pressure, then arrival, exception rate and
-// replicas.
+// Cells lists the matrix in the order it runs: pressure, then arrival, exception rate, replicas
+// and the mode of early messages (so that the modes of one input run side by side). A cell
+// names its mode only when Early was given.
 func (o Options) Cells() []Cell {
+	early := o.Early
+	if len(early) == 0 {
+		early = []worker.EarlyMessages{""}
+	}
 	var cells []Cell
 	for _, p := range o.Pressures {
 		for _, a := range o.Arrivals {
 			for _, e := range o.ExceptionRates {
 				for _, r := range o.Replicas {
-					cells = append(cells, Cell{Replicas: r, Pressure: p, ExceptionRate: e, Arrival: a})
+					for _, m := range early {
+						cells = append(cells, Cell{Replicas: r, Pressure: p, ExceptionRate: e, Arrival: a, Early: m})
+					}
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,7 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/sbadapter"
+	"github.com/seqbus/seqbus/worker"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -30,7 +33,7 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "zero replicas", opts: Options{Replicas: []int{1, 0}}, wantErr: "replicas: 0"},
 		{name: "unknown pressure", opts: Options{Pressures: []Pressure{"heavy"}}, wantErr: `pressure: "heavy"`},
 		{name: "exception rate of 1", opts: Options{ExceptionRates: []float64{1}}, wantErr: "exception rate: 1 is outside"},
-		{name: "unknown arrival", opts: Options{Arrivals: []Arrival{"reversed"}}, wantErr: `arrival: "reversed"`},
+		{name: "unknown arrival", opts: Options{Arrivals: []Arrival{"sideways"}}, wantErr: `arrival: "sideways"`},
 		{
 			name:    "throttle against a connection string",
 			opts:    Options{ConnectionString: "Endpoint=sb://x/", Entity: entityQueue("q"), Pressures: []Pressure{PressureThrottle}},
@@ -40,6 +43,10 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "offered share without throttle", opts: Options{OfferedShare: 0.8, Pressures: []Pressure{PressureNone}}, wantErr: "applies to the throttle pressure"},
 		{name: "connection string without entity", opts: Options{ConnectionString: "Endpoint=sb://x/"}, wantErr: "entity:"},
 		{name: "session connections", opts: Options{SessionsPerReplica: 8, SessionConnections: 4}},
+		{name: "early messages side by side", opts: Options{Early: []worker.EarlyMessages{worker.EarlyMessagesDefer, worker.EarlyMessagesStore}, DatabaseURL: "postgres://127.0.0.1/test"}},
+		{name: "unknown early messages", opts: Options{Early: []worker.EarlyMessages{"drop"}}, wantErr: `early messages: "drop" is neither defer nor store`},
+		{name: "early store without a database", opts: Options{Early: []worker.EarlyMessages{worker.EarlyMessagesStore}}, wantErr: "store holds them in Postgres and needs a database url"},
+		{name: "negative reorder window", opts: Options{ReorderWindow: ptr(-1)}, wantErr: "reorder window: -1 is negative"},
 		{name: "session connections not dividing", opts: Options{SessionsPerReplica: 8, SessionConnections: 3}, wantErr: "session connections 3 must be positive and divide sessions per replica 8"},
 	}
 	for _, tt := range tests {
@@ -53,6 +60,73 @@ func TestOptionsValidate(t *testing.T) {
 			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The modes of early messages run side by side, each input once per mode; without -early the
+// cells name no mode (the worker's default).
+func TestCellsEarlySideBySide(t *testing.T) {
+	t.Parallel()
+	o := Options{Replicas: []int{1, 2}, Pressures: []Pressure{PressureNone}, ExceptionRates: []float64{0},
+		Arrivals: []Arrival{ArrivalShuffled, ArrivalReversed}, Early: []worker.EarlyMessages{worker.EarlyMessagesDefer, worker.EarlyMessagesStore}}
+	cells := o.WithDefaults().Cells()
+	require.Len(t, cells, 8)
+	for i := 0; i < len(cells); i += 2 {
+		d, s := cells[i], cells[i+1]
+		require.Equal(t, worker.EarlyMessagesDefer, d.Early)
+		require.Equal(t, worker.EarlyMessagesStore, s.Early)
+		d.Early, s.Early = "", ""
+		require.Equal(t, d, s, "the same input, side by side")
+	}
+	require.Contains(t, cells[1].String(), "early store")
+	for _, c := range (Options{}).WithDefaults().Cells() {
+		require.Empty(t, c.Early)
+		require.NotContains(t, c.String(), "early")
+	}
+}
+
+func TestSessionSeqs(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	require.Equal(t, []int64{1, 2, 3, 4}, sessionSeqs(4, ArrivalInOrder, rng))
+	require.Equal(t, []int64{4, 3, 2, 1}, sessionSeqs(4, ArrivalReversed, rng))
+	shuffled := sessionSeqs(20, ArrivalShuffled, rng)
+	require.ElementsMatch(t, sessionSeqs(20, ArrivalInOrder, rng), shuffled)
+	require.NotEqual(t, sessionSeqs(20, ArrivalInOrder, rng), shuffled)
+}
+
+// TestRunEarlySideBySide runs reversed sessions with a reorder window of one message, early
+// messages deferred at the broker on a plain queue and held in Postgres on a partitioned one:
+// both hand every message over in order; the store's cell makes fewer broker calls per message,
+// deferring nothing and fetching nothing back.
+func TestRunEarlySideBySide(t *testing.T) {
+	t.Parallel()
+	_, schema := pgtest.NewPoolWithSchema(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	results, err := Run(ctx, Options{
+		Replicas: []int{1}, Pressures: []Pressure{PressureNone}, ExceptionRates: []float64{0}, Arrivals: []Arrival{ArrivalReversed},
+		Early: []worker.EarlyMessages{worker.EarlyMessagesDefer, worker.EarlyMessagesStore}, ReorderWindow: ptr(1),
+		DatabaseURL: pgtest.SchemaDSN(schema), Sessions: 4, Messages: 100, CellTimeout: time.Minute,
+	}, nil)
+	require.NoError(t, err)
+	require.Len(t, results, 2)
+	for _, r := range results {
+		require.NoError(t, r.Err, r.Cell.String())
+		require.Zero(t, r.Violations, r.Cell.String())
+		require.Zero(t, r.Incomplete, r.Cell.String())
+		require.Positive(t, r.Rate, r.Cell.String())
+	}
+	def, store := results[0], results[1]
+	t.Logf("defer %.2f broker calls/msg %.0f msg/s; store %.2f broker calls/msg %.0f msg/s", def.perMessage(def.BrokerCalls), def.Rate, store.perMessage(store.BrokerCalls), store.Rate)
+	require.Equal(t, worker.EarlyMessagesStore, store.Early)
+	require.Less(t, store.perMessage(store.BrokerCalls), def.perMessage(def.BrokerCalls),
+		"holding in the store spares the defer and the fetch of each early message")
+	var buf bytes.Buffer
+	require.NoError(t, WriteTable(&buf, results))
+	require.Contains(t, buf.String(), "broker calls/msg")
+	require.Contains(t, buf.String(), " store ")
 }
 
 func TestCellsCoverTheMatrix(t *testing.T) {

@@ -47,6 +47,9 @@ type Arrival string
 const (
 	ArrivalInOrder  Arrival = "in-order"
 	ArrivalShuffled Arrival = "shuffled"
+	// ArrivalReversed publishes each session's messages last first: every message but the
+	// last one published is early.
+	ArrivalReversed Arrival = "reversed"
 )
 
 // Cell is one point of the matrix.
@@ -55,10 +58,23 @@ type Cell struct {
 	Pressure      Pressure
 	ExceptionRate float64 // share of handler calls that fail (transiently)
 	Arrival       Arrival
+	// Early is where the replicas keep early messages beyond the reorder window
+	// (SEQBUS_EARLY_MESSAGES; empty: the worker's default, defer). With EarlyMessagesStore the
+	// cell's queue is partitioned, as the mode is meant for.
+	Early worker.EarlyMessages
 }
 
 func (c Cell) String() string {
-	return fmt.Sprintf("%d replicas, pressure %s, %s exceptions, %s", c.Replicas, c.Pressure, percent(c.ExceptionRate), c.Arrival)
+	s := fmt.Sprintf("%d replicas, pressure %s, %s exceptions, %s", c.Replicas, c.Pressure, percent(c.ExceptionRate), c.Arrival)
+	if c.Early != "" {
+		s += ", early " + string(c.Early)
+	}
+	return s
+}
+
+// early is the cell's mode of early messages, the worker's default when the cell names none.
+func (c Cell) early() worker.EarlyMessages {
+	return cmp.Or(c.Early, worker.DefaultConfig().EarlyMessages)
 }
 
 func percent(r float64) string { return strconv.FormatFloat(r*100, 'g', 4, 64) + "%" }
@@ -259,7 +275,7 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-c%02d-%s%04d", o.RunID, index, ph.tag, i)
 	}
-	h := newCellHandler(ids, o.Messages, o.replicaConfig().EngineConfig().ReplayWindow(), cell.ExceptionRate)
+	h := newCellHandler(ids, o.Messages, o.replicaConfig(cell).EngineConfig().ReplayWindow(), cell.ExceptionRate)
 	var err error
 
 	replicas := make([]*worker.Client, 0, cell.Replicas)
@@ -276,7 +292,7 @@ func runWorkers(ctx context.Context, o Options, index int, cell Cell, conn strin
 	}()
 	for n := range cell.Replicas {
 		reg := prometheus.NewRegistry()
-		cfg := o.replicaConfig()
+		cfg := o.replicaConfig(cell)
 		counted := &countingHandler{h: h}
 		cfg.ConnectionString, cfg.Entity, cfg.Handler, cfg.HTTPAddr = conn, entity, counted, worker.HTTPOff
 		cfg.MaxHandlerAttempts, cfg.RetryBase, cfg.RetryMax = o.HandlerRetry.Attempts, o.HandlerRetry.Base, o.HandlerRetry.Cap
@@ -395,13 +411,17 @@ func startEmulator(ctx context.Context, o Options, cell Cell) (*emulator.Server,
 	case PressureLatency:
 		p.Latency = o.Latency
 	}
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-", Pressure: p, Logger: o.Logger.With(slog.String("component", "emulator"))})
+	// Partitioned session entities refuse the fetch of deferred messages (and the peek) as the
+	// service does; a cell that holds early messages in the store runs on such a queue.
+	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-", Pressure: p, SessionIDRule: broker.SessionIDOnPartitioned,
+		Logger: o.Logger.With(slog.String("component", "emulator"))})
 	if err != nil {
 		return nil, fmt.Errorf("bench: start the emulator: %w", err)
 	}
 	for _, q := range []string{emulatorQueue, emulatorPlainQueue} {
 		if err := srv.Broker().CreateQueue(q, broker.EntityProperties{
 			RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 100,
+			EnablePartitioning: cell.early() == worker.EarlyMessagesStore,
 		}); err != nil {
 			_ = srv.Close()
 			return nil, fmt.Errorf("bench: create queue %s: %w", q, err)
@@ -580,8 +600,11 @@ func sessionSeqs(n int, arrival Arrival, rng *rand.Rand) []int64 {
 	for i := range seqs {
 		seqs[i] = int64(i + 1)
 	}
-	if arrival == ArrivalShuffled {
+	switch arrival {
+	case ArrivalShuffled:
 		rng.Shuffle(len(seqs), func(a, b int) { seqs[a], seqs[b] = seqs[b], seqs[a] })
+	case ArrivalReversed:
+		slices.Reverse(seqs)
 	}
 	return seqs
 }
@@ -618,13 +641,17 @@ type cellHandler struct {
 	latencies []time.Duration
 }
 
-// replicaConfig is what every replica's configuration starts from; the replay window the order
-// checker allows comes from it.
-func (o Options) replicaConfig() worker.Config {
+// replicaConfig is what every replica of cell starts from; the replay window the order checker
+// allows comes from it.
+func (o Options) replicaConfig(cell Cell) worker.Config {
 	cfg := worker.DefaultConfig()
 	if o.AwaitCompletions {
 		cfg.PipelineRuns = false
 	}
+	if o.ReorderWindow != nil {
+		cfg.ReorderWindow = *o.ReorderWindow
+	}
+	cfg.EarlyMessages = cell.early()
 	if o.DatabaseURL != "" {
 		cfg.StateStore, cfg.DatabaseURL, cfg.MigrateOnStart = worker.StateStorePostgres, o.DatabaseURL, true
 	}

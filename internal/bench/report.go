@@ -25,7 +25,7 @@ var csvHeader = []string{
 	"rate_msg_per_s", "handler_calls", "handler_errors", "exception_rate_measured",
 	"latency_p50_ms", "latency_p99_ms", "broker_calls_per_msg", "state_calls_per_msg",
 	"state_writes_per_msg", "duplicates", "throttled", "deliveries_delayed",
-	"order_violations", "incomplete_sessions",
+	"order_violations", "incomplete_sessions", "early_messages",
 	"plain_rate_msg_per_s", "plain_elapsed_s", "plain_broker_calls_per_msg", "worker_plain_ratio",
 	"credits_per_msg", "credit_limited_rate_msg_per_s", "credit_ratio",
 	"offered_rate_msg_per_s", "offered_handled_msg_per_s", "offered_latency_p50_ms", "offered_latency_p99_ms", "offered_throttled",
@@ -52,7 +52,7 @@ func WriteCSV(w io.Writer, results []Result) error {
 			f(r.ExceptionRateMeasured(), 4), ms(r.LatencyP50), ms(r.LatencyP99),
 			f(r.perMessage(r.BrokerCalls), 2), f(r.perMessage(r.StoreCalls), 2), f(r.perMessage(r.StateWrites), 2),
 			strconv.FormatUint(r.Duplicates, 10), strconv.FormatUint(r.Throttled, 10), strconv.FormatUint(r.DeliveriesDelayed, 10),
-			strconv.Itoa(r.Violations), strconv.Itoa(r.Incomplete),
+			strconv.Itoa(r.Violations), strconv.Itoa(r.Incomplete), string(r.early()),
 			f(r.PlainRate, 1), f(r.PlainElapsed.Seconds(), 2), f(r.perMessage(r.PlainBrokerCalls), 2), f(r.Ratio(), 3),
 			f(r.CreditsPerMessage(), 2), f(r.CreditLimitedRate(), 1), f(r.CreditRatio(), 3),
 			f(r.Offered.Rate, 1), f(r.Offered.Handled, 1), ms(r.Offered.LatencyP50), ms(r.Offered.LatencyP99), strconv.FormatUint(r.Offered.Throttled, 10),
@@ -73,10 +73,10 @@ func WriteCSV(w io.Writer, results []Result) error {
 // the same cell and their ratio, with the calls per message of each.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "replicas\tpressure\texceptions\tarrival\tworker msg/s\tplain msg/s\tratio\tworker calls/msg\tplain calls/msg\tp99 ms\trefused\tcredits/msg\tcredit ratio\t")
+	fmt.Fprintln(tw, "replicas\tpressure\texceptions\tarrival\tearly\tworker msg/s\tplain msg/s\tratio\tworker calls/msg\tbroker calls/msg\tplain calls/msg\tp99 ms\trefused\tcredits/msg\tcredit ratio\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f\t%d\t%.2f\t%.2f\t\n", r.Replicas, r.Pressure, percent(r.ExceptionRate), r.Arrival,
-			r.Rate, r.PlainRate, r.Ratio(), r.perMessage(r.BrokerCalls+r.StoreCalls), r.perMessage(r.PlainBrokerCalls),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.0f\t%d\t%.2f\t%.2f\t\n", r.Replicas, r.Pressure, percent(r.ExceptionRate), r.Arrival, r.early(),
+			r.Rate, r.PlainRate, r.Ratio(), r.perMessage(r.BrokerCalls+r.StoreCalls), r.perMessage(r.BrokerCalls), r.perMessage(r.PlainBrokerCalls),
 			float64(r.LatencyP99.Microseconds())/1000, r.Throttled, r.CreditsPerMessage(), r.CreditRatio())
 	}
 	if err := tw.Flush(); err != nil {
@@ -167,11 +167,12 @@ func WriteOutputs(dir, format string, results []Result) ([]string, error) {
 	return append([]string{path}, charts...), err
 }
 
-// pick returns the results that keep says to, in the order given.
+// pick returns the results that keep says to, in the order given, of the first result's mode
+// of early messages alone (a chart draws one line per pressure level).
 func pick(results []Result, keep func(Result) bool) []Result {
 	var out []Result
 	for _, r := range results {
-		if keep(r) && r.Err == nil {
+		if keep(r) && r.Err == nil && r.early() == results[0].early() {
 			out = append(out, r)
 		}
 	}

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/handler"
 	"github.com/seqbus/seqbus/internal/demo"
 	"github.com/seqbus/seqbus/internal/tcpproxy"
@@ -73,7 +75,10 @@ var (
 // SIGKILLs a random replica every few seconds and starts a replacement, with a handler that fails
 // transiently; then the faults stop and the run must finish by itself. Checked with each state
 // store, each with pipelined runs (SEQBUS_PIPELINE_RUNS) and without, and with the Service Bus
-// store saving each message (SEQBUS_SAVE_EACH_MESSAGE, its saves in the background): every sequence
+// store saving each message (SEQBUS_SAVE_EACH_MESSAGE, its saves in the background), and with the
+// Postgres store holding early messages on a partitioned queue (SEQBUS_EARLY_MESSAGES=store,
+// postgres-store: messages were held, none was ever deferred or fetched back, and at the end no
+// row is left in the store): every sequence
 // of every session handled (nothing lost), no handler call out of order (a call for a session's
 // sequence is either the next one or part of a replay: the sequences handled last, handed over
 // again in their order, as many as the documented at-least-once window allows, one message by
@@ -84,6 +89,7 @@ var (
 //	go test ./test/e2e -run TestChaos -v                                   # the short preset
 //	go test ./test/e2e -run TestChaos/servicebus -chaos.long -count 10 -v  # the long preset
 //	go test ./test/e2e -run TestChaos/servicebus-save-each -chaos.long -chaos.latency 1ms -v  # far ahead
+//	go test ./test/e2e -run 'TestChaos/postgres-store' -chaos.long -count 3 -v -timeout 40m  # early messages in the store
 func TestChaos(t *testing.T) {
 	t.Parallel()
 	preset := chaosShort
@@ -97,7 +103,8 @@ func TestChaos(t *testing.T) {
 	for _, store := range stores {
 		variants = append(variants, chaosVariant{name: store + "-pipelined", store: store, pipelined: true}, chaosVariant{name: store, store: store})
 	}
-	variants = append(variants, chaosVariant{name: "servicebus-save-each", store: "servicebus", pipelined: true, saveEach: true})
+	variants = append(variants, chaosVariant{name: "servicebus-save-each", store: "servicebus", pipelined: true, saveEach: true},
+		chaosVariant{name: "postgres-store", store: "postgres", pipelined: true, earlyStore: true})
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			if !*chaosLong {
@@ -113,6 +120,10 @@ type chaosVariant struct {
 	name, store string
 	// pipelined is SEQBUS_PIPELINE_RUNS, saveEach SEQBUS_SAVE_EACH_MESSAGE.
 	pipelined, saveEach bool
+	// earlyStore runs on a partitioned queue (whose broker refuses the fetch of deferred
+	// messages) with SEQBUS_EARLY_MESSAGES=store and a reorder window of one message, so that
+	// early messages are held in the store.
+	earlyStore bool
 }
 
 func runChaos(t *testing.T, v chaosVariant, p chaosPreset) {
@@ -121,10 +132,16 @@ func runChaos(t *testing.T, v chaosVariant, p chaosPreset) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	t.Logf("chaos %s, store %s, pipelined runs %t, save each %t, seed %d (-chaos.seed to repeat)", p.name, store, pipelined, v.saveEach, seed)
+	t.Logf("chaos %s, store %s, pipelined runs %t, save each %t, early messages in the store %t, seed %d (-chaos.seed to repeat)",
+		p.name, store, pipelined, v.saveEach, v.earlyStore, seed)
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
 
 	f := newFixture(t)
+	var early []string
+	if v.earlyStore {
+		f = newFixtureRule(t, partitioned, broker.SessionIDOnPartitioned)
+		early = []string{"SEQBUS_EARLY_MESSAGES=store", "SEQBUS_REORDER_WINDOW=1"}
+	}
 	px, err := tcpproxy.Start(f.srv.AMQPAddr())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = px.Close() })
@@ -133,7 +150,16 @@ func runChaos(t *testing.T, v chaosVariant, p chaosPreset) {
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 
-	env := f.baseEnv(append(storeEnv(t, store),
+	var pool *pgxpool.Pool
+	stEnv := storeEnv
+	if v.earlyStore {
+		stEnv = func(t *testing.T, _ string) []string {
+			var env []string
+			pool, env = postgresEnv(t)
+			return env
+		}
+	}
+	env := f.baseEnv(append(stEnv(t, store),
 		"SEQBUS_PIPELINE_RUNS="+strconv.FormatBool(pipelined),
 		"SEQBUS_SAVE_EACH_MESSAGE="+strconv.FormatBool(v.saveEach),
 		"SEQBUS_CONNECTION_STRING="+strings.Replace(f.srv.ConnectionString(), f.srv.AMQPAddr(), px.Addr(), 1),
@@ -143,6 +169,7 @@ func runChaos(t *testing.T, v chaosVariant, p chaosPreset) {
 		"SEQBUS_SWEEP_INTERVAL="+p.sweepInterval.String(),
 		"SEQBUS_LOG_LEVEL=info", // "worker: running" tells the test a process has taken its signals
 	)...)
+	env = append(env, early...)
 	var procs []*proc
 	// Each process calls the handler under a path of its own, so that a violation can say
 	// which processes' calls interleaved.
@@ -165,7 +192,7 @@ func runChaos(t *testing.T, v chaosVariant, p chaosPreset) {
 	publishGarbage(t, f, p.garbage)
 
 	// Faults: kills and cuts on their own tickers until faultsFor has passed.
-	kills, cuts := 0, 0
+	kills, cuts, maxHeld := 0, 0, 0
 	killT, cutT := time.NewTicker(p.killEvery), time.NewTicker(p.cutEvery)
 	deadline := time.After(p.faultsFor)
 faults:
@@ -179,6 +206,9 @@ faults:
 		case <-cutT.C:
 			px.Cut()
 			cuts++
+			if pool != nil {
+				maxHeld = max(maxHeld, heldRows(t, pool))
+			}
 		case <-deadline:
 			break faults
 		}
@@ -194,10 +224,18 @@ faults:
 		return h.ended(ids, int64(p.messages)) && c.Active == 0 && c.DeadLetter >= int64(p.garbage)
 	}
 	waitFor(t, p.finishWithin, finished, func() string {
-		return fmt.Sprintf("%s; queue %+v; first messages left: %s", h.progress(ids, int64(p.messages)), f.counts(t), f.peek(t))
+		return fmt.Sprintf("%s; queue %+v; first messages left: %s; runs ended by the broker's refusal on a partitioned entity: %d receive deferred, %d peek",
+			h.progress(ids, int64(p.messages)), f.counts(t), f.peek(t),
+			countLogLines(procs, "receive deferred session"), countLogLines(procs, "peek session"))
 	})
 	took := time.Since(began)
 	for _, w := range live {
+		if v.earlyStore {
+			fams := scrape(t, w.httpAddr(t))
+			for _, op := range []string{"defer", "receive_deferred"} {
+				require.LessOrEqual(t, metricValue(fams, "seqbus_broker_calls_total", map[string]string{"op": op}), 0.0, "%s: broker calls %s", w.name, op)
+			}
+		}
 		w.stop(t)
 	}
 
@@ -217,6 +255,14 @@ faults:
 	requireOnlyGarbageDeadLettered(t, f, p.garbage)
 	c := f.counts(t)
 	require.Equal(t, c.DeadLetter, c.Total, "nothing but the dead letters is left: %+v", c)
+	if v.earlyStore {
+		t.Logf("chaos early messages in the store: most rows in seqbus_held_message at a cut: %d", maxHeld)
+		require.Positive(t, maxHeld, "early messages were held in the store")
+		f.requireNothingDeferred(t, p.sessions*(p.messages+p.duplicates)+p.garbage)
+		require.Zero(t, heldRows(t, pool), "nothing left in seqbus_held_message")
+		require.Zero(t, countRows(t, pool, "seqbus_held_dead_letter"), "nothing dead-lettered into the store")
+		require.Zero(t, countLogLines(procs, "receive deferred session"), "no run asked the broker for a deferred message")
+	}
 }
 
 // publishGarbage sends n messages that no worker can sequence into the first n sessions: a missing
