@@ -170,6 +170,40 @@ type EngineConfig struct {
 	// LockRenewInterval is how often the session lock is renewed (default: half of the
 	// remaining lock time, at least 100ms; 10s when Session.LockedUntil is zero).
 	LockRenewInterval time.Duration
+	// EarlyMessages says where an early message waits once the window does not keep it (default
+	// EarlyDefer): deferred at the broker, or held in the state store (EarlyStore, which needs a
+	// HeldStore and no PoisonBlock). See "Early messages held in the store" in the package
+	// documentation.
+	EarlyMessages EarlyMessages
+	// Held bounds what EarlyStore holds in the store (zero fields: no bound).
+	Held HeldLimits
+}
+
+// EarlyMessages says where early messages wait outside the window (EngineConfig.EarlyMessages).
+type EarlyMessages string
+
+const (
+	// EarlyDefer defers an early message at the broker and fetches it back by its broker
+	// sequence number when its turn comes (the default; needs a DeferringSession).
+	EarlyDefer EarlyMessages = "defer"
+	// EarlyStore copies an early message into the state store (a HeldStore), then completes it
+	// at the broker, and hands it over from the store when its turn comes: for brokers without
+	// deferral (SQS FIFO) and entities where deferral is not safe (partitioned Service Bus).
+	EarlyStore EarlyMessages = "store"
+)
+
+// HeldLimits bound what EarlyStore holds in the store. When holding the early messages of a
+// batch would pass a bound, the engine holds none of them and stops taking messages from the
+// session: the run ends (OutcomeHeldFull) and releases the session, and the messages it did not
+// hold return to the broker, which keeps them (each such release counts a delivery of them at
+// Service Bus). Nothing is lost; the session goes on once its held messages are handed over.
+type HeldLimits struct {
+	// SessionMessages and SessionBytes bound what one session holds (HeldSize per message).
+	SessionMessages int
+	SessionBytes    int64
+	// TotalBytes bounds what the store holds for the engine's entity, every session together
+	// (HeldTotals, read at most once per second).
+	TotalBytes int64
 }
 
 // Pipelining says whether a run waits for the broker's answers before its next handler call
@@ -213,6 +247,7 @@ func (c EngineConfig) WithDefaults() EngineConfig {
 	c.MaxPendingSettlements = cmp.Or(c.MaxPendingSettlements, 16)
 	c.PipelineLease = cmp.Or(c.PipelineLease, time.Second)
 	c.Pipelining = cmp.Or(c.Pipelining, Pipelined)
+	c.EarlyMessages = cmp.Or(c.EarlyMessages, EarlyDefer)
 	return c
 }
 
@@ -254,6 +289,19 @@ func (c EngineConfig) Validate() error {
 	case Pipelined, Awaited:
 	default:
 		errs = append(errs, fmt.Errorf("Pipelining %q: want pipelined or awaited", c.Pipelining))
+	}
+	switch c.EarlyMessages {
+	case EarlyDefer:
+	case EarlyStore:
+		if c.Poison == PoisonBlock {
+			// PoisonBlock gives the failing message back to the broker; a held one has left it.
+			errs = append(errs, errors.New("EarlyMessages store does not go with PoisonBlock"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("EarlyMessages %q: want defer or store", c.EarlyMessages))
+	}
+	if c.Held.SessionMessages < 0 || c.Held.SessionBytes < 0 || c.Held.TotalBytes < 0 {
+		errs = append(errs, errors.New("Held limits must not be negative"))
 	}
 	switch c.Unsequenced {
 	case UnsequencedDeadLetter, UnsequencedPassThrough:

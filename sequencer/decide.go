@@ -21,8 +21,11 @@ type msg struct {
 	invalid string
 	// last: the message ends the sequence (false when invalid).
 	last bool
-	// deferred: received by broker sequence number (the message was deferred).
+	// deferred: not an active message of the broker: received by broker sequence number (it was
+	// deferred) or, with stored, read from the store (it was held).
 	deferred bool
+	// stored: the held copy read from the store (EarlyStore); its settlement is the store's.
+	stored bool
 	// unsequenced: the message has no sequence property and UnsequencedPassThrough hands it over
 	// as it comes.
 	unsequenced bool

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -36,9 +37,12 @@ const (
 	// next attempt is spent with the session released (EngineConfig.RetryReleaseAfter); the
 	// state says when the attempt is due (State.Retrying).
 	OutcomeRetrying
+	// OutcomeHeldFull: holding the early messages in hand would pass a bound of
+	// EngineConfig.Held; the session was released with them unsettled, and the broker keeps them.
+	OutcomeHeldFull
 )
 
-var outcomeNames = [...]string{"idle", "ended", "parked", "blocked", "stopped", "lock_lost", "canceled", "failed", "retrying"}
+var outcomeNames = [...]string{"idle", "ended", "parked", "blocked", "stopped", "lock_lost", "canceled", "failed", "retrying", "held_full"}
 
 // String returns the snake_case name of the outcome, for logs and metrics labels.
 func (o Outcome) String() string {
@@ -75,6 +79,8 @@ type Engine struct {
 	stats        statsCounters
 	// strategy gives each run its value of the engine's settlement strategy.
 	strategy func() strategy
+	// keep is where early messages wait outside the window (EngineConfig.EarlyMessages).
+	keep keeper
 	// pipelined: Pipelined with MaxPendingSettlements > 1: a run goes on before
 	// the broker has answered, within the lease.
 	pipelined bool
@@ -105,6 +111,11 @@ func NewEngine(cfg EngineConfig, deps EngineDeps) (*Engine, error) {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
+	held, _ := deps.Store.(HeldStore)
+	if cfg.EarlyMessages == EarlyStore && held == nil {
+		return nil, fmt.Errorf("sequencer: EarlyMessages %s needs a state store that holds messages (a HeldStore, such as the Postgres store); %T is not one", EarlyStore, deps.Store)
+	}
+	e.keep = keeperOf(cfg.EarlyMessages, held)
 	atomic, _ := deps.Store.(AtomicStore)
 	e.strategy = strategyOf(cfg.SaveEachMessage, e.pipelined, atomic)
 	if sb, ok := deps.Store.(SessionBoundStore); ok {

@@ -53,6 +53,8 @@ type propCase struct {
 	trace *propTrace
 	// swapEvery is the broker's BrokerOptions.SwapEvery: deliveries out of broker order.
 	swapEvery int
+	// held runs the case with early messages held in the store (EarlyStore).
+	held bool
 }
 
 func newPropCase(seed uint64) *propCase {
@@ -226,7 +228,12 @@ func (w *propWorld) newProcess() {
 		client = w.store.BoundClient(p)
 	}
 	var store sequencer.StateStore = client
-	if w.c.atomic {
+	switch {
+	case w.c.held && w.c.atomic:
+		store = sequencertest.AtomicHeldStoreClient{HeldStoreClient: client.Holding()}
+	case w.c.held:
+		store = client.Holding()
+	case w.c.atomic:
 		store = client.Atomic()
 	}
 	e, err := sequencer.NewEngine(w.c.cfg, sequencer.EngineDeps{
@@ -356,7 +363,8 @@ func (w *propWorld) sweep() bool {
 				w.clock.Set(at)
 			}
 			opts = &sequencer.RunOptions{Woken: true}
-		case st.DueDeferred() && w.strandable[id]:
+		case st.DueDeferred() && (w.strandable[id] || w.c.held):
+			// Held in the store, the message for Next is at no broker: only a sweeper wakes it.
 		default:
 			continue
 		}
@@ -373,6 +381,9 @@ func (w *propWorld) sweep() bool {
 
 type propTotals struct {
 	crashes, repeats, deadLetters, defers, receiveDeferred, resumes, passed int
+	// heldDeadLetters counts the dead letters of messages held in the store (EarlyStore), holds
+	// the store's Hold calls.
+	heldDeadLetters, holds int
 	// pipelined counts the cases run with background completions, perMessage those with a save
 	// after each handler call (the others record runs), runs the runs recorded.
 	pipelined, perMessage, runs int
@@ -456,6 +467,21 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 			wantDLQ = append(wantDLQ, fmt.Sprintf("poison/%s/%d", id, s))
 		}
 	}
+	for _, d := range w.store.HeldDeadLetters() {
+		switch d.Reason {
+		case sequencer.ReasonInvalidSequence:
+			gotDLQ = append(gotDLQ, fmt.Sprintf("invalid/%d", d.BrokerSequence))
+		case sequencer.ReasonHandlerFailed:
+			gotDLQ = append(gotDLQ, fmt.Sprintf("poison/%s/%d", d.SessionID, d.Sequence))
+		default:
+			gotDLQ = append(gotDLQ, "unexpected "+d.Reason)
+		}
+	}
+	if c.held {
+		require.Zero(t, w.broker.Calls()["defer"], "seed %d: a message was deferred with EarlyStore", seed)
+		tot.heldDeadLetters += len(w.store.HeldDeadLetters())
+		tot.holds += w.store.Calls()["hold"]
+	}
 	for _, d := range w.broker.DeadLetters() {
 		switch d.Reason {
 		case sequencer.ReasonInvalidSequence:
@@ -501,6 +527,7 @@ func runCase(t *testing.T, seed uint64, c *propCase, tot *propTotals) (calls int
 		require.Empty(t, st.InFlight, "seed %d: session %s tombstone's run record", seed, id)
 		require.Nil(t, st.Parked, "seed %d: session %s tombstone parked", seed, id)
 		require.Nil(t, st.Retrying, "seed %d: session %s tombstone retrying", seed, id)
+		require.Empty(t, w.store.HeldMessages(id), "seed %d: session %s: messages left held in the store", seed, id)
 		tot.retries += int(st.Counters.Retries)
 	}
 	return w.totalCalls
@@ -563,11 +590,15 @@ func TestCrashAtEveryStep(t *testing.T) {
 // fault may hit the run while completions are in flight; without eachMessage the engine records
 // runs, so a fault may hit it between a handler call and the save of the new Next.
 func crashAtEveryStep(t *testing.T, seed uint64, crash bool, pending int, eachMessage bool) {
-	scenario := func() *propCase {
+	crashAtEveryStepOf(t, seed, crash, func() *propCase {
 		c := newPropCase(seed)
 		c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage = pending, eachMessage
 		return c
-	}
+	})
+}
+
+// crashAtEveryStepOf runs the scenario once cleanly, then once with a fault at each of its calls.
+func crashAtEveryStepOf(t *testing.T, seed uint64, crash bool, scenario func() *propCase) {
 	var tot propTotals
 	if k, err := strconv.Atoi(os.Getenv("SEQBUS_PROP_FAULT")); err == nil { // rerun one fault
 		c := scenario()
@@ -589,6 +620,7 @@ func crashAtEveryStep(t *testing.T, seed uint64, crash bool, pending int, eachMe
 		})
 		runCase(t, seed, c, &tot)
 	}
+	t.Logf("a fault at each of %d calls: %+v", n, tot)
 }
 
 // compactReplays drops from got (one session's successful handler calls) the calls that hand
@@ -685,6 +717,60 @@ func TestCrashAtEveryStepPipelinedRuns(t *testing.T) {
 							return
 						}
 					}
+				})
+			}
+		}
+	}
+}
+
+// heldCase turns the case of seed into one whose early messages are held in the store
+// (EarlyStore): a store of its own (the Postgres store holds messages; the Service Bus session
+// state does not), and a poison policy other than block, which EarlyStore refuses.
+func heldCase(c *propCase) *propCase {
+	c.held, c.bound = true, false
+	c.cfg.EarlyMessages = sequencer.EarlyStore
+	if c.cfg.Poison == sequencer.PoisonBlock {
+		c.cfg.Poison = sequencer.PoisonPark
+	}
+	return c
+}
+
+// TestPropertyEarlyStore runs the random cases with early messages held in the store: the same
+// invariants, no message ever deferred, nothing left held, and the poison and invalid messages
+// among the broker's dead letters or the store's.
+func TestPropertyEarlyStore(t *testing.T) {
+	t.Parallel()
+	n := 1000
+	if testing.Short() {
+		n = 200
+	}
+	if s := os.Getenv("SEQBUS_PROP_CASES"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	tot := propCases(t, n, func(seed uint64, tot *propTotals) { runCase(t, seed, heldCase(newPropCase(seed)), tot) })
+	if !t.Failed() && os.Getenv("SEQBUS_PROP_SEED") == "" {
+		require.Positive(t, tot.holds, "the cases held early messages in the store")
+		require.Positive(t, tot.heldDeadLetters, "the cases dead-lettered held messages")
+	}
+}
+
+// TestCrashAtEveryStepEarlyStore crashes (or fails) a process at each call in turn with early
+// messages held in the store.
+func TestCrashAtEveryStepEarlyStore(t *testing.T) {
+	t.Parallel()
+	for _, seed := range []uint64{13, 17, 24, 37, 43} {
+		for _, crash := range []bool{true, false} {
+			for _, mode := range []struct {
+				pending     int
+				eachMessage bool
+			}{{1, true}, {16, false}} {
+				t.Run(fmt.Sprintf("seed=%d/crash=%v/pending=%d/save-each=%v", seed, crash, mode.pending, mode.eachMessage), func(t *testing.T) {
+					t.Parallel()
+					crashAtEveryStepOf(t, seed, crash, func() *propCase {
+						c := heldCase(newPropCase(seed))
+						c.cfg.MaxPendingSettlements, c.cfg.SaveEachMessage = mode.pending, mode.eachMessage
+						return c
+					})
 				})
 			}
 		}

@@ -29,6 +29,9 @@ const (
 	// ended: this run handled (or skipped) the last message and settled what was left; the
 	// session is released.
 	ended
+	// heldFull: the early messages of a batch would pass a bound of EngineConfig.Held; the run
+	// takes no more messages and releases the session, leaving them to the broker.
+	heldFull
 	// retryingHere: the handler of the message for Next keeps failing and its next attempt waits
 	// with the session released (State.Retrying), or such a wait is not over; the rest of the
 	// batch is decided (and held), what is held is deferred, and the session is released.
@@ -46,6 +49,8 @@ func (p phase) outcome() (Outcome, bool) {
 		return OutcomeEnded, true
 	case retryingHere:
 		return OutcomeRetrying, true
+	case heldFull:
+		return OutcomeHeldFull, true
 	}
 	return 0, false
 }
@@ -67,6 +72,14 @@ type run struct {
 	inherited inheritance
 	// way is the run's part of the engine's strategy.
 	way strategy
+	// held is what the session holds in the store (EarlyStore), when known.
+	held heldCount
+}
+
+// heldCount is what a session holds in the store as a run last learnt it.
+type heldCount struct {
+	stats HeldStats
+	known bool
 }
 
 // runOptions are the RunOptions a run keeps.
@@ -353,7 +366,15 @@ func (r *run) settle(m *msg, d settleDecision) error {
 		return r.invalid(m, d.desc)
 	case settleFinishSkip:
 		// Skipped as poison, but the dead-lettering did not happen before a crash.
-		return r.s.deadLetterSkipped(m, "handler failed; dead-lettered after a restart")
+		const desc = "handler failed; dead-lettered after a restart"
+		if m.stored {
+			if err := r.deadLetterHeld(m, ReasonHandlerFailed, desc); err != nil {
+				return err
+			}
+			r.e.stats.deadLettered.Add(1)
+			return nil
+		}
+		return r.s.deadLetterSkipped(m, desc)
 	case settleFinishPark:
 		// Parked, but the dead-lettering did not happen before a crash: finish it.
 		return r.deadLetterParked(m)
@@ -396,6 +417,9 @@ func (r *run) invalid(m *msg, desc string) error {
 	r.e.stats.invalid.Add(1)
 	r.e.stats.deadLettered.Add(1)
 	r.e.observe(Event{Kind: EventInvalid, SessionID: r.s.id, Sequence: m.seq})
+	if m.stored {
+		return r.deadLetterHeld(m, ReasonInvalidSequence, desc)
+	}
 	landed, err := r.s.deadLetter(m, ReasonInvalidSequence, desc)
 	if err != nil {
 		return err
@@ -405,6 +429,13 @@ func (r *run) invalid(m *msg, desc string) error {
 }
 
 func (r *run) deadLetterParked(m *msg) error {
+	if m.stored {
+		if err := r.deadLetterHeld(m, ReasonHandlerFailed, r.st.Parked.Reason); err != nil {
+			return err
+		}
+		r.e.stats.deadLettered.Add(1)
+		return nil
+	}
 	landed, err := r.s.deadLetter(m, ReasonHandlerFailed, r.st.Parked.Reason)
 	if err != nil || !landed {
 		// Refused as busy: an active message is delivered again, a deferred one keeps its

@@ -28,6 +28,12 @@ func (r *run) load() error {
 // Next, or an inherited record not yet resolved (recordRun writes a run's own). It ends the run's
 // own record.
 func (r *run) save() error {
+	return r.storeState("saving state", func(p SaveParams) (int64, error) { return r.e.store.Save(r.ctx, p) })
+}
+
+// storeState writes r.st with write (a Save, or a HeldStore's Hold or DeadLetterHeld, which store
+// more with it), as save describes; what names the write in an error.
+func (r *run) storeState(what string, write func(SaveParams) (int64, error)) error {
 	if err := r.holdHandover(); err != nil {
 		return err
 	}
@@ -41,10 +47,11 @@ func (r *run) save() error {
 	clear(r.s.settled)
 	r.st.UpdatedAt = r.now()
 	r.e.stats.storeCalls.Add(1)
-	ver, err := r.e.store.Save(r.ctx, SaveParams{Session: r.s.sess, State: r.st, ExpectedVersion: r.saved.ver})
+	ver, err := write(SaveParams{Session: r.s.sess, State: r.st, ExpectedVersion: r.saved.ver})
 	if err != nil {
-		return fmt.Errorf("sequencer: session %s: saving state (next %d): %w", r.s.id, r.st.Next, err)
+		return fmt.Errorf("sequencer: session %s: %s (next %d): %w", r.s.id, what, r.st.Next, err)
 	}
+	r.held.known = false // a save may remove held messages (those below Next)
 	if r.e.sessionBound {
 		r.s.noteAnswered(r.st.UpdatedAt) // the store's save is a call on the session
 	}

@@ -40,19 +40,20 @@ func (r *run) drain() error {
 	return r.settleDrain()
 }
 
-// fetchRun receives the deferred messages for the consecutive run of sequences starting at from.
+// fetchRun brings back the set-aside messages for the consecutive run of sequences starting at
+// from (the keeper's fetch).
 func (r *run) fetchRun(from int64) error {
-	var bss []int64
+	entries := map[int64]int64{}
 	bySeqNo := map[int64]int64{}
-	for k := from; len(bss) < r.e.cfg.DeferredBatch; k++ {
+	for k := from; len(entries) < r.e.cfg.DeferredBatch; k++ {
 		bs, ok := r.st.Deferred[k]
 		if !ok || r.w.missing[k] || r.w.held[k] != nil || r.w.fetched[k] != nil {
 			break
 		}
-		bss = append(bss, bs)
+		entries[k] = bs
 		bySeqNo[bs] = k
 	}
-	fetched, err := r.receiveDeferred(bss)
+	fetched, err := r.e.keep.fetch(r, entries)
 	if err != nil {
 		return err
 	}
@@ -95,29 +96,25 @@ func (r *run) windowLimit() int {
 	return r.e.cfg.windowMessages()
 }
 
-// trimWindow defers the held messages furthest ahead until at most limit messages and
-// WindowBytes remain (view.overflow): one state save records them all, then each is deferred.
+// trimWindow sets aside the held messages furthest ahead until at most limit messages and
+// WindowBytes remain (view.overflow): deferred at the broker or held in the store, as the keeper
+// says, one state write recording them all. After a bound of EngineConfig.Held was reached
+// (heldFull) nothing more is set aside: what the window holds returns to the broker.
 func (r *run) trimWindow(limit int) error {
+	if r.phase == heldFull {
+		return nil
+	}
 	evict := r.view().overflow(limit)
 	if len(evict) == 0 {
 		return nil
 	}
-	for _, m := range evict {
-		r.w.unhold(m.seq)
-		r.st.recordDeferral(m.seq, m.bs)
-		delete(r.w.missing, m.seq)
-	}
-	// Record first, defer second: a crash in between leaves an entry whose message is still
-	// active; it is redelivered and recognised by its broker sequence number.
-	if err := r.save(); err != nil {
+	slices.Reverse(evict) // nearest first
+	if err := r.e.keep.setAside(r, evict, true); err != nil || r.phase == heldFull {
 		return err
 	}
-	for _, m := range slices.Backward(evict) {
-		if err := r.s.deferMsg(m); err != nil {
-			return err
-		}
-		r.e.stats.deferred.Add(1)
-		r.e.observe(Event{Kind: EventDeferred, SessionID: r.s.id, Sequence: m.seq})
+	for _, m := range evict {
+		r.w.unhold(m.seq)
+		delete(r.w.missing, m.seq)
 	}
 	return nil
 }

@@ -54,10 +54,11 @@ func (r *run) releaseIfCooling(now bool) {
 }
 
 // releaseRetry plans the next attempt of m, whose handler failed rerr.attempts times, and
-// releases the session until then: save(Retrying, Deferred[seq]) → defer. A crash between leaves
+// releases the session until then: the message is set aside with the plan (save(Retrying,
+// Deferred[seq]) → defer, or held in the store). A crash between the save and the defer leaves
 // the message active with its index entry: redelivered, it is recognised by its broker sequence
-// number and held (then deferred) until the attempt is due. A crash after the defer leaves the
-// plan, which a sweeper carries out at Retrying.At.
+// number and held (then set aside) until the attempt is due. A crash after leaves the plan,
+// which a sweeper carries out at Retrying.At.
 func (r *run) releaseRetry(m *msg, rerr *releaseError) error {
 	now := r.now()
 	wait := r.e.cfg.Retry.Backoff(rerr.attempts)
@@ -70,11 +71,7 @@ func (r *run) releaseRetry(m *msg, rerr *releaseError) error {
 	if gap := r.st.closeGap(now); gap > 0 {
 		r.saved.gap = gap
 	}
-	r.st.recordDeferral(m.seq, m.bs)
-	if err := r.save(); err != nil {
-		return err
-	}
-	if err := r.s.deferMsg(m); err != nil {
+	if err := r.e.keep.setAside(r, []*msg{m}, false); err != nil {
 		return err
 	}
 	r.phase = retryingHere
@@ -172,6 +169,19 @@ func (r *run) poison(m *msg, herr error) error {
 		// Save the skip together with a marker, then dead-letter: a crash in between leaves the
 		// marker, and the redelivered message is dead-lettered instead of completed.
 		r.st.skipPoison(m.seq, m.bs, r.now())
+		if m.stored {
+			// Held in the store: the skip and the dead-lettering are one write (a save alone
+			// would remove the held message with the advance).
+			if err := r.deadLetterHeld(m, ReasonHandlerFailed, herr.Error()); err != nil {
+				return err
+			}
+			r.e.stats.skipped.Add(1)
+			r.e.stats.deadLettered.Add(1)
+			if !r.st.EndedAt.IsZero() {
+				return r.end()
+			}
+			return nil
+		}
 		if err := r.save(); err != nil {
 			return err
 		}
@@ -192,9 +202,12 @@ func (r *run) poison(m *msg, herr error) error {
 	// poisonPark
 	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Sequence: m.seq, Err: herr})
 	r.st.park(m.seq, m.bs, herr.Error(), r.now())
-	// Save first: a crash before the dead-lettering finds the parked mark and finishes it.
-	if err := r.save(); err != nil {
-		return err
+	// Save first: a crash before the dead-lettering finds the parked mark and finishes it. A
+	// message held in the store is dead-lettered with the parked mark, in one write.
+	if !m.stored {
+		if err := r.save(); err != nil {
+			return err
+		}
 	}
 	r.e.stats.parked.Add(1)
 	r.phase = parkedHere

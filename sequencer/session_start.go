@@ -44,14 +44,14 @@ func (r *run) startup() error {
 	return nil
 }
 
-// finishParking dead-letters a parked message that is still deferred at the broker (a crash
-// came between the parked save and the dead-lettering).
+// finishParking dead-letters a parked message that is still set aside (a crash came between the
+// parked save and the dead-lettering).
 func (r *run) finishParking() error {
 	p := r.st.Parked
 	if p == nil || r.st.Deferred[p.Sequence] != p.BrokerSequence {
 		return nil
 	}
-	fetched, err := r.receiveDeferred([]int64{p.BrokerSequence})
+	fetched, err := r.e.keep.fetch(r, map[int64]int64{p.Sequence: p.BrokerSequence})
 	if err != nil {
 		return err
 	}
@@ -86,11 +86,11 @@ func (r *run) settleStale() error {
 	}
 	slices.Sort(stale)
 	for chunk := range slices.Chunk(stale, r.e.cfg.DeferredBatch) {
-		bss := make([]int64, len(chunk))
-		for i, k := range chunk {
-			bss[i] = st.Deferred[k]
+		entries := make(map[int64]int64, len(chunk))
+		for _, k := range chunk {
+			entries[k] = st.Deferred[k]
 		}
-		fetched, err := r.receiveDeferred(bss)
+		fetched, err := r.e.keep.fetch(r, entries)
 		if err != nil {
 			return err
 		}

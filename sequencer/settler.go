@@ -95,6 +95,14 @@ func (s *settler) call(kind CallKind, m *msg, fn func(context.Context, *Message)
 	if s.lost.Load() {
 		return false, s.callErr(kind, ErrLockLost)
 	}
+	if m.stored {
+		// A copy read from the store: the save that moves Next past it removes it (a HeldStore's
+		// guarantee); a dead-lettering is the run's (deadLetterHeld), never the broker's.
+		if kind == CallDeadLetter {
+			return false, fmt.Errorf("sequencer: session %s: sequence %d was held in the store: it is dead-lettered there", s.id, m.seq)
+		}
+		return true, nil
+	}
 	s.e.stats.calls[kind].Add(1)
 	if err := fn(s.ctx, m.raw); err != nil {
 		if errors.Is(err, ErrSettlementRefused) && !errors.Is(err, ErrLockLost) {

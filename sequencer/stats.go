@@ -60,11 +60,17 @@ const (
 	// EventReleasedRetry: the handler of the message for Next (Sequence) failed again (Err) and
 	// the session was released until its next attempt, due at At (EngineConfig.RetryReleaseAfter).
 	EventReleasedRetry
+	// EventHeldInStore: an early message (Sequence) was held in the store and completed at the
+	// broker (EarlyStore), where EarlyDefer defers it (EventDeferred).
+	EventHeldInStore
+	// EventHeldFull: holding the early messages in hand would pass a bound of
+	// EngineConfig.Held; the session is released with them unsettled (Sequence: its Next).
+	EventHeldFull
 )
 
 var eventKindNames = [...]string{"handled", "held", "deferred", "duplicate", "invalid", "dead_lettered",
 	"retry", "parked", "skipped", "gap_resolved", "session_ended", "session_released", "lock_lost", "blocked",
-	"gap_opened", "released_retry"}
+	"gap_opened", "released_retry", "held_in_store", "held_full"}
 
 // String returns the snake_case name of the event kind, for logs and metrics labels.
 func (k EventKind) String() string {
@@ -131,6 +137,9 @@ type Stats struct {
 	// SettlementsRefused counts the settlements the broker refused as busy (ErrSettlementRefused):
 	// each message is settled again later, as a duplicate or a stale index entry.
 	SettlementsRefused uint64
+	// HeldInStore counts the early messages held in the store (EarlyStore); HeldFull the runs
+	// that released their session because a bound of EngineConfig.Held was reached.
+	HeldInStore, HeldFull uint64
 }
 
 // TotalBrokerCalls sums BrokerCalls.
@@ -146,7 +155,7 @@ type statsCounters struct {
 	sessions, handled, held, deferred, duplicates, invalid, deadLettered atomic.Uint64
 	retries, parked, skipped, storeCalls, runs                           atomic.Uint64
 	gapWait                                                              atomic.Int64
-	releasedRetries, settlementsRefused                                  atomic.Uint64
+	releasedRetries, settlementsRefused, heldInStore, heldFull           atomic.Uint64
 	calls                                                                [numCallKinds]atomic.Uint64
 }
 
@@ -169,6 +178,7 @@ func (c *statsCounters) snapshot() Stats {
 	}
 	s.ReleasedRetries = c.releasedRetries.Load()
 	s.SettlementsRefused = c.settlementsRefused.Load()
+	s.HeldInStore, s.HeldFull = c.heldInStore.Load(), c.heldFull.Load()
 	for k := range numCallKinds {
 		s.BrokerCalls[k.String()] = c.calls[k].Load()
 	}

@@ -193,8 +193,16 @@ type Config struct {
 	// Unsequenced is what happens to a message without the sequence property.
 	Unsequenced sequencer.Unsequenced `envconfig:"UNSEQUENCED" desc:"A message without the sequence property: deadletter (reason InvalidSequence), or passthrough (handled at once, outside the session's order)."`
 	// EarlyMessages is where a message that arrives before its turn waits beyond the reorder
-	// window: EarlyMessagesDefer (deferred at the broker).
-	EarlyMessages EarlyMessages `envconfig:"EARLY_MESSAGES" desc:"Where a message that arrives before its turn waits beyond the reorder window: defer (deferred at the broker, fetched back by sequence number)."`
+	// window: EarlyMessagesDefer (deferred at the broker) or EarlyMessagesStore (held in the
+	// Postgres store).
+	EarlyMessages EarlyMessages `envconfig:"EARLY_MESSAGES" desc:"Where a message that arrives before its turn waits beyond the reorder window: defer (deferred at the broker, fetched back by sequence number) or store (copied into the Postgres state store, completed at the broker, handed over from the store; needs SEQBUS_STATE_STORE=postgres; works on partitioned entities)."`
+	// HeldMaxSessionMessages, HeldMaxSessionBytes and HeldMaxBytes bound what
+	// EarlyMessagesStore holds (0: no bound): per session, and for the entity, every session
+	// together. When a batch's early messages would pass a bound, the worker holds none of them,
+	// stops taking messages from that session and releases it; the broker keeps them.
+	HeldMaxSessionMessages int      `envconfig:"HELD_MAX_SESSION_MESSAGES" desc:"With SEQBUS_EARLY_MESSAGES=store: the most early messages one session holds in the store (0: no bound); past it the session is released and the broker keeps the rest."`
+	HeldMaxSessionBytes    ByteSize `envconfig:"HELD_MAX_SESSION_BYTES" desc:"With SEQBUS_EARLY_MESSAGES=store: the most bytes (bodies and properties) one session holds in the store (0: no bound)."`
+	HeldMaxBytes           ByteSize `envconfig:"HELD_MAX_BYTES" desc:"With SEQBUS_EARLY_MESSAGES=store: the most bytes the store holds for the entity, every session together (0: no bound); each replica stops holding more past it."`
 	// DeferOnPartitioned lets the worker defer early messages on a partitioned entity, which
 	// Start otherwise refuses (see EarlyMessages): for a namespace where `worker doctor`'s
 	// round trip showed deferral to work.
@@ -236,35 +244,38 @@ type Config struct {
 func DefaultConfig() Config {
 	engine := sequencer.EngineConfig{}.WithDefaults()
 	return Config{
-		Provider:              ProviderServiceBus,
-		Ordering:              OrderingSession,
-		StateStore:            StateStoreServiceBus,
-		StateMaxBytes:         256 << 10,
-		HandlerTimeout:        30 * time.Second,
-		SequenceProperty:      contract.SequenceProperty,
-		LastProperty:          contract.LastProperty,
-		SessionIdleTimeout:    5 * time.Second, // the library's 30s holds a quiet session's lock too long for a service
-		PoisonPolicy:          engine.Poison,
-		MaxHandlerAttempts:    engine.Retry.Attempts,
-		RetryBase:             engine.Retry.Base,
-		RetryMax:              engine.Retry.Cap,
-		ReorderWindow:         engine.WindowMessages,
-		ReorderWindowBytes:    ByteSize(engine.WindowBytes),
-		DrainBatch:            engine.DeferredBatch,
-		Prefetch:              engine.ReceiveBatch,
-		ReceiveWait:           sbadapter.DefaultReceiveWait,
-		PipelineRuns:          true,
-		TombstoneTTL:          engine.TombstoneTTL,
-		GapPolicy:             engine.GapPolicy,
-		Unsequenced:           engine.Unsequenced,
-		EarlyMessages:         EarlyMessagesDefer,
-		MaxConcurrentSessions: 8,
-		SessionConnections:    1,
-		SweepInterval:         30 * time.Second,
-		ScaleInterval:         10 * time.Second,
-		ScaleMaxReplicas:      100,
-		ScaleCreditsPerSecond: 100,
-		Service:               defaultService(),
+		Provider:               ProviderServiceBus,
+		Ordering:               OrderingSession,
+		StateStore:             StateStoreServiceBus,
+		StateMaxBytes:          256 << 10,
+		HandlerTimeout:         30 * time.Second,
+		SequenceProperty:       contract.SequenceProperty,
+		LastProperty:           contract.LastProperty,
+		SessionIdleTimeout:     5 * time.Second, // the library's 30s holds a quiet session's lock too long for a service
+		PoisonPolicy:           engine.Poison,
+		MaxHandlerAttempts:     engine.Retry.Attempts,
+		RetryBase:              engine.Retry.Base,
+		RetryMax:               engine.Retry.Cap,
+		ReorderWindow:          engine.WindowMessages,
+		ReorderWindowBytes:     ByteSize(engine.WindowBytes),
+		DrainBatch:             engine.DeferredBatch,
+		Prefetch:               engine.ReceiveBatch,
+		ReceiveWait:            sbadapter.DefaultReceiveWait,
+		PipelineRuns:           true,
+		TombstoneTTL:           engine.TombstoneTTL,
+		GapPolicy:              engine.GapPolicy,
+		Unsequenced:            engine.Unsequenced,
+		EarlyMessages:          EarlyMessagesDefer,
+		HeldMaxSessionMessages: 10_000,
+		HeldMaxSessionBytes:    64 << 20,
+		HeldMaxBytes:           1 << 30,
+		MaxConcurrentSessions:  8,
+		SessionConnections:     1,
+		SweepInterval:          30 * time.Second,
+		ScaleInterval:          10 * time.Second,
+		ScaleMaxReplicas:       100,
+		ScaleCreditsPerSecond:  100,
+		Service:                defaultService(),
 	}
 }
 
@@ -306,6 +317,12 @@ func (c Config) engine() sequencer.EngineConfig {
 		TombstoneTTL:      c.TombstoneTTL,
 		SaveEachMessage:   c.SaveEachMessage,
 		LockRenewInterval: c.LockRenewInterval,
+		EarlyMessages:     sequencer.EarlyDefer,
+	}
+	if c.EarlyMessages == EarlyMessagesStore {
+		e.EarlyMessages = sequencer.EarlyStore
+		e.Held = sequencer.HeldLimits{SessionMessages: c.HeldMaxSessionMessages,
+			SessionBytes: int64(c.HeldMaxSessionBytes), TotalBytes: int64(c.HeldMaxBytes)}
 	}
 	if !c.PipelineRuns || c.Transactional || c.Journal {
 		// A transactional handler runs no recorded runs; saying so here keeps the engine's
@@ -516,7 +533,7 @@ func (c *Config) checkSettings(p *problems[Config]) {
 		p.add("GapPolicy", "%s acts after %s, which is 0 (wait forever): set %s", c.GapPolicy, p.v("GapTimeout"), p.v("GapTimeout"))
 	}
 	oneOf(p, "Unsequenced", c.Unsequenced, sequencer.UnsequencedDeadLetter, sequencer.UnsequencedPassThrough)
-	checkEarlyMessages(p, c.EarlyMessages)
+	checkEarlyMessages(p, *c)
 
 	p.positive("MaxConcurrentSessions", int64(c.MaxConcurrentSessions), c.MaxConcurrentSessions)
 	p.positive("SessionConnections", int64(c.SessionConnections), c.SessionConnections)

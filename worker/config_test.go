@@ -43,7 +43,7 @@ func TestValidate(t *testing.T) {
 
 		{"early messages deferred", func(c *Config) { c.EarlyMessages = EarlyMessagesDefer }, ""},
 		{"deferral on partitioned entities allowed", func(c *Config) { c.DeferOnPartitioned = true }, ""},
-		{"early messages in the store", func(c *Config) { c.EarlyMessages = EarlyMessagesStore }, "SEQBUS_EARLY_MESSAGES: store (early messages held in the state store) is not available in this build"},
+		{"early messages in the store", func(c *Config) { c.EarlyMessages = EarlyMessagesStore }, "SEQBUS_EARLY_MESSAGES: store holds early messages in the state store, which needs SEQBUS_STATE_STORE=postgres"},
 		{"unknown early messages", func(c *Config) { c.EarlyMessages = "memory" }, `SEQBUS_EARLY_MESSAGES: "memory" is not one of defer, store`},
 		{"no early messages", func(c *Config) { c.EarlyMessages = "" }, `SEQBUS_EARLY_MESSAGES: "" is not one of defer, store`},
 		{"no credentials", func(c *Config) { c.ConnectionString = "" }, "SEQBUS_CONNECTION_STRING: set it"},

@@ -27,19 +27,33 @@ const (
 	// fetch on partitioned entities, so Start refuses a partitioned entity it can read the
 	// properties of, unless Config.DeferOnPartitioned.
 	EarlyMessagesDefer EarlyMessages = "defer"
-	// EarlyMessagesStore holds early messages in the state store and completes them at the
-	// broker. This build does not have it: Validate refuses it.
+	// EarlyMessagesStore holds early messages in the Postgres state store and completes them at
+	// the broker (sequencer.EarlyStore): no deferred message is ever created, so it works on
+	// partitioned entities. Bounded by Config.HeldMaxSessionMessages, HeldMaxSessionBytes and
+	// HeldMaxBytes.
 	EarlyMessagesStore EarlyMessages = "store"
 )
 
-// checkEarlyMessages refuses a mode this build does not run.
-func checkEarlyMessages[T any](p *problems[T], e EarlyMessages) {
-	switch e {
+// checkEarlyMessages checks the mode against the settings it depends on: store holds message
+// bodies, which the Service Bus session state cannot (its size limit is that of one message), and
+// gives no message back to the broker, which the poison policy block relies on.
+func checkEarlyMessages[T any](p *problems[T], c Config) {
+	switch c.EarlyMessages {
 	case EarlyMessagesDefer:
 	case EarlyMessagesStore:
-		p.add("EarlyMessages", "%s (early messages held in the state store) is not available in this build: use %s", e, EarlyMessagesDefer)
+		if c.Ordering == OrderingSession && c.StateStore != StateStorePostgres {
+			p.add("EarlyMessages", "%s holds early messages in the state store, which needs %s=postgres: the Service Bus session state is bounded by one message's size",
+				c.EarlyMessages, p.v("StateStore"))
+		}
+		if c.PoisonPolicy == sequencer.PoisonBlock {
+			p.add("EarlyMessages", "%s does not go with %s=block, which gives a failing message back to the broker: a held message has left it",
+				c.EarlyMessages, p.v("PoisonPolicy"))
+		}
 	default:
-		p.add("EarlyMessages", "%q is not one of %s, %s (%s is not available in this build)", e, EarlyMessagesDefer, EarlyMessagesStore, EarlyMessagesStore)
+		p.add("EarlyMessages", "%q is not one of %s, %s", c.EarlyMessages, EarlyMessagesDefer, EarlyMessagesStore)
+	}
+	if c.HeldMaxSessionMessages < 0 {
+		p.add("HeldMaxSessionMessages", "must not be negative (0: no bound), got %d", c.HeldMaxSessionMessages)
 	}
 }
 

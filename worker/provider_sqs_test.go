@@ -28,6 +28,7 @@ func TestValidateSQS(t *testing.T) {
 		mutate func(c *Config)
 		want   []string // problems the message names
 	}{
+		{"valid", func(*Config) {}, nil},
 		{"unknown provider", func(c *Config) { c.Provider = "kafka" }, []string{`SEQBUS_PROVIDER: "kafka" is not one of servicebus, sqs`}},
 		{"no queue url", func(c *Config) { c.SQSQueueURL = "" }, []string{"SEQBUS_SQS_QUEUE_URL: required with SEQBUS_PROVIDER=sqs"}},
 		{"queue url not a url", func(c *Config) { c.SQSQueueURL = "orders.fifo" }, []string{`SEQBUS_SQS_QUEUE_URL: "orders.fifo" is not a queue URL`}},
@@ -52,6 +53,10 @@ func TestValidateSQS(t *testing.T) {
 			c := validSQS()
 			tt.mutate(&c)
 			err := c.Validate()
+			if len(tt.want) == 0 {
+				require.NoError(t, err)
+				return
+			}
 			require.Error(t, err)
 			for _, w := range tt.want {
 				require.ErrorContains(t, err, w)

@@ -18,18 +18,25 @@ type instrumented struct {
 
 // instrumentedAtomic is instrumented for an AtomicStore, so that the engine still finds SaveWith.
 type instrumentedAtomic struct {
-	instrumented
+	*instrumented
 	atomic sequencer.AtomicStore
 }
 
 // instrument wraps s with the save metrics (and saved, when not nil), keeping its AtomicStore
-// side if it has one.
+// and HeldStore sides if it has them.
 func instrument(s sequencer.StateStore, m *metrics, saved func(id string, st *sequencer.State, err error)) sequencer.StateStore {
-	in := instrumented{StateStore: s, m: m, saved: saved}
-	if a, ok := s.(sequencer.AtomicStore); ok {
+	in := &instrumented{StateStore: s, m: m, saved: saved}
+	a, atomic := s.(sequencer.AtomicStore)
+	h, held := s.(sequencer.HeldStore)
+	switch {
+	case atomic && held:
+		return &instrumentedAtomicHeld{&instrumentedAtomic{instrumented: in, atomic: a}, heldSide{in, h}}
+	case atomic:
 		return &instrumentedAtomic{instrumented: in, atomic: a}
+	case held:
+		return &instrumentedHeld{in, heldSide{in, h}}
 	}
-	return &in
+	return in
 }
 
 // WritesThroughSession passes on the wrapped store's answer (sequencer.SessionBoundStore).

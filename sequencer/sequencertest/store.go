@@ -15,6 +15,10 @@ type Store struct {
 	mu    sync.Mutex
 	data  map[string]storeEntry
 	calls map[string]int
+	// held and dead are what HeldStoreClient holds: early messages by session, and the dead
+	// letters of held messages.
+	held map[string]heldSession
+	dead []*sequencer.HeldDeadLetter
 }
 
 type storeEntry struct {
@@ -24,7 +28,7 @@ type storeEntry struct {
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	return &Store{data: map[string]storeEntry{}, calls: map[string]int{}}
+	return &Store{data: map[string]storeEntry{}, calls: map[string]int{}, held: map[string]heldSession{}}
 }
 
 // Client returns a view of the store whose calls run in proc (hooks, crashes).
@@ -174,6 +178,7 @@ func (s *Store) saveLocked(p sequencer.SaveParams) (int64, error) {
 		return 0, fmt.Errorf("fake store: encoding state of %q: %w", id, err)
 	}
 	s.data[id] = storeEntry{b: b, ver: cur + 1}
+	s.heldGoneLocked(id, p.State.Next)
 	return cur + 1, nil
 }
 
@@ -189,6 +194,7 @@ func (c *StoreClient) Delete(_ context.Context, p sequencer.DeleteParams) error 
 			return fmt.Errorf("fake store: delete %q at version %d, expected %d: %w", id, e.ver, p.ExpectedVersion, sequencer.ErrVersionConflict)
 		}
 		delete(c.s.data, id)
+		delete(c.s.held, id)
 		return nil
 	})
 }
