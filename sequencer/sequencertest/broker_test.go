@@ -3,6 +3,7 @@ package sequencertest_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +19,32 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestBrokerConformance(t *testing.T) {
 	t.Parallel()
+	var mu sync.Mutex
+	brokers := map[string]*sequencertest.Broker{} // by test name
 	sequencertest.RunSessionConformance(t, func(t *testing.T) (sequencer.SessionSource, sequencertest.Publisher) {
-		b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Blocking: true, Clock: clock.Real()})
+		b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Blocking: true, Clock: clock.Real(), LockDuration: 2 * time.Second})
+		mu.Lock()
+		brokers[t.Name()] = b
+		mu.Unlock()
 		return b.NewClient(nil), sequencertest.BrokerPublisher{B: b}
-	}, &sequencertest.ConformanceOptions{Wait: 400 * time.Millisecond})
+	}, &sequencertest.ConformanceOptions{
+		Wait:         400 * time.Millisecond,
+		Capabilities: sequencertest.Capabilities{Deferral: true, Holding: true, State: true},
+		DeadLetters: func(_ context.Context, sessionID string) ([]sequencertest.DeadLettered, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			var out []sequencertest.DeadLettered
+			for _, b := range brokers {
+				for _, d := range b.DeadLetters() {
+					if d.Message.SessionID == sessionID {
+						out = append(out, sequencertest.DeadLettered{SessionID: d.Message.SessionID, Body: d.Message.Body,
+							Properties: d.Message.Properties, Reason: d.Reason, Description: d.Description})
+					}
+				}
+			}
+			return out, nil
+		},
+	})
 }
 
 func TestBrokerLockExpiry(t *testing.T) {

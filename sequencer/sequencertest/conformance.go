@@ -36,20 +36,61 @@ type StatefulSession interface {
 	SetState(ctx context.Context, state []byte) error
 }
 
+// Capabilities are what a provider offers beyond sequencer.Session. A provider declares them
+// in ConformanceOptions: the suite checks that its sessions offer exactly the declared ones and
+// runs the cases of each declared capability.
+type Capabilities struct {
+	// Deferral: sessions are sequencer.DeferringSession (Service Bus, the fake broker).
+	Deferral bool
+	// Holding: sessions are sequencer.HoldingSession.
+	Holding bool
+	// State: sessions are StatefulSession (the broker keeps session state).
+	State bool
+}
+
+// DeadLettered is a message found in a provider's dead-letter queue.
+type DeadLettered struct {
+	SessionID   string
+	Body        []byte
+	Properties  map[string]any
+	Reason      string
+	Description string
+}
+
 // ConformanceOptions tune RunSessionConformance.
 type ConformanceOptions struct {
 	// Wait bounds each wait for messages or sessions (default 2s). AcceptNext on an empty
 	// entity is expected to give up within it.
 	Wait time.Duration
+	// Capabilities the provider declares.
+	Capabilities Capabilities
+	// MaxLock is the longest lock the suite waits out to see it lapse (default 10s): a session
+	// whose LockedUntil is further away fails LockLapseRedelivers, so give the sources of the
+	// suite a short lock.
+	MaxLock time.Duration
+	// DeadLetters returns what the provider's dead-letter queue holds of a session. Nil: the
+	// suite checks only that a dead-lettered message leaves its session.
+	DeadLetters func(ctx context.Context, sessionID string) ([]DeadLettered, error)
 }
 
-// RunSessionConformance checks that a SessionSource and its Sessions behave like a Service Bus
-// session queue as far as the engine depends on it. newSource must return a source over an
-// entity that no other test uses, and a publisher for it; each subtest calls it once.
+// RunSessionConformance checks that a SessionSource and its Sessions behave as the engine
+// depends on: what every provider must do (exclusive sessions, order within a session,
+// redelivery after abandon, close or a lapsed lock first and in order, completion is final,
+// dead-lettering removes the message), and the cases of the capabilities the provider declares
+// in opts. newSource must return a source over an entity that no other test uses, and a
+// publisher for it; each subtest calls it once.
 func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer.SessionSource, Publisher), opts *ConformanceOptions) {
+	var o ConformanceOptions
+	if opts != nil {
+		o = *opts
+	}
 	wait := 2 * time.Second
-	if opts != nil && opts.Wait > 0 {
-		wait = opts.Wait
+	if o.Wait > 0 {
+		wait = o.Wait
+	}
+	maxLock := 10 * time.Second
+	if o.MaxLock > 0 {
+		maxLock = o.MaxLock
 	}
 	type fixture struct {
 		src sequencer.SessionSource
@@ -87,15 +128,21 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		require.Len(t, out, n)
 		return out
 	}
-	// deferring returns sess as a DeferringSession, or skips the test for a provider without
-	// deferral (SQS FIFO), after releasing sess.
-	deferring := func(t *testing.T, sess sequencer.Session) sequencer.DeferringSession {
-		ds, ok := sess.(sequencer.DeferringSession)
-		if !ok {
-			_ = sess.Close(t.Context())
-			t.Skip("the provider cannot defer (the session is not a sequencer.DeferringSession)")
+	seqs := func(t *testing.T, msgs []*sequencer.Message) []int64 {
+		var out []int64
+		for _, m := range msgs {
+			v, _, err := contract.Parse(m.Properties, contract.SequenceProperty, contract.LastProperty)
+			require.NoError(t, err)
+			out = append(out, v)
 		}
-		return ds
+		return out
+	}
+	// capable skips the case unless the provider declares the capability (CapabilitiesAsDeclared
+	// checks the declaration).
+	capable := func(t *testing.T, declared bool, what string) {
+		if !declared {
+			t.Skipf("the provider does not declare %s (ConformanceOptions.Capabilities)", what)
+		}
 	}
 	requireNoSession := func(t *testing.T, f fixture) {
 		ctx, cancel := context.WithTimeout(t.Context(), wait/4)
@@ -107,6 +154,176 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		}
 		require.ErrorIs(t, err, sequencer.ErrNoSession)
 	}
+	completeAll := func(t *testing.T, sess sequencer.Session, msgs []*sequencer.Message) {
+		for _, m := range msgs {
+			require.NoError(t, sess.Complete(t.Context(), m))
+		}
+	}
+
+	t.Run("CapabilitiesAsDeclared", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		sess, err := f.src.Accept(ctxWait(t), f.id)
+		require.NoError(t, err)
+		defer func() { _ = sess.Close(t.Context()) }()
+		_, deferring := sess.(sequencer.DeferringSession)
+		_, holding := sess.(sequencer.HoldingSession)
+		_, stateful := sess.(StatefulSession)
+		require.Equal(t, o.Capabilities, Capabilities{Deferral: deferring, Holding: holding, State: stateful},
+			"the session's capabilities (actual) differ from those declared (expected)")
+	})
+
+	t.Run("HeldSessionIsNotOfferedAgain", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		publishN(t, f, 3)
+		sess := acceptNext(t, f)
+		m := receiveN(t, sess, 1)[0]
+		requireNoSession(t, f) // its other messages are the held session's
+		require.NoError(t, sess.Abandon(t.Context(), m))
+		requireNoSession(t, f) // an abandoned message stays with the held session
+		_, err := f.src.Accept(ctxWait(t), f.id)
+		require.ErrorIs(t, err, sequencer.ErrSessionLocked)
+		again := receiveN(t, sess, 3)
+		require.Equal(t, []int64{1, 2, 3}, seqs(t, again))
+		completeAll(t, sess, again)
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f)
+	})
+
+	t.Run("OrderWithinSession", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		const n = 25
+		publishN(t, f, n)
+		sess := acceptNext(t, f)
+		// As the engine does: receive what is there (up to 4), settle it, receive again. (An SQS
+		// group's next messages come only once those in flight are settled.)
+		ctx := ctxWait(t)
+		var got []*sequencer.Message
+		for len(got) < n && ctx.Err() == nil {
+			batch, err := sess.Receive(ctx, 4)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(batch), 4)
+			completeAll(t, sess, batch)
+			got = append(got, batch...)
+		}
+		want := make([]int64, n)
+		for i := range want {
+			want[i] = int64(i + 1)
+		}
+		require.Equal(t, want, seqs(t, got))
+		for i := 1; i < n; i++ {
+			require.Greater(t, got[i].BrokerSequence, got[i-1].BrokerSequence)
+		}
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f)
+	})
+
+	t.Run("AbandonedComeBackFirstInOrder", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		publishN(t, f, 5)
+		sess := acceptNext(t, f)
+		msgs := receiveN(t, sess, 3)
+		require.Equal(t, []int64{1, 2, 3}, seqs(t, msgs))
+		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
+		require.NoError(t, sess.Abandon(t.Context(), msgs[1]))
+		require.NoError(t, sess.Abandon(t.Context(), msgs[2]))
+		again := receiveN(t, sess, 4)
+		require.Equal(t, []int64{2, 3, 4, 5}, seqs(t, again), "the abandoned messages first, in order")
+		require.Equal(t, msgs[1].BrokerSequence, again[0].BrokerSequence)
+		require.Greater(t, again[0].DeliveryCount, msgs[1].DeliveryCount)
+		completeAll(t, sess, again)
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f)
+	})
+
+	t.Run("CloseRedeliversFirstInOrder", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		publishN(t, f, 4)
+		sess := acceptNext(t, f)
+		msgs := receiveN(t, sess, 4)
+		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
+		require.NoError(t, sess.Complete(t.Context(), msgs[2]))
+		require.NoError(t, sess.Close(t.Context()))
+		sess = acceptNext(t, f)
+		again := receiveN(t, sess, 2)
+		require.Equal(t, []int64{2, 4}, seqs(t, again), "what was not completed, in order")
+		completeAll(t, sess, again)
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f)
+	})
+
+	t.Run("LockLapseRedelivers", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		publishN(t, f, 3)
+		sess := acceptNext(t, f)
+		msgs := receiveN(t, sess, 3)
+		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
+		lapse := time.Until(sess.LockedUntil())
+		require.LessOrEqual(t, lapse, maxLock, "give the suite's sources a lock of at most MaxLock")
+		time.Sleep(lapse + time.Second)
+		err := sess.Complete(t.Context(), msgs[1])
+		require.ErrorIs(t, err, sequencer.ErrLockLost, "settling after the lock lapsed")
+		_ = sess.Close(t.Context())
+		sess = acceptNext(t, f)
+		again := receiveN(t, sess, 2)
+		require.Equal(t, []int64{2, 3}, seqs(t, again), "the unsettled messages, first and in order")
+		require.Greater(t, again[0].DeliveryCount, msgs[1].DeliveryCount)
+		completeAll(t, sess, again)
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f)
+	})
+
+	t.Run("CompleteIsFinal", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		publishN(t, f, 3)
+		sess := acceptNext(t, f)
+		msgs := receiveN(t, sess, 2)
+		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
+		require.NoError(t, sess.Abandon(t.Context(), msgs[1]))
+		again := receiveN(t, sess, 2)
+		require.Equal(t, []int64{2, 3}, seqs(t, again))
+		require.NoError(t, sess.Close(t.Context()))
+		sess = acceptNext(t, f)
+		again = receiveN(t, sess, 2)
+		require.Equal(t, []int64{2, 3}, seqs(t, again), "the completed message never comes back")
+		completeAll(t, sess, again)
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f)
+	})
+
+	t.Run("DeadLetterLeavesTheSession", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		publishN(t, f, 2)
+		sess := acceptNext(t, f)
+		msgs := receiveN(t, sess, 2)
+		p := sequencer.DeadLetterParams{Reason: "InvalidSequence", Description: "conformance: dead-lettered"}
+		require.NoError(t, sess.DeadLetter(t.Context(), msgs[0], p))
+		require.NoError(t, sess.Close(t.Context()))
+		sess = acceptNext(t, f)
+		again := receiveN(t, sess, 1)
+		require.Equal(t, []int64{2}, seqs(t, again), "the dead-lettered message is gone from the session")
+		completeAll(t, sess, again)
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f)
+		if o.DeadLetters == nil {
+			return
+		}
+		dl, err := o.DeadLetters(ctxWait(t), f.id)
+		require.NoError(t, err)
+		require.Len(t, dl, 1)
+		require.Equal(t, f.id, dl[0].SessionID)
+		require.Equal(t, []byte("body-1"), dl[0].Body)
+		require.Equal(t, []int64{1}, seqs(t, []*sequencer.Message{{Properties: dl[0].Properties}}))
+		require.Equal(t, p.Reason, dl[0].Reason)
+		require.Equal(t, p.Description, dl[0].Description)
+	})
 
 	t.Run("AcceptNextOnEmptyEntity", func(t *testing.T) {
 		t.Parallel()
@@ -136,10 +353,11 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 
 	t.Run("DeferredMessagesByBrokerSequence", func(t *testing.T) {
 		t.Parallel()
+		capable(t, o.Capabilities.Deferral, "deferral")
 		f := setup(t)
 		publishN(t, f, 2)
 		sess := acceptNext(t, f)
-		ds := deferring(t, sess)
+		ds := sess.(sequencer.DeferringSession)
 		msgs := receiveN(t, sess, 2)
 		for _, m := range msgs {
 			require.NoError(t, ds.Defer(t.Context(), m))
@@ -221,14 +439,12 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 
 	t.Run("SessionState", func(t *testing.T) {
 		t.Parallel()
+		capable(t, o.Capabilities.State, "session state")
 		f := setup(t)
 		sess, err := f.src.Accept(ctxWait(t), f.id)
 		require.NoError(t, err)
 		defer func() { _ = sess.Close(t.Context()) }()
-		ss, ok := sess.(StatefulSession)
-		if !ok {
-			t.Skip("session has no state methods")
-		}
+		ss := sess.(StatefulSession)
 		got, err := ss.GetState(t.Context())
 		require.NoError(t, err)
 		require.Empty(t, got)
@@ -247,10 +463,11 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 	// deferred ones never, whatever was settled or abandoned before the lock was released.
 	t.Run("RedeliveryIsInBrokerOrder", func(t *testing.T) {
 		t.Parallel()
+		capable(t, o.Capabilities.Deferral, "deferral")
 		f := setup(t)
 		publishN(t, f, 6)
 		sess := acceptNext(t, f)
-		ds := deferring(t, sess)
+		ds := sess.(sequencer.DeferringSession)
 		msgs := receiveN(t, sess, 6)
 		require.NoError(t, sess.Complete(t.Context(), msgs[3]))
 		require.NoError(t, ds.Defer(t.Context(), msgs[1]))
@@ -276,15 +493,13 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 
 	t.Run("HoldingIsTheActiveMessages", func(t *testing.T) {
 		t.Parallel()
+		capable(t, o.Capabilities.Holding, "a look at held messages")
+		capable(t, o.Capabilities.Deferral, "deferral")
 		f := setup(t)
 		publishN(t, f, 4)
 		sess := acceptNext(t, f)
-		hs, ok := sess.(sequencer.HoldingSession)
-		if !ok {
-			_ = sess.Close(t.Context())
-			t.Skip("the session is not a sequencer.HoldingSession")
-		}
-		ds := deferring(t, sess)
+		hs := sess.(sequencer.HoldingSession)
+		ds := sess.(sequencer.DeferringSession)
 		msgs := receiveN(t, sess, 4)
 		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
 		require.NoError(t, ds.Defer(t.Context(), msgs[1]))

@@ -1,0 +1,327 @@
+package sqsadapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// Dead-letter attributes: the reason and description a dead-lettered copy carries, as Service
+// Bus names them.
+const (
+	DeadLetterReasonAttribute      = "DeadLetterReason"
+	DeadLetterDescriptionAttribute = "DeadLetterErrorDescription"
+)
+
+// Session is a message group held by this process. It is a sequencer.Session; SQS has neither
+// deferral nor a peek, so it is no DeferringSession and no HoldingSession. Its state is guarded
+// by its Source's mutex.
+type Session struct {
+	src     *Source
+	g       *group
+	id      string
+	waiting int       // Receive calls waiting
+	renewed time.Time // the nominal lock while nothing of the group is held
+	closed  bool
+}
+
+var _ sequencer.Session = (*Session)(nil)
+
+// ID returns the message group id.
+func (s *Session) ID() string { return s.id }
+
+// LockedUntil returns the earliest visibility expiry of the group's held messages; with none
+// held, the accept or last renewal plus Visibility.
+func (s *Session) LockedUntil() time.Time {
+	s.src.mu.Lock()
+	defer s.src.mu.Unlock()
+	until := s.renewed
+	first := true
+	for _, h := range s.g.held {
+		if first || h.until.Before(until) {
+			until, first = h.until, false
+		}
+	}
+	return until
+}
+
+// Receive returns up to max messages of the group received for it, waiting for the receive loop
+// until ctx ends (then an empty slice and nil).
+func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, error) {
+	max = cmpMax(max, 1)
+	for {
+		s.src.mu.Lock()
+		if s.closed {
+			s.src.mu.Unlock()
+			return nil, fmt.Errorf("sqsadapter: receive group %q: session closed: %w", s.id, sequencer.ErrLockLost)
+		}
+		if n := len(s.g.buf); n > 0 {
+			k := min(n, max)
+			out := slices.Clone(s.g.buf[:k])
+			s.g.buf = slices.Delete(s.g.buf, 0, k)
+			s.src.mu.Unlock()
+			return out, nil
+		}
+		s.waiting++
+		ch := s.g.notify
+		s.src.mu.Unlock()
+		s.src.wakeLoop()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		s.src.mu.Lock()
+		s.waiting--
+		s.src.mu.Unlock()
+		if ctx.Err() != nil {
+			return []*sequencer.Message{}, nil
+		}
+	}
+}
+
+func cmpMax(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// held returns m's receipt when the session still holds it with that receipt handle, else an
+// error wrapping sequencer.ErrLockLost (settled, released, or received again after a lapse).
+func (s *Session) held(what string, m *sequencer.Message) (*Received, error) {
+	rec, err := raw(m)
+	if err != nil {
+		return nil, err
+	}
+	s.src.mu.Lock()
+	defer s.src.mu.Unlock()
+	h := s.g.held[m.MessageID]
+	switch {
+	case s.closed:
+		return nil, fmt.Errorf("sqsadapter: %s message %q of group %q: session closed: %w", what, m.MessageID, s.id, sequencer.ErrLockLost)
+	case rec.GroupID != s.id:
+		return nil, fmt.Errorf("sqsadapter: %s message %q: it belongs to group %q, not %q", what, m.MessageID, rec.GroupID, s.id)
+	case h == nil || h.handle != rec.ReceiptHandle:
+		return nil, fmt.Errorf("sqsadapter: %s message %q of group %q: no longer held (settled, released or its visibility lapsed): %w",
+			what, m.MessageID, s.id, sequencer.ErrLockLost)
+	}
+	return rec, nil
+}
+
+// drop forgets m (settled or released) if it is still held with rec's handle.
+func (s *Session) drop(rec *Received, id string) {
+	s.src.mu.Lock()
+	if h := s.g.held[id]; h != nil && h.handle == rec.ReceiptHandle {
+		delete(s.g.held, id)
+	}
+	s.src.mu.Unlock()
+	s.src.wakeLoop() // a group with nothing in flight is served again
+}
+
+// settleErr maps a failed settlement; a lost lock forgets the message.
+func (s *Session) settleErr(what string, m *sequencer.Message, rec *Received, err error) error {
+	err = mapErr(fmt.Sprintf("sqsadapter: %s message %q of group %q", what, m.MessageID, s.id), true, err)
+	if errors.Is(err, sequencer.ErrLockLost) {
+		s.drop(rec, m.MessageID)
+	}
+	return err
+}
+
+// Complete deletes the message from the queue.
+func (s *Session) Complete(ctx context.Context, m *sequencer.Message) error {
+	rec, err := s.held("complete", m)
+	if err != nil {
+		return err
+	}
+	if _, err := s.src.cfg.Client.DeleteMessage(ctx, &sqs.DeleteMessageInput{
+		QueueUrl: aws.String(s.src.cfg.QueueURL), ReceiptHandle: aws.String(rec.ReceiptHandle)}); err != nil {
+		return s.settleErr("complete", m, rec, err)
+	}
+	s.drop(rec, m.MessageID)
+	return nil
+}
+
+// Abandon makes the message visible again at once, together with the group's messages received
+// but not yet returned by Receive: SQS delivers the group again from the abandoned message on,
+// in order, once nothing of the group is in flight (messages Receive returned and that are not
+// settled keep it back until they are).
+func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
+	rec, err := s.held("abandon", m)
+	if err != nil {
+		return err
+	}
+	s.src.mu.Lock()
+	rel := []heldMsg{*s.g.held[m.MessageID]}
+	for _, b := range s.g.buf {
+		if h := s.g.held[b.MessageID]; h != nil {
+			rel = append(rel, *h)
+			delete(s.g.held, b.MessageID)
+		}
+	}
+	s.g.buf = nil
+	s.src.mu.Unlock()
+	if len(rel) > 1 {
+		if err := s.src.release(ctx, "abandon", rel[1:]); err != nil {
+			s.src.log.WarnContext(ctx, "sqsadapter: releasing the group's later messages", slog.String("group", s.id), slog.Any("error", err))
+		}
+	}
+	if _, err := s.src.cfg.Client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(s.src.cfg.QueueURL), ReceiptHandle: aws.String(rec.ReceiptHandle), VisibilityTimeout: 0}); err != nil {
+		return s.settleErr("abandon", m, rec, err)
+	}
+	s.drop(rec, m.MessageID)
+	return nil
+}
+
+// DeadLetter sends a copy of the message to the queue's dead-letter queue (same group, a
+// deduplication id derived from the message id, its attributes plus DeadLetterReason and
+// DeadLetterErrorDescription) and then deletes it from the queue.
+func (s *Session) DeadLetter(ctx context.Context, m *sequencer.Message, p sequencer.DeadLetterParams) error {
+	rec, err := s.held("dead-letter", m)
+	if err != nil {
+		return err
+	}
+	attrs := deadLetterAttributes(rec.Message.MessageAttributes, p)
+	if len(attrs) < len(rec.Message.MessageAttributes)+2 && (p.Reason != "" || p.Description != "") {
+		s.src.log.WarnContext(ctx, "sqsadapter: dead-letter reason left out: the message has too many attributes",
+			slog.String("message_id", m.MessageID), slog.String("group", s.id), slog.String("reason", p.Reason), slog.String("description", p.Description))
+	}
+	if _, err := s.src.cfg.Client.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl:               aws.String(s.src.dlqURL),
+		MessageGroupId:         aws.String(s.id),
+		MessageDeduplicationId: aws.String(deadLetterDedupID(m.MessageID)),
+		MessageBody:            rec.Message.Body,
+		MessageAttributes:      attrs,
+	}); err != nil {
+		return s.settleErr("dead-letter (send to the dead-letter queue)", m, rec, err)
+	}
+	if _, err := s.src.cfg.Client.DeleteMessage(ctx, &sqs.DeleteMessageInput{
+		QueueUrl: aws.String(s.src.cfg.QueueURL), ReceiptHandle: aws.String(rec.ReceiptHandle)}); err != nil {
+		return s.settleErr("dead-letter (delete after the copy)", m, rec, err)
+	}
+	s.drop(rec, m.MessageID)
+	return nil
+}
+
+// deadLetterDedupID is the deduplication id of a message's dead-lettered copy: a copy sent again
+// within SQS's 5 minutes (after a failed delete) is dropped by the dead-letter queue.
+func deadLetterDedupID(messageID string) string {
+	id := "dl-" + messageID
+	if len(id) > 128 {
+		id = id[:128]
+	}
+	return id
+}
+
+// deadLetterAttributes are the message's attributes plus the reason and the description (those
+// that are not empty), as far as SQS's 10 attributes allow: the description goes first, then the
+// reason.
+func deadLetterAttributes(orig map[string]types.MessageAttributeValue, p sequencer.DeadLetterParams) map[string]types.MessageAttributeValue {
+	out := make(map[string]types.MessageAttributeValue, len(orig)+2)
+	for k, v := range orig {
+		out[k] = v
+	}
+	for _, a := range []struct{ name, value string }{{DeadLetterReasonAttribute, p.Reason}, {DeadLetterDescriptionAttribute, p.Description}} {
+		if _, taken := orig[a.name]; a.value == "" || (!taken && len(out) >= MaxAttributes) {
+			continue
+		}
+		out[a.name] = str(typeString, a.value)
+	}
+	return out
+}
+
+// RenewLock extends the visibility of every held message of the group to Visibility from now
+// and returns LockedUntil. A message whose visibility already lapsed makes it
+// sequencer.ErrLockLost.
+func (s *Session) RenewLock(ctx context.Context) (time.Time, error) {
+	s.src.mu.Lock()
+	if s.closed {
+		s.src.mu.Unlock()
+		return time.Time{}, fmt.Errorf("sqsadapter: renew group %q: session closed: %w", s.id, sequencer.ErrLockLost)
+	}
+	ids := make([]string, 0, len(s.g.held))
+	for id := range s.g.held {
+		ids = append(ids, id)
+	}
+	hs := make([]heldMsg, len(ids))
+	for i, id := range ids {
+		hs[i] = *s.g.held[id]
+	}
+	start := time.Now()
+	if len(ids) == 0 {
+		s.renewed = start.Add(s.src.cfg.Visibility)
+	}
+	s.src.mu.Unlock()
+	var errs []error
+	for lo := 0; lo < len(ids); lo += 10 {
+		hi := min(lo+10, len(ids))
+		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(fmt.Sprint(i)),
+				ReceiptHandle: aws.String(hs[i].handle), VisibilityTimeout: int32(s.src.cfg.Visibility / time.Second)})
+		}
+		out, err := s.src.cfg.Client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
+			QueueUrl: aws.String(s.src.cfg.QueueURL), Entries: entries})
+		if err != nil {
+			errs = append(errs, mapErr(fmt.Sprintf("sqsadapter: renew group %q", s.id), false, err))
+			continue
+		}
+		until := s.src.expiry(start)
+		s.src.mu.Lock()
+		for _, ok := range out.Successful {
+			var i int
+			if _, err := fmt.Sscan(aws.ToString(ok.Id), &i); err == nil && i >= lo && i < hi {
+				if h := s.g.held[ids[i]]; h != nil && h.handle == hs[i].handle {
+					h.until = until
+				}
+			}
+		}
+		s.src.mu.Unlock()
+		for _, f := range out.Failed {
+			k := codeKind(aws.ToString(f.Code), aws.ToString(f.Message))
+			errs = append(errs, wrapKind(fmt.Sprintf("sqsadapter: renew group %q", s.id), false, k,
+				&batchErr{aws.ToString(f.Code), aws.ToString(f.Message)}))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return time.Time{}, err
+	}
+	return s.LockedUntil(), nil
+}
+
+// Close releases the group: every held message becomes visible again at once, in order. Later
+// settlements of its messages fail with sequencer.ErrLockLost.
+func (s *Session) Close(ctx context.Context) error {
+	s.src.mu.Lock()
+	if s.closed {
+		s.src.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	rel := s.g.releases()
+	s.g.held = map[string]*heldMsg{}
+	s.g.buf = nil
+	s.g.sess = nil
+	if s.src.groups[s.id] == s.g {
+		delete(s.src.groups, s.id)
+	}
+	s.g.wake()
+	s.src.mu.Unlock()
+	s.src.wakeLoop()
+	if len(rel) == 0 {
+		return nil
+	}
+	if err := s.src.release(ctx, "session closed", rel); err != nil {
+		return fmt.Errorf("sqsadapter: close group %q: %w", s.id, err)
+	}
+	return nil
+}

@@ -1,0 +1,522 @@
+package sqsadapter
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/seqbus/seqbus/sequencer"
+)
+
+// Config configures a Source.
+type Config struct {
+	// Client is the SQS client (required).
+	Client *sqs.Client
+	// QueueURL is the FIFO queue to consume (required). It needs a RedrivePolicy: dead-lettered
+	// messages go to its dead-letter queue.
+	QueueURL string
+	// Visibility is the group's lock: the visibility timeout of every received message, renewed
+	// by RenewLock (default 30s; whole seconds, 1s to 12h).
+	Visibility time.Duration
+	// Wait is the long poll of each ReceiveMessage (default 20s; whole seconds, 1s to 20s).
+	Wait time.Duration
+	// MaxMessages is the most messages one ReceiveMessage asks for (default and at most 10).
+	MaxMessages int
+	// Linger is how long the messages of a received group wait for AcceptNext before they are
+	// released to the queue (default Visibility/3; less than Visibility).
+	Linger time.Duration
+	// Logger receives the adapter's log lines (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Client == nil {
+		return fmt.Errorf("%w: Client is required", ErrConfig)
+	}
+	if c.QueueURL == "" {
+		return fmt.Errorf("%w: QueueURL is required", ErrConfig)
+	}
+	c.Visibility = cmp.Or(c.Visibility, 30*time.Second)
+	if c.Visibility < time.Second || c.Visibility > 12*time.Hour || c.Visibility%time.Second != 0 {
+		return fmt.Errorf("%w: Visibility %s: want whole seconds from 1s to 12h", ErrConfig, c.Visibility)
+	}
+	c.Wait = cmp.Or(c.Wait, 20*time.Second)
+	if c.Wait < time.Second || c.Wait > 20*time.Second || c.Wait%time.Second != 0 {
+		return fmt.Errorf("%w: Wait %s: want whole seconds from 1s to 20s", ErrConfig, c.Wait)
+	}
+	c.MaxMessages = cmp.Or(c.MaxMessages, 10)
+	if c.MaxMessages < 1 || c.MaxMessages > 10 {
+		return fmt.Errorf("%w: MaxMessages %d: want 1 to 10", ErrConfig, c.MaxMessages)
+	}
+	c.Linger = cmp.Or(c.Linger, c.Visibility/3)
+	if c.Linger <= 0 || c.Linger >= c.Visibility {
+		return fmt.Errorf("%w: Linger %s: want more than 0 and less than Visibility %s", ErrConfig, c.Linger, c.Visibility)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Source hands out SQS FIFO message groups as sequencer sessions. One receive loop per Source
+// receives for all of them; see the package documentation.
+type Source struct {
+	cfg    Config
+	dlqURL string
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	groups  map[string]*group // every group this Source holds messages of or has a session for
+	offers  []*group          // groups without a session, in arrival order, for AcceptNext
+	waiters int               // AcceptNext calls waiting
+	// quietUntil holds back receives for waiting sessions after groups nobody took were released.
+	quietUntil time.Time
+	changed    chan struct{} // closed and replaced when offers arrive or the Source closes
+	closed     bool
+
+	kick   chan struct{} // wakes the receive loop when there may be demand
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// group is one message group held by this Source.
+type group struct {
+	id      string
+	buf     []*sequencer.Message // received, not yet returned by Receive, in order
+	held    map[string]*heldMsg  // by message id: every received message not settled or released
+	sess    *Session             // nil: waiting for AcceptNext (offered)
+	offered time.Time            // when it was offered; zero when not offered
+	notify  chan struct{}        // closed and replaced when buf grows or the session ends
+}
+
+type heldMsg struct {
+	handle string
+	seq    int64 // BrokerSequence, for releasing in order
+	until  time.Time
+}
+
+func newGroup(id string) *group {
+	return &group{id: id, held: map[string]*heldMsg{}, notify: make(chan struct{})}
+}
+
+func (g *group) wake() {
+	close(g.notify)
+	g.notify = make(chan struct{})
+}
+
+// releases returns the held messages of g in order, for a release.
+func (g *group) releases() []heldMsg {
+	out := make([]heldMsg, 0, len(g.held))
+	for _, h := range g.held {
+		out = append(out, *h)
+	}
+	slices.SortFunc(out, func(a, b heldMsg) int { return cmp.Compare(a.seq, b.seq) })
+	return out
+}
+
+// New checks that cfg.QueueURL is a FIFO queue with a redrive policy, finds its dead-letter
+// queue and starts the receive loop. Close stops it.
+func New(cfg Config) (*Source, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := cfg.Client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(cfg.QueueURL),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameRedrivePolicy},
+	})
+	if err != nil {
+		return nil, mapErr(fmt.Sprintf("sqsadapter: queue %s", cfg.QueueURL), false, err)
+	}
+	if out.Attributes[string(types.QueueAttributeNameFifoQueue)] != "true" {
+		return nil, fmt.Errorf("%w: queue %s is not a FIFO queue: SQS keeps order only in FIFO queues (names ending in .fifo)", ErrConfig, cfg.QueueURL)
+	}
+	dlqURL, err := deadLetterQueue(ctx, cfg.Client, cfg.QueueURL, out.Attributes[string(types.QueueAttributeNameRedrivePolicy)])
+	if err != nil {
+		return nil, err
+	}
+	lctx, lcancel := context.WithCancel(context.Background())
+	s := &Source{
+		cfg: cfg, dlqURL: dlqURL, log: cfg.Logger,
+		groups: map[string]*group{}, changed: make(chan struct{}),
+		kick: make(chan struct{}, 1), cancel: lcancel,
+	}
+	s.wg.Add(2)
+	go s.receiveLoop(lctx)
+	go s.lingerLoop(lctx)
+	return s, nil
+}
+
+// deadLetterQueue reads the queue's RedrivePolicy and returns the URL of its dead-letter queue.
+func deadLetterQueue(ctx context.Context, c *sqs.Client, queueURL, policy string) (string, error) {
+	if policy == "" {
+		return "", fmt.Errorf("%w: queue %s has no RedrivePolicy: seqbus dead-letters poison messages and needs a FIFO dead-letter queue (set RedrivePolicy with deadLetterTargetArn and maxReceiveCount)", ErrConfig, queueURL)
+	}
+	var p struct {
+		Target string `json:"deadLetterTargetArn"`
+	}
+	if err := json.Unmarshal([]byte(policy), &p); err != nil || p.Target == "" {
+		return "", fmt.Errorf("%w: queue %s: RedrivePolicy %q has no deadLetterTargetArn", ErrConfig, queueURL, policy)
+	}
+	// arn:aws:sqs:<region>:<account>:<name>
+	parts := strings.Split(p.Target, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[5] == "" {
+		return "", fmt.Errorf("%w: queue %s: deadLetterTargetArn %q is not an SQS queue ARN", ErrConfig, queueURL, p.Target)
+	}
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+	if parts[4] != "" {
+		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	}
+	out, err := c.GetQueueUrl(ctx, in)
+	if err != nil {
+		return "", mapErr(fmt.Sprintf("sqsadapter: dead-letter queue %s of %s", p.Target, queueURL), false, err)
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+// DeadLetterQueueURL returns the URL of the queue's dead-letter queue, where DeadLetter sends.
+func (s *Source) DeadLetterQueueURL() string { return s.dlqURL }
+
+// QueueURL returns the queue the Source consumes.
+func (s *Source) QueueURL() string { return s.cfg.QueueURL }
+
+func (s *Source) wakeLoop() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// broadcastLocked wakes the AcceptNext calls waiting. s.mu must be held.
+func (s *Source) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// AcceptNext returns a session for the next group received without one, waiting until ctx ends
+// (then sequencer.ErrNoSession).
+func (s *Source) AcceptNext(ctx context.Context) (sequencer.Session, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("sqsadapter: accept next: %w", ErrClosed)
+		}
+		for len(s.offers) > 0 {
+			g := s.offers[0]
+			s.offers = s.offers[1:]
+			if g.sess == nil && !g.offered.IsZero() && s.groups[g.id] == g {
+				sess := s.newSessionLocked(g)
+				s.mu.Unlock()
+				s.wakeLoop() // one offer fewer: a waiting session may be served now
+				return sess, nil
+			}
+		}
+		s.waiters++
+		ch := s.changed
+		s.mu.Unlock()
+		s.wakeLoop()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		s.waiters--
+		s.mu.Unlock()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("sqsadapter: accept next: %w: %w", sequencer.ErrNoSession, ctx.Err())
+		}
+	}
+}
+
+// Accept returns a session for the group sessionID, at once: it receives whatever of the group
+// the receive loop gets from now on (including what this Source holds of it without a session).
+// It returns sequencer.ErrSessionLocked when this Source already has a session for the group. A
+// group another consumer holds is not known here: SQS serves its messages to no one else until
+// they are settled or their visibility lapses, so the session receives them only then.
+func (s *Source) Accept(ctx context.Context, sessionID string) (sequencer.Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqsadapter: accept %q: %w", sessionID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("sqsadapter: accept %q: %w", sessionID, ErrClosed)
+	}
+	g := s.groups[sessionID]
+	if g != nil && g.sess != nil {
+		return nil, fmt.Errorf("sqsadapter: accept %q: %w", sessionID, sequencer.ErrSessionLocked)
+	}
+	if g == nil {
+		g = newGroup(sessionID)
+		s.groups[sessionID] = g
+	}
+	return s.newSessionLocked(g), nil
+}
+
+// newSessionLocked gives g a session. s.mu must be held.
+func (s *Source) newSessionLocked(g *group) *Session {
+	g.offered = time.Time{}
+	sess := &Session{src: s, g: g, id: g.id, renewed: time.Now().Add(s.cfg.Visibility)}
+	g.sess = sess
+	return sess
+}
+
+// demandLocked reports whether a receive is wanted: an AcceptNext waits with nothing offered, or
+// a session waits in Receive with nothing of its group held (SQS serves a group only when none
+// of its messages is in flight). A session's wait does not count while groups received for
+// others wait for AcceptNext, nor for Linger after such groups were released: each receive of a
+// group nobody takes counts towards its maxReceiveCount. When a session's demand is held back,
+// retry is when to ask again. s.mu must be held.
+func (s *Source) demandLocked(now time.Time) (demand bool, retry time.Time) {
+	if s.waiters > 0 && len(s.offers) == 0 {
+		return true, time.Time{}
+	}
+	hungry := false
+	for _, g := range s.groups {
+		if g.sess != nil && g.sess.waiting > 0 && len(g.held) == 0 {
+			hungry = true
+			break
+		}
+	}
+	switch {
+	case !hungry || len(s.offers) > 0: // an offer taken or released wakes the loop
+		return false, time.Time{}
+	case now.Before(s.quietUntil):
+		return false, s.quietUntil
+	}
+	return true, time.Time{}
+}
+
+// receiveLoop receives while there is demand and routes what arrives by group.
+func (s *Source) receiveLoop(ctx context.Context) {
+	defer s.wg.Done()
+	backoff := time.Duration(0)
+	for {
+		if !s.awaitDemand(ctx) {
+			return
+		}
+		out, err := s.cfg.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(s.cfg.QueueURL),
+			MaxNumberOfMessages:         int32(s.cfg.MaxMessages),
+			WaitTimeSeconds:             int32(s.cfg.Wait / time.Second),
+			VisibilityTimeout:           int32(s.cfg.Visibility / time.Second),
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			s.log.WarnContext(ctx, "sqsadapter: receiving", slog.String("queue", s.cfg.QueueURL),
+				slog.Any("error", mapErr("receive", false, err)), slog.Duration("retry_in", backoff))
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			continue
+		}
+		backoff = 0
+		s.route(ctx, out.Messages, s.expiry(time.Now()))
+	}
+}
+
+// awaitDemand waits until a receive is wanted; false when ctx ended.
+func (s *Source) awaitDemand(ctx context.Context) bool {
+	for {
+		s.mu.Lock()
+		demand, retry := s.demandLocked(time.Now())
+		s.mu.Unlock()
+		if demand {
+			return true
+		}
+		var timer <-chan time.Time
+		var t *time.Timer
+		if !retry.IsZero() {
+			t = time.NewTimer(time.Until(retry))
+			timer = t.C
+		}
+		select {
+		case <-s.kick:
+		case <-timer:
+		case <-ctx.Done():
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+}
+
+// expiry is when the visibility of a message received (or changed) at t ends, a little early:
+// SQS starts it before its answer arrives.
+func (s *Source) expiry(t time.Time) time.Time {
+	return t.Add(s.cfg.Visibility - min(s.cfg.Visibility/10, time.Second))
+}
+
+// route hands received messages to their groups: to the group's session if it has one, else
+// offered to AcceptNext.
+func (s *Source) route(ctx context.Context, msgs []types.Message, until time.Time) {
+	if len(msgs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		var rel []heldMsg
+		for _, m := range msgs {
+			rel = append(rel, heldMsg{handle: aws.ToString(m.ReceiptHandle)})
+		}
+		_ = s.release(context.WithoutCancel(ctx), "closed", rel)
+		return
+	}
+	offered := false
+	for _, m := range msgs {
+		msg, bad := toMessage(m)
+		if bad != nil {
+			s.log.WarnContext(ctx, "sqsadapter: message attributes", slog.String("message_id", msg.MessageID),
+				slog.String("group", msg.SessionID), slog.Any("error", bad))
+		}
+		rec := msg.Raw.(*Received)
+		g := s.groups[msg.SessionID]
+		if g == nil {
+			g = newGroup(msg.SessionID)
+			s.groups[g.id] = g
+		}
+		if _, again := g.held[msg.MessageID]; again {
+			// Its visibility lapsed and SQS delivered it again: the new receipt handle is the
+			// one that settles it.
+			g.buf = slices.DeleteFunc(g.buf, func(b *sequencer.Message) bool { return b.MessageID == msg.MessageID })
+		}
+		g.held[msg.MessageID] = &heldMsg{handle: rec.ReceiptHandle, seq: msg.BrokerSequence, until: until}
+		g.buf = append(g.buf, msg)
+		if g.sess == nil && g.offered.IsZero() {
+			g.offered = time.Now()
+			s.offers = append(s.offers, g)
+			offered = true
+		}
+		g.wake()
+	}
+	if offered {
+		s.broadcastLocked()
+	}
+	s.mu.Unlock()
+}
+
+// lingerLoop releases the groups that waited Linger for AcceptNext, so that SQS serves them
+// again (to this or another consumer) rather than letting them lapse.
+func (s *Source) lingerLoop(ctx context.Context) {
+	defer s.wg.Done()
+	tick := time.NewTicker(max(s.cfg.Linger/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		var rel []heldMsg
+		s.mu.Lock()
+		s.offers = slices.DeleteFunc(s.offers, func(g *group) bool {
+			if g.sess != nil || g.offered.IsZero() || s.groups[g.id] != g {
+				return true
+			}
+			if now.Sub(g.offered) < s.cfg.Linger {
+				return false
+			}
+			rel = append(rel, g.releases()...)
+			delete(s.groups, g.id)
+			g.offered = time.Time{}
+			return true
+		})
+		if len(rel) > 0 {
+			s.quietUntil = now.Add(s.cfg.Linger)
+		}
+		s.mu.Unlock()
+		if len(rel) > 0 {
+			s.wakeLoop()
+			if err := s.release(ctx, "not accepted", rel); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "sqsadapter: releasing messages", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// release makes messages visible again at once (visibility 0), in the order given, in batches
+// of 10. Handles that expired meanwhile are no error: those messages are visible already.
+func (s *Source) release(ctx context.Context, why string, msgs []heldMsg) error {
+	var errs []error
+	for chunk := range slices.Chunk(msgs, 10) {
+		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(chunk))
+		for i, h := range chunk {
+			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(fmt.Sprint(i)), ReceiptHandle: aws.String(h.handle), VisibilityTimeout: 0}
+		}
+		out, err := s.cfg.Client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
+			QueueUrl: aws.String(s.cfg.QueueURL), Entries: entries})
+		if err != nil {
+			errs = append(errs, mapErr("release ("+why+")", false, err))
+			continue
+		}
+		for _, f := range out.Failed {
+			if k := codeKind(aws.ToString(f.Code), aws.ToString(f.Message)); k != kindLockLost {
+				errs = append(errs, wrapKind("release ("+why+")", false, k, &batchErr{aws.ToString(f.Code), aws.ToString(f.Message)}))
+			}
+		}
+	}
+	s.log.Debug("sqsadapter: released messages", slog.String("queue", s.cfg.QueueURL), slog.String("why", why), slog.Int("messages", len(msgs)))
+	return errors.Join(errs...)
+}
+
+// Close stops the receive loop, closes the open sessions and releases every message the
+// Source holds.
+func (s *Source) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	var sessions []*Session
+	var rel []heldMsg
+	for _, g := range s.groups {
+		if g.sess != nil {
+			sessions = append(sessions, g.sess)
+		} else {
+			rel = append(rel, g.releases()...)
+			delete(s.groups, g.id)
+		}
+	}
+	s.offers = nil
+	s.broadcastLocked()
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	var errs []error
+	for _, sess := range sessions {
+		errs = append(errs, sess.Close(ctx))
+	}
+	if len(rel) > 0 {
+		errs = append(errs, s.release(ctx, "source closed", rel))
+	}
+	return errors.Join(errs...)
+}
