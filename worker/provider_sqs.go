@@ -4,11 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/seqbus/seqbus/sessionstate/postgres"
+	"github.com/seqbus/seqbus/sqsadapter"
 )
 
 // Provider names the broker a worker consumes.
@@ -114,4 +121,87 @@ func newSQSClient(ctx context.Context, cfg SQS) (*sqs.Client, error) {
 		return nil, configError("SQSQueueURL", errors.New("no AWS region: set AWS_REGION (or a profile with a region)"))
 	}
 	return sqs.NewFromConfig(awsCfg), nil
+}
+
+// errNotFIFO is the probe's answer for a queue that is not FIFO.
+var errNotFIFO = errors.New("the queue is not a FIFO queue: a standard queue keeps no order")
+
+// probeSQS checks with one call that the queue exists, is FIFO and the credentials may read it.
+func probeSQS(ctx context.Context, client *sqs.Client, queueURL string) error {
+	out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: &queueURL, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue},
+	})
+	if err != nil {
+		return fmt.Errorf("sqs: %w", err)
+	}
+	if out.Attributes[string(types.QueueAttributeNameFifoQueue)] != "true" {
+		return errNotFIFO
+	}
+	return nil
+}
+
+// sqsFatal reports whether a probe's error is no reason to try again: the queue is missing or
+// not FIFO, or the credentials are refused.
+func sqsFatal(err error) bool {
+	var missing *types.QueueDoesNotExist
+	if errors.As(err, &missing) || errors.Is(err, errNotFIFO) {
+		return true
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "AccessDenied", "AccessDeniedException", "InvalidClientTokenId", "SignatureDoesNotMatch",
+			"UnrecognizedClientException", "MissingAuthenticationToken", "InvalidSecurity",
+			"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist":
+			return true
+		}
+	}
+	return false
+}
+
+// connectSQS builds the connections of a worker with ProviderSQS: the SQS client, the source of
+// the queue's message groups and the Postgres store (which Validate requires).
+func connectSQS(ctx context.Context, cfg Config, c *Connections, log *slog.Logger) error {
+	client, err := newSQSClient(ctx, cfg.SQS)
+	if err != nil {
+		return err
+	}
+	c.SQS = client
+	if c.SQSSource, err = sqsadapter.New(sqsadapter.Config{Client: client, QueueURL: cfg.SQSQueueURL, Logger: log}); err != nil {
+		return configError("SQSQueueURL", err)
+	}
+	if c.Pool, c.ownPool, err = openPool(ctx, cfg.Database); err != nil {
+		return err
+	}
+	if c.Postgres, err = postgres.New(c.Pool, &postgres.Config{Entity: cfg.entityName()}); err != nil {
+		return err
+	}
+	c.Store, c.Lister = c.Postgres, c.Postgres
+	return nil
+}
+
+// sqsMessages is the scaling signal's count on an SQS FIFO queue, where no call lists the
+// message groups: the queue's messages, visible and in flight (ApproximateNumberOfMessages and
+// ApproximateNumberOfMessagesNotVisible, one call), each counted as a group that may be ready.
+// It is an upper bound of the groups with messages: a group of many messages asks for more
+// replicas than it can use, and an empty queue asks for none.
+func sqsMessages(client *sqs.Client, queueURL string, calls func(op string, n int)) func(ctx context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		calls("get_queue_attributes", 1)
+		out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &queueURL, AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+		}})
+		if err != nil {
+			return 0, fmt.Errorf("sqs: read the queue's message counts: %w", err)
+		}
+		n := 0
+		for _, name := range []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible} {
+			v, err := strconv.Atoi(out.Attributes[string(name)])
+			if err != nil {
+				return 0, fmt.Errorf("sqs: %s %q: %w", name, out.Attributes[string(name)], err)
+			}
+			n += v
+		}
+		return n, nil
+	}
 }
