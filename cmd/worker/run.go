@@ -104,7 +104,7 @@ func serviceBusOnly(cfg worker.Config, command string) error {
 		return nil
 	}
 	why := "it reads the Service Bus entity"
-	switch command {
+	switch strings.Fields(command)[0] {
 	case "dlq":
 		why = "it reads the Service Bus dead-letter queue; the SQS queue's dead letters are in the queue its RedrivePolicy names (aws sqs receive-message on that queue)"
 	case "sessions":
