@@ -2,10 +2,20 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/require"
 
+	emusqs "github.com/seqbus/seqbus/emulator/sqs"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -89,4 +99,95 @@ func TestSQSEntity(t *testing.T) {
 		_, err := SQSEntity(bad)
 		require.Error(t, err, bad)
 	}
+}
+
+// localSQS serves a local SQS on a free port for the test and returns a client of its own
+// transport (closed with the test, so that no connection outlives it).
+func localSQS(t *testing.T) *awssqs.Client {
+	t.Helper()
+	srv := httptest.NewServer(emusqs.New(emusqs.Config{}))
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(func() { tr.CloseIdleConnections(); srv.Close() })
+	return awssqs.New(awssqs.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), HTTPClient: &http.Client{Transport: tr},
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+func fifoQueue(t *testing.T, client *awssqs.Client, name string) string {
+	t.Helper()
+	out, err := client.CreateQueue(t.Context(), &awssqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{"FifoQueue": "true"}})
+	require.NoError(t, err)
+	return aws.ToString(out.QueueUrl)
+}
+
+// The scaling signal on SQS counts the queue's messages, visible and in flight, with one call.
+func TestSQSMessagesCount(t *testing.T) {
+	t.Parallel()
+	client := localSQS(t)
+	url := fifoQueue(t, client, "scale.fifo")
+	calls := map[string]int{}
+	count := sqsMessages(client, url, func(op string, n int) { calls[op] += n })
+
+	n, err := count(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, n, "an empty queue asks for no replica")
+	for i := range 7 {
+		_, err := client.SendMessage(t.Context(), &awssqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String("x"),
+			MessageGroupId: aws.String(fmt.Sprintf("g%d", i%3)), MessageDeduplicationId: aws.String(fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+	got, err := client.ReceiveMessage(t.Context(), &awssqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 1})
+	require.NoError(t, err)
+	require.Len(t, got.Messages, 1)
+	n, err = count(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 7, n, "6 visible and 1 in flight")
+	_, err = client.DeleteMessage(t.Context(), &awssqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: got.Messages[0].ReceiptHandle})
+	require.NoError(t, err)
+	n, err = count(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 6, n)
+	require.Equal(t, map[string]int{"get_queue_attributes": 3}, calls)
+	require.Equal(t, 1, replicasWanted(n, 8, 100))
+
+	_, err = sqsMessages(client, url+"-gone", func(string, int) {})(t.Context())
+	require.ErrorContains(t, err, "read the queue's message counts")
+}
+
+func TestSQSProbe(t *testing.T) {
+	t.Parallel()
+	client := localSQS(t)
+	url := fifoQueue(t, client, "probe.fifo")
+	require.NoError(t, probeSQS(t.Context(), client, url))
+	err := probeSQS(t.Context(), client, url+"-gone")
+	require.Error(t, err)
+	require.True(t, sqsFatal(err), "a missing queue: %v", err)
+
+	tests := []struct {
+		err   error
+		fatal bool
+	}{
+		{&types.QueueDoesNotExist{}, true},
+		{fmt.Errorf("wrapped: %w", errNotFIFO), true},
+		{&smithy.GenericAPIError{Code: "AccessDenied"}, true},
+		{&smithy.GenericAPIError{Code: "InvalidClientTokenId"}, true},
+		{&smithy.GenericAPIError{Code: "ThrottlingException"}, false},
+		{errors.New("connection refused"), false},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.fatal, sqsFatal(tt.err), "%v", tt.err)
+	}
+}
+
+// New connects to the queue: one without a dead-letter queue is refused, naming the setting.
+func TestNewSQSNeedsRedrivePolicy(t *testing.T) {
+	t.Parallel()
+	client := localSQS(t)
+	c := validSQS()
+	c.SQSClient, c.SQSQueueURL = client, fifoQueue(t, client, "noredrive.fifo")
+	c.DatabaseURL = "postgres://nobody@127.0.0.1:1/none"
+	_, err := New(c)
+	require.ErrorContains(t, err, "SEQBUS_SQS_QUEUE_URL")
+	require.ErrorContains(t, err, "RedrivePolicy")
 }
