@@ -111,3 +111,56 @@ func seqOf(t *testing.T, props map[string]any) int64 {
 	require.True(t, ok, "Sequence is %T", props["Sequence"])
 	return n
 }
+
+// On a partitioned session queue the SDK's peek (no session-id) is refused: Holding says so with
+// sequencer.ErrNoPeek once the source knows the entity is partitioned, so the engine goes on
+// without it; unmarked, the refusal is an error like any other. Held in the store, the early
+// messages of the same queue are handed over in order with no deferral at all.
+func TestPartitionedSessionsDoNotPeek(t *testing.T) {
+	t.Parallel()
+	srv := emulatortest.Start(t, &emulatortest.Options{
+		Queues:        map[string]broker.EntityProperties{"pq": {RequiresSession: true, EnablePartitioning: true}},
+		ClientOptions: clientOptions(),
+		SessionIDRule: broker.SessionIDOnPartitioned,
+	})
+	ctx := testCtx(t)
+	sender, err := srv.Client.NewSender("pq", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sender.Close(context.Background()) })
+	send(ctx, t, sender, "a", 3, 2, 1)
+
+	source, err := sbadapter.NewSource(srv.Client, sbadapter.Config{Entity: sbadapter.Entity{Queue: "pq"}})
+	require.NoError(t, err)
+	sess, err := source.AcceptNext(ctx)
+	require.NoError(t, err)
+	_, err = sess.(sequencer.HoldingSession).Holding(ctx, []int64{1})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, sequencer.ErrNoPeek, "unmarked, a refusal is a failure")
+	require.NoError(t, sess.Close(ctx))
+
+	source.MarkPartitioned()
+	sess, err = source.AcceptNext(ctx)
+	require.NoError(t, err)
+	_, err = sess.(sequencer.HoldingSession).Holding(ctx, []int64{1})
+	require.ErrorIs(t, err, sequencer.ErrNoPeek)
+
+	var mu sync.Mutex
+	var handled []int64
+	h := sequencer.HandlerFunc(func(_ context.Context, m *sequencer.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled = append(handled, m.Sequence)
+		return nil
+	})
+	engine, err := sequencer.NewEngine(sequencer.EngineConfig{
+		WindowMessages: sequencer.NoWindow, ReceiveBatch: 1, IdleTimeout: 300 * time.Millisecond, EarlyMessages: sequencer.EarlyStore,
+	}, sequencer.EngineDeps{Store: memory.New(), Handler: h})
+	require.NoError(t, err)
+	out, err := engine.RunSession(ctx, sess, nil)
+	require.NoError(t, err)
+	require.Equal(t, sequencer.OutcomeIdle, out)
+	require.Equal(t, []int64{1, 2, 3}, handled)
+	require.Zero(t, engine.Stats().BrokerCalls["defer"])
+	require.Zero(t, engine.Stats().BrokerCalls["receive_deferred"])
+	require.EqualValues(t, 2, engine.Stats().HeldInStore)
+}

@@ -45,6 +45,8 @@ type Session struct {
 	r      sessionReceiver
 	id     string
 	logger *slog.Logger
+	// noPeek: the entity is partitioned (Source.MarkPartitioned): Holding answers ErrNoPeek.
+	noPeek bool
 
 	// settleTimeout bounds one settlement attempt (Config.SettleTimeout).
 	settleTimeout time.Duration
@@ -371,6 +373,9 @@ func (s *Session) NoteStateVersion(v int64, ok bool) {
 // (ReceivedMessage.State tells them apart). Operator tools use it to show a session; the engine
 // peeks through Holding.
 func (s *Session) Peek(ctx context.Context, from int64, max int) ([]*azservicebus.ReceivedMessage, error) {
+	if s.noPeek {
+		return nil, fmt.Errorf("sbadapter: session %s: the entity is partitioned: %w", s.id, sequencer.ErrNoPeek)
+	}
 	var msgs []*azservicebus.ReceivedMessage
 	err := s.call(ctx, func(ctx context.Context) (err error) {
 		msgs, err = s.r.PeekMessages(ctx, max, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})

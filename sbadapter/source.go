@@ -116,6 +116,8 @@ type Source struct {
 	a      accepter
 	cfg    Config
 	logger *slog.Logger
+	// partitioned: the entity is partitioned (MarkPartitioned); its sessions do not peek.
+	partitioned atomic.Bool
 	// receive is what its sessions' receives pass to the SDK (Config.ReceiveWait), which only
 	// reads it.
 	receive *azservicebus.ReceiveMessagesOptions
@@ -242,8 +244,23 @@ func (s *Source) newSession(r sessionReceiver) *Session {
 	sess.busy, sess.busyAttempts = s.cfg.BusyRetry, s.cfg.BusyAttempts
 	sess.limit = s.cfg.Limiter
 	sess.receive = s.receive
+	sess.noPeek = s.partitioned.Load()
 	return sess
 }
+
+var _ sequencer.CapableSource = (*Source)(nil)
+
+// Capabilities implements sequencer.CapableSource: Service Bus sessions defer and keep a session
+// state; they peek unless the entity is partitioned (MarkPartitioned).
+func (s *Source) Capabilities() sequencer.Capabilities {
+	return sequencer.Capabilities{Deferral: true, Peek: !s.partitioned.Load(), SessionState: true}
+}
+
+// MarkPartitioned tells the source its entity is partitioned, as its properties say (the worker
+// reads them at start). Service Bus refuses a session's $management requests without the
+// session id there, and the SDK's peek sends none: the sessions locked from now on answer
+// Peek and Holding with sequencer.ErrNoPeek instead of a peek the broker refuses.
+func (s *Source) MarkPartitioned() { s.partitioned.Store(true) }
 
 // ListSessions returns the ids of the entity's sessions that have active messages or stored
 // session state (the SDK's list-sessions pager).

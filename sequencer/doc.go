@@ -20,8 +20,9 @@
 //   - hand over: call the handler for a message (with its retries and, once they are spent, the
 //     poison policy).
 //   - window: the reorder window, the early messages a run holds in memory, unsettled.
-//   - index: State.Deferred, the broker sequence number of each deferred message by its
-//     application sequence.
+//   - index: State.Deferred, the broker sequence number of each message set aside (deferred at
+//     the broker, or held in the store) by its application sequence.
+//   - keeper: where early messages wait outside the window: deferral or holding (EarlyMessages).
 //   - record: State.InFlight, a recorded run: the in-order messages in hand saved in one write
 //     before they are handed over; its entries are completed without a save of their own.
 //   - extension: a record saved again over the next batch while the entries are handed over.
@@ -47,9 +48,16 @@
 // (transactional, an AtomicStore). Each is a type that holds the fields only it uses and
 // implements the steps of the strategy interface that inOrder takes; its crash argument is its
 // own section below: In order, one save each; One save each, pipelined; Recorded runs,
-// Pipelined runs, Extended runs and The tail of a run; Lock tenure for the AtomicStore. Another
-// way to make a message durable (early messages held in the store, on HeldStore) is one more
-// type there, one more case in strategyOf, and its section here.
+// Pipelined runs, Extended runs and The tail of a run; Lock tenure for the AtomicStore.
+//
+// Where an early message waits once the window does not keep it is the other choice made once
+// (keeperOf, keep.go): deferred at the broker (deferral, EarlyDefer, the default) or held in the
+// store (holding, EarlyStore, on a HeldStore). It goes with any settlement strategy: the
+// strategies settle in-order messages, the keeper sets early ones aside and brings them back.
+// Both record what they set aside in the index (State.Deferred), so the decisions, the drain,
+// the gap clock and the wake rule are one for both; only the three steps differ (set aside,
+// fetch back, settle a fetched copy), each a method of the keeper or a case on msg.stored. Its
+// crash argument is "Early messages held in the store" below.
 //
 // # One in-order message's way
 //
@@ -72,8 +80,9 @@
 // run settles before it receives; an inherited record), session_inorder.go (the way of an
 // in-order message and the settlement strategies), session_ahead.go (saves in the background),
 // session_retry.go (a failing handler, the poison policy, pass-through), session_drain.go,
-// session_end.go, session_calls.go (the store, the handler, receives, lock renewal) and
-// settler.go (every settlement at the broker).
+// session_end.go, session_calls.go (the store, the handler, receives, lock renewal),
+// keep.go (the keepers: early messages set aside and fetched back) and settler.go (every
+// settlement at the broker).
 //
 // # Message contract
 //
@@ -103,7 +112,8 @@
 //     receive-deferred call per consecutive run of at most DeferredBatch;
 //   - early: held in the reorder window, unsettled (its lock is the session lock), up to
 //     WindowMessages/WindowBytes. What does not fit, and what is still early when the session
-//     is released (idle, shutdown, parked), is deferred and recorded in State.Deferred. A held
+//     is released (idle, shutdown, parked), is set aside by the keeper (deferred at the broker,
+//     or held in the store with EarlyStore) and recorded in State.Deferred. A held
 //     message that is in order when a shutdown cuts the drain short stays active instead: the
 //     broker offers the session again for it (see Waking).
 //
@@ -322,6 +332,39 @@
 // message is still active; when it is redelivered its broker sequence number matches the entry
 // and it is treated as the recorded message (held or handled), never as a duplicate. Deferring
 // first would risk a deferred message nobody knows about.
+//
+// # Early messages held in the store
+//
+// With EarlyStore an early message leaves the broker: Hold(index entries and the messages, with
+// the state, in one write) → complete each at the broker. The three guarantees of HeldStore carry
+// the argument:
+//
+//   - A crash before the Hold commits leaves the message at the broker, unsettled: it is
+//     delivered again and decided afresh. A crash after it, before the completion landed, leaves
+//     both copies: the one delivered again has the entry's broker sequence number, so it is the
+//     held message itself (handed over when in order, or held again, which keeps the first copy),
+//     never a duplicate of it. A Hold that fails its version check stores nothing.
+//   - The copy fetched back (Held) is read against the contract like a received one and handed
+//     over like a deferred message (never as an entry of a run, never ahead of its save). Its
+//     settlement is the store's: its completion is no call (msg.stored) and the save that moves
+//     Next past it removes it in the same write, so a crash before that save leaves it held, and
+//     it is handed over again, as a message at the broker would be delivered again.
+//   - A held message that turns poison, or is invalid once the last sequence is known, is moved
+//     to the store's dead letters with the state that records it (parked on it, passed by
+//     PoisonSkip, its index entry gone) in one write (DeadLetterHeld): no crash leaves the mark
+//     without the move, nor a skip that removed the message before it was moved. PoisonBlock,
+//     which gives the message back to the broker, does not go with EarlyStore.
+//
+// The broker offers no session whose messages all left it, so a session whose Next is held needs
+// a wake: the index makes State.NeedsWake true as for a deferred Next, and the sweepers wake it.
+// The anchor rule of Waking still applies to the active message that reaches a held Next.
+// Entries the store does not have (set aside by deferral before a switch to EarlyStore) are
+// fetched from the broker if the session can defer, and with EarlyDefer on a HeldStore the
+// entries the broker does not return are looked for in the store: switching modes loses nothing.
+//
+// HeldLimits bound what is held. Past a bound the run holds none of the batch's early messages
+// and ends (OutcomeHeldFull): its unsettled messages go back to the broker when the session is
+// released, and nothing is lost; the message for Next of a released retry is never refused.
 //
 // # Drain
 //

@@ -38,7 +38,8 @@ const (
 	// state says when the attempt is due (State.Retrying).
 	OutcomeRetrying
 	// OutcomeHeldFull: holding the early messages in hand would pass a bound of
-	// EngineConfig.Held; the session was released with them unsettled, and the broker keeps them.
+	// EngineConfig.Held, or the store cannot keep one of them (ErrNotHoldable); the session was
+	// released with them unsettled, and the broker keeps them.
 	OutcomeHeldFull
 )
 

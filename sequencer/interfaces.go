@@ -98,8 +98,28 @@ type HoldingSession interface {
 	Session
 	// Holding returns those of brokerSequences that are active messages of the session at the
 	// broker, locked or not, in any order. Messages gone (settled, expired, dead-lettered) or
-	// deferred are left out.
+	// deferred are left out. ErrNoPeek says the broker cannot tell for this entity.
 	Holding(ctx context.Context, brokerSequences []int64) ([]int64, error)
+}
+
+// Capabilities say what a provider's sessions offer beyond Session: what the provider may lack.
+type Capabilities struct {
+	// Deferral: its sessions are DeferringSessions (Service Bus; not SQS FIFO).
+	Deferral bool
+	// Peek: its sessions are HoldingSessions (Service Bus, but for partitioned entities).
+	Peek bool
+	// SessionState: the broker keeps a state per session that a StateStore may use (Service Bus
+	// session state; not SQS FIFO, whose states live in Postgres).
+	SessionState bool
+}
+
+// CapableSource is a SessionSource that says what its sessions offer. A Runner picks the early
+// messages' keeper from it when its EngineConfig leaves EarlyMessages unset (EarlyStore where
+// the provider cannot defer), and refuses EarlyDefer on a provider that cannot defer. A source
+// that does not implement it is taken to offer what its sessions' types say.
+type CapableSource interface {
+	SessionSource
+	Capabilities() Capabilities
 }
 
 // SessionSource hands out locked sessions.
@@ -239,6 +259,11 @@ var (
 	// presumes the refusal (the Service Bus SDK hides it) returns it too: a settlement that in
 	// fact landed leaves an index entry whose message the next run does not find, and drops.
 	ErrSettlementRefused = errors.New("sequencer: settlement refused as busy")
+	// ErrNoPeek: HoldingSession.Holding cannot look at the session's messages here, a definite
+	// answer about the entity (a partitioned Service Bus entity refuses the SDK's peek, which
+	// lacks the session id), not a failure: the engine goes on as with a Session that is no
+	// HoldingSession, taking the delivery order for the broker's.
+	ErrNoPeek = errors.New("sequencer: the broker cannot peek this session's messages")
 	// ErrNoDeferral: the session cannot defer (it is no DeferringSession); early messages need
 	// EarlyStore there.
 	ErrNoDeferral = errors.New("sequencer: the provider cannot defer messages")

@@ -101,6 +101,13 @@ func (h *holding) setAside(r *run, ms []*msg, early bool) error {
 			copies = append(copies, NewHeldMessage(m.raw, now))
 		}
 	}
+	for _, c := range copies {
+		if _, err := MarshalProperties(c.Properties); err != nil {
+			// The store cannot keep it as it is: the broker keeps it, as past a bound.
+			h.release(r, fmt.Sprintf("sequence %d cannot be held: %v", c.Sequence, err), len(copies))
+			return nil
+		}
+	}
 	if len(copies) > 0 && early {
 		// The message for Next of a released retry is not bounded: it is what the session
 		// goes on with.
@@ -170,12 +177,18 @@ func (h *holding) full(r *run, copies []*HeldMessage) (bool, error) {
 	if over == "" {
 		return false, nil
 	}
+	h.release(r, over, len(copies))
+	return true, nil
+}
+
+// release ends the run without holding its n early messages (heldFull), saying why: they go
+// back to the broker with the session.
+func (h *holding) release(r *run, why string, n int) {
 	r.phase = heldFull
 	r.e.stats.heldFull.Add(1)
-	r.log().WarnContext(r.ctx, "sequencer: early messages not held, the session is released: "+over,
-		slog.Int("messages", len(copies)), slog.Int64("next", r.st.Next))
+	r.log().WarnContext(r.ctx, "sequencer: early messages not held, the session is released: "+why,
+		slog.Int("messages", n), slog.Int64("next", r.st.Next))
 	r.e.observe(Event{Kind: EventHeldFull, SessionID: r.s.id, Sequence: r.st.Next})
-	return true, nil
 }
 
 // entityTotals returns what the store holds for the entity, read again when a second has passed.

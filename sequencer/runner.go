@@ -19,7 +19,8 @@ type RunnerConfig struct {
 	Source  SessionSource
 	Store   StateStore
 	Handler Handler
-	// Engine is the sequencing policy.
+	// Engine is the sequencing policy. With EarlyMessages unset, a Source that cannot defer
+	// (CapableSource) gets EarlyStore, any other EarlyDefer.
 	Engine EngineConfig
 	// MaxConcurrentSessions bounds the sessions processed at once (default 8). A session frees
 	// its slot once its last handler call returned (RunOptions.Released): its tail (settling,
@@ -82,6 +83,14 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.MaxConcurrentSessions < 1 || cfg.AcceptTimeout < 0 || cfg.ErrorBackoff < 0 {
 		return nil, fmt.Errorf("sequencer: RunnerConfig: MaxConcurrentSessions %d must be positive, timeouts not negative",
 			cfg.MaxConcurrentSessions)
+	}
+	if cs, ok := cfg.Source.(CapableSource); ok && !cs.Capabilities().Deferral {
+		switch cfg.Engine.EarlyMessages {
+		case "":
+			cfg.Engine.EarlyMessages = EarlyStore
+		case EarlyDefer:
+			return nil, fmt.Errorf("sequencer: RunnerConfig: EarlyMessages %s needs a provider that defers; %T cannot: use %s", EarlyDefer, cfg.Source, EarlyStore)
+		}
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, waking: map[string]bool{},
 		waiting: map[*context.CancelCauseFunc]struct{}{}, retryWakes: map[string]clock.Timer{}, done: make(chan struct{}),

@@ -1,6 +1,7 @@
 package sequencer
 
 import (
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -179,6 +180,9 @@ func (r *run) peekPassed() error {
 	}
 	r.e.stats.calls[CallPeek].Add(1)
 	held, err := hs.Holding(r.ctx, ask)
+	if errors.Is(err, ErrNoPeek) {
+		return nil // as without a HoldingSession ("Recorded runs")
+	}
 	if err != nil {
 		return r.s.callErr(CallPeek, err)
 	}

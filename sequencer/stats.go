@@ -64,7 +64,8 @@ const (
 	// broker (EarlyStore), where EarlyDefer defers it (EventDeferred).
 	EventHeldInStore
 	// EventHeldFull: holding the early messages in hand would pass a bound of
-	// EngineConfig.Held; the session is released with them unsettled (Sequence: its Next).
+	// EngineConfig.Held, or the store cannot keep one of them; the session is released with
+	// them unsettled (Sequence: its Next).
 	EventHeldFull
 )
 

@@ -152,6 +152,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	if c.conn.Postgres != nil {
 		sw.attention = listerAttention{lister: c.conn.Lister}
+		sw.held = c.conn.Postgres
 		sw.lease = &advisoryLease{pool: c.conn.Pool, entity: cfg.entityName()}
 	} else {
 		src := countingSource{SessionSource: c.conn.ScanSource, calls: calls}
@@ -307,7 +308,7 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		c.log.WarnContext(ctx, "worker: probing the entity failed; starting anyway, the runner retries", slog.Any("error", err))
 	}
-	if err := c.checkDeferral(ctx); err != nil {
+	if err := c.checkPartitioning(ctx); err != nil {
 		return fail(err)
 	}
 

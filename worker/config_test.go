@@ -43,7 +43,15 @@ func TestValidate(t *testing.T) {
 
 		{"early messages deferred", func(c *Config) { c.EarlyMessages = EarlyMessagesDefer }, ""},
 		{"deferral on partitioned entities allowed", func(c *Config) { c.DeferOnPartitioned = true }, ""},
-		{"early messages in the store", func(c *Config) { c.EarlyMessages = EarlyMessagesStore }, "SEQBUS_EARLY_MESSAGES: store holds early messages in the state store, which needs SEQBUS_STATE_STORE=postgres"},
+		{"early messages in the postgres store", func(c *Config) {
+			c.EarlyMessages, c.StateStore, c.DatabaseURL = EarlyMessagesStore, "postgres", "postgres://u:p@localhost/seqbus"
+		}, ""},
+		{"early messages in the session state", func(c *Config) { c.EarlyMessages = EarlyMessagesStore },
+			"SEQBUS_EARLY_MESSAGES: store holds early messages in the state store, which needs SEQBUS_STATE_STORE=postgres"},
+		{"early messages in the store, poison policy block", func(c *Config) {
+			c.EarlyMessages, c.StateStore, c.DatabaseURL, c.PoisonPolicy = EarlyMessagesStore, "postgres", "postgres://u:p@localhost/seqbus", sequencer.PoisonBlock
+		}, "SEQBUS_EARLY_MESSAGES: store does not go with SEQBUS_POISON_POLICY=block"},
+		{"negative held bound", func(c *Config) { c.HeldMaxSessionMessages = -1 }, "SEQBUS_HELD_MAX_SESSION_MESSAGES: must not be negative"},
 		{"unknown early messages", func(c *Config) { c.EarlyMessages = "memory" }, `SEQBUS_EARLY_MESSAGES: "memory" is not one of defer, store`},
 		{"no early messages", func(c *Config) { c.EarlyMessages = "" }, `SEQBUS_EARLY_MESSAGES: "" is not one of defer, store`},
 		{"no credentials", func(c *Config) { c.ConnectionString = "" }, "SEQBUS_CONNECTION_STRING: set it"},
@@ -242,9 +250,23 @@ func TestLoadFromEnvironment(t *testing.T) {
 	require.Equal(t, EarlyMessagesDefer, c.EarlyMessages, "default")
 	require.False(t, c.DeferOnPartitioned, "default")
 
+	require.Equal(t, 10_000, c.HeldMaxSessionMessages, "default")
+	require.Equal(t, ByteSize(64<<20), c.HeldMaxSessionBytes, "default")
+	require.Equal(t, ByteSize(1<<30), c.HeldMaxBytes, "default")
 	t.Setenv("SEQBUS_EARLY_MESSAGES", "store")
 	_, err = load()
-	require.ErrorContains(t, err, "SEQBUS_EARLY_MESSAGES: store (early messages held in the state store) is not available in this build")
+	require.ErrorContains(t, err, "SEQBUS_EARLY_MESSAGES: store holds early messages in the state store, which needs SEQBUS_STATE_STORE=postgres")
+	t.Setenv("SEQBUS_STATE_STORE", "postgres")
+	t.Setenv("SEQBUS_DATABASE_URL", "postgres://u:p@localhost/seqbus")
+	t.Setenv("SEQBUS_HELD_MAX_SESSION_BYTES", "1MiB")
+	c, err = load()
+	require.NoError(t, err)
+	require.Equal(t, EarlyMessagesStore, c.EarlyMessages)
+	e := c.EngineConfig()
+	require.Equal(t, sequencer.EarlyStore, e.EarlyMessages)
+	require.Equal(t, sequencer.HeldLimits{SessionMessages: 10_000, SessionBytes: 1 << 20, TotalBytes: 1 << 30}, e.Held)
+	t.Setenv("SEQBUS_STATE_STORE", "servicebus")
+	t.Setenv("SEQBUS_DATABASE_URL", "")
 	t.Setenv("SEQBUS_EARLY_MESSAGES", "defer")
 	t.Setenv("SEQBUS_DEFER_ON_PARTITIONED", "true")
 	c, err = load()

@@ -325,7 +325,7 @@ func (d *doctor) checkEntity(props EntityProperties, listenErr, manageErr error)
 	switch err := cfg.deferralRefused(props); {
 	case err != nil:
 		d.add("entity partitioning", DoctorFail, err.Error(),
-			"run this doctor and see its round trip pass, then set SEQBUS_DEFER_ON_PARTITIONED=true; or use an entity without partitioning")
+			"set SEQBUS_EARLY_MESSAGES=store (with SEQBUS_STATE_STORE=postgres), or run this doctor and see its round trip pass, then set SEQBUS_DEFER_ON_PARTITIONED=true")
 	case props.Partitioned && cfg.Ordering == OrderingSession && cfg.EarlyMessages == EarlyMessagesDefer:
 		d.add("entity partitioning", DoctorWarn, "partitioned, with SEQBUS_DEFER_ON_PARTITIONED=true: deferral is known to fail on partitioned entities",
 			"keep the override only while the round trip below passes on this namespace")

@@ -304,6 +304,24 @@ func TestDoctorPostgresStore(t *testing.T) {
 		require.Equal(t, want, line(t, rep, step).Result, step)
 	}
 
+	// Early messages held in the store on a partitioned queue: nothing to refuse, and the round
+	// trip makes no defer (the worker makes none).
+	rep = run(func(cfg *worker.Config) {
+		cfg.Entity, cfg.EarlyMessages = sbadapter.Entity{Queue: "partitioned"}, worker.EarlyMessagesStore
+	})
+	require.False(t, rep.Failed(), table(t, rep))
+	require.Equal(t, worker.DoctorPass, line(t, rep, "entity partitioning").Result, table(t, rep))
+	require.Contains(t, line(t, rep, "round trip: scratch queue").Detail, "partitioned: true")
+	for _, step := range roundTripSteps {
+		want := worker.DoctorPass
+		switch step {
+		case "round trip: set and get session state", "round trip: defer", "round trip: receive deferred":
+			want = worker.DoctorSkip
+		}
+		require.Equal(t, want, line(t, rep, step).Result, step)
+	}
+	require.Contains(t, line(t, rep, "round trip: defer").Detail, "SEQBUS_EARLY_MESSAGES=store")
+
 	rep = run(func(cfg *worker.Config) { cfg.DatabaseURL = "postgres://seqbus@127.0.0.1:1/nowhere" })
 	require.True(t, rep.Failed(), table(t, rep))
 	r := line(t, rep, "state store: database reachable")

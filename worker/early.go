@@ -146,16 +146,19 @@ func (c Config) deferralRefused(p EntityProperties) error {
 	}
 	return configError("EarlyMessages", fmt.Errorf(
 		"%s on %s, which is partitioned: Service Bus is known to fail the fetch of a session's deferred messages on partitioned entities; "+
-			"run `worker doctor` with these settings, and set %s=true only if its round trip passes",
-		c.EarlyMessages, c.Entity, envVar(reflect.TypeFor[Config](), "DeferOnPartitioned")))
+			"hold early messages in the state store instead (%s=%s with %s=%s), or run `worker doctor` with these settings and set %s=true only if its round trip passes",
+		c.EarlyMessages, c.Entity, envVar(reflect.TypeFor[Config](), "EarlyMessages"), EarlyMessagesStore,
+		envVar(reflect.TypeFor[Config](), "StateStore"), StateStorePostgres, envVar(reflect.TypeFor[Config](), "DeferOnPartitioned")))
 }
 
-// checkDeferral is the start-time check of deferral on a partitioned entity: it reads the
-// entity's properties and refuses what deferralRefused refuses. Without the Manage right (or
-// when the read fails otherwise) it logs that it could not check and lets the worker start.
-func (c *Client) checkDeferral(ctx context.Context) error {
+// checkPartitioning is the start-time look at the entity's partitioning: it reads the entity's
+// properties, refuses what deferralRefused refuses, and on a partitioned entity tells the
+// session source not to peek (the SDK's peek of a session's messages lacks the session id the
+// service needs there; see sbadapter.Source.MarkPartitioned). Without the Manage right (or when
+// the read fails otherwise) it logs that it could not check and lets the worker start.
+func (c *Client) checkPartitioning(ctx context.Context) error {
 	cfg := c.cfg
-	if cfg.Ordering != OrderingSession || cfg.EarlyMessages != EarlyMessagesDefer || cfg.DeferOnPartitioned {
+	if cfg.Ordering != OrderingSession {
 		return nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -166,9 +169,20 @@ func (c *Client) checkDeferral(ctx context.Context) error {
 		if errors.Is(err, sbadapter.ErrUnauthorized) {
 			reason = "the credentials lack the Manage right"
 		}
-		c.log.WarnContext(ctx, "worker: could not check whether the entity is partitioned (deferral of early messages fails there); starting anyway",
+		what := "peeks of a session's messages"
+		if cfg.EarlyMessages == EarlyMessagesDefer && !cfg.DeferOnPartitioned {
+			what = "deferral of early messages"
+		}
+		c.log.WarnContext(ctx, "worker: could not check whether the entity is partitioned ("+what+" fail there); starting anyway",
 			slog.String("entity", cfg.Entity.String()), slog.String("reason", reason), slog.Any("error", err))
 		return nil
+	}
+	if props.Partitioned {
+		for _, s := range []*sbadapter.Source{c.conn.Source, c.conn.ManagementSource, c.conn.ScanSource} {
+			if s != nil {
+				s.MarkPartitioned()
+			}
+		}
 	}
 	return cfg.deferralRefused(props)
 }

@@ -28,7 +28,7 @@ func (s statusTransport) Do(req *http.Request) (*http.Response, error) {
 
 // Without the Manage right (the management API answers 401 or 403) the start-time check logs
 // that it could not check and lets the worker start; the read reports sbadapter.ErrUnauthorized.
-func TestCheckDeferralWithoutManage(t *testing.T) {
+func TestCheckPartitioningWithoutManage(t *testing.T) {
 	t.Parallel()
 	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusInternalServerError} {
 		t.Run(http.StatusText(status), func(t *testing.T) {
@@ -44,7 +44,7 @@ func TestCheckDeferralWithoutManage(t *testing.T) {
 			var logs strings.Builder
 			cfg := valid()
 			c := &Client{cfg: cfg, log: slog.New(slog.NewTextHandler(&logs, nil)), conn: &Connections{Admin: ac}}
-			require.NoError(t, c.checkDeferral(t.Context()))
+			require.NoError(t, c.checkPartitioning(t.Context()))
 			require.Contains(t, logs.String(), "could not check whether the entity is partitioned")
 			if status != http.StatusInternalServerError {
 				require.Contains(t, logs.String(), "lack the Manage right")
@@ -66,6 +66,8 @@ func TestDeferralRefused(t *testing.T) {
 		{"partitioned with the override", func(c *Config) { c.DeferOnPartitioned = true }, EntityProperties{Partitioned: true, RequiresSession: true}, false},
 		{"not partitioned", func(*Config) {}, EntityProperties{RequiresSession: true}, false},
 		{"unordered", func(c *Config) { c.Ordering = OrderingNone }, EntityProperties{Partitioned: true}, false},
+		{"partitioned with store", func(c *Config) { c.EarlyMessages, c.StateStore = EarlyMessagesStore, StateStorePostgres },
+			EntityProperties{Partitioned: true, RequiresSession: true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

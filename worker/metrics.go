@@ -29,8 +29,12 @@ const (
 // with the session released (SEQBUS_RETRY_RELEASE_AFTER); it counts as retried too.
 const OutcomeReleasedRetry = "released_retry"
 
+// OutcomeHeldInStore of seqbus_messages_total: an early message copied into the state store and
+// completed at the broker (SEQBUS_EARLY_MESSAGES=store), where defer counts it deferred.
+const OutcomeHeldInStore = "held_in_store"
+
 var outcomes = []string{OutcomeHandled, OutcomeHeld, OutcomeDeferred, OutcomeDuplicate, OutcomeInvalid,
-	OutcomeDeadLettered, OutcomeRetried, OutcomeBlocked, OutcomeReleasedRetry}
+	OutcomeDeadLettered, OutcomeRetried, OutcomeBlocked, OutcomeReleasedRetry, OutcomeHeldInStore}
 
 // metrics holds the worker's Prometheus metrics. Their names and labels are part of the worker's
 // interface (dashboards and alerts depend on them); no label ever carries a session id.
@@ -55,6 +59,11 @@ type metrics struct {
 	sweeperLease    prometheus.Gauge
 	sweepCalls      *prometheus.CounterVec
 	ready           prometheus.Gauge
+	// heldMessages, heldBytes and heldDeadLetters are what the state store holds for the entity
+	// (SEQBUS_EARLY_MESSAGES=store), set by the sweeping replica; heldFull counts the runs
+	// released at a bound.
+	heldMessages, heldBytes, heldDeadLetters prometheus.Gauge
+	heldFull                                 prometheus.Counter
 }
 
 // newMetrics registers the worker's metrics, and the Go and process collectors, in reg.
@@ -136,6 +145,22 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 			Name: "seqbus_ready",
 			Help: "1 when the last readiness check reached the broker (and the database with the postgres store), 0 otherwise.",
 		}),
+		heldMessages: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_held_messages",
+			Help: "Early messages the state store holds for the entity, every session together (SEQBUS_EARLY_MESSAGES=store); set by the replica that sweeps, 0 on the others.",
+		}),
+		heldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_held_bytes",
+			Help: "Bytes (bodies and properties) of the early messages the state store holds for the entity (SEQBUS_EARLY_MESSAGES=store; bounded by SEQBUS_HELD_MAX_BYTES); set by the replica that sweeps.",
+		}),
+		heldDeadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seqbus_held_dead_letters",
+			Help: "Held messages that turned poison, kept among the store's dead letters until worker dlq replays them; set by the replica that sweeps.",
+		}),
+		heldFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seqbus_held_full_total",
+			Help: "Runs that released their session because holding its early messages would pass SEQBUS_HELD_MAX_SESSION_MESSAGES, SEQBUS_HELD_MAX_SESSION_BYTES or SEQBUS_HELD_MAX_BYTES; the broker kept the messages.",
+		}),
 	}
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "seqbus_sessions_active",
@@ -145,6 +170,7 @@ func newMetrics(reg *prometheus.Registry, activeSessions func() float64, brokerC
 		m.messages, m.handlerDuration, m.handlerErrors, active, m.sessionsParked, m.sessionsBlocked, m.retrying,
 		m.gapWait, m.gapOldest, m.gapsOpened, m.stateSaves, m.stateLoads, m.stateConflicts, m.stateSaveTime, m.lockLost,
 		m.sweeperWakes, m.sweeperLease, m.sweepCalls, m.ready, &brokerCallsCollector{calls: brokerCalls},
+		m.heldMessages, m.heldBytes, m.heldDeadLetters, m.heldFull,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "seqbus_settlements_refused_total",
 			Help: "Settlements Service Bus refused as busy (a throttled namespace); each such message is settled again later.",
@@ -194,6 +220,10 @@ func (m *metrics) Observe(e sequencer.Event) {
 		m.outcome[OutcomeBlocked].Inc()
 	case sequencer.EventReleasedRetry:
 		m.outcome[OutcomeReleasedRetry].Inc()
+	case sequencer.EventHeldInStore:
+		m.outcome[OutcomeHeldInStore].Inc()
+	case sequencer.EventHeldFull:
+		m.heldFull.Inc()
 	case sequencer.EventGapResolved:
 		m.gapWait.Observe(e.Duration.Seconds())
 	case sequencer.EventGapOpened:

@@ -29,7 +29,9 @@ type sweeper struct {
 	// lease, when set, makes this replica sweep only while it holds it.
 	lease lease
 	// before, when set, runs at the start of each sweep (the Postgres tombstone purge).
-	before   func(ctx context.Context)
+	before func(ctx context.Context)
+	// held, when set (the Postgres store), is read each sweep for the held-message gauges.
+	held     sequencer.HeldStore
 	wake     func(id string)
 	interval time.Duration
 	// gapTimeout, when positive and gapActs (the gap policy is skip or park), makes a session
@@ -109,6 +111,7 @@ func (s *sweeper) tick(ctx context.Context) {
 			s.m.sessionsBlocked.Set(0)
 			s.m.retrying.Set(0)
 			s.m.gapOldest.Set(0)
+			s.setHeld(sequencer.HeldTotals{})
 			return
 		case !held:
 			return
@@ -253,6 +256,13 @@ func (s *sweeper) sweep(ctx context.Context) error {
 	s.m.retrying.Set(float64(retrying))
 	s.m.gapOldest.Set(oldest.Seconds())
 	s.m.sweeperWakes.Add(float64(wakes))
+	if s.held != nil {
+		t, err := s.held.HeldTotals(ctx, sequencer.HeldTotalsParams{})
+		if err != nil {
+			return fmt.Errorf("worker: sweep: reading the held messages: %w", err)
+		}
+		s.setHeld(t)
+	}
 	if wakes > 0 {
 		s.log.DebugContext(ctx, "worker: sweeper woke sessions", slog.Int("num_sessions", wakes))
 	}
@@ -324,4 +334,11 @@ func (s *sweeper) wakeDueRetries() {
 	}
 	s.m.sweeperWakes.Add(float64(n))
 	s.armLocked()
+}
+
+// setHeld sets the held-message gauges to t.
+func (s *sweeper) setHeld(t sequencer.HeldTotals) {
+	s.m.heldMessages.Set(float64(t.Held.Messages))
+	s.m.heldBytes.Set(float64(t.Held.Bytes))
+	s.m.heldDeadLetters.Set(float64(t.DeadLetters.Messages))
 }

@@ -282,6 +282,14 @@ func (c *Client) op(op, sessionID string, msgs *[]int64, fn func() error) error 
 	return c.proc.hook(After, op, sessionID, msgs)
 }
 
+var _ sequencer.CapableSource = (*Client)(nil)
+
+// Capabilities implements sequencer.CapableSource: the fake broker's sessions offer what Service
+// Bus sessions do.
+func (c *Client) Capabilities() sequencer.Capabilities {
+	return sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true}
+}
+
 // AcceptNext locks the session whose oldest active message is oldest. Sessions holding only
 // deferred messages are not offered.
 func (c *Client) AcceptNext(ctx context.Context) (sequencer.Session, error) {
