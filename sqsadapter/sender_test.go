@@ -26,14 +26,14 @@ import (
 	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/migrations"
 	"github.com/seqbus/seqbus/outbox"
-	"github.com/seqbus/seqbus/publisher"
+	pub "github.com/seqbus/seqbus/publisher"
 	"github.com/seqbus/seqbus/sqsadapter"
 )
 
 // The Sender is what the Publisher and the outbox relay send through.
 var (
-	_ publisher.Sender         = (*sqsadapter.Sender)(nil)
-	_ publisher.MessagesSender = (*sqsadapter.Sender)(nil)
+	_ pub.Sender         = (*sqsadapter.Sender)(nil)
+	_ pub.MessagesSender = (*sqsadapter.Sender)(nil)
 	_ outbox.Sender            = (*sqsadapter.Sender)(nil)
 )
 
@@ -98,7 +98,7 @@ func (l *senderSQS) drain(t *testing.T, url string) []sentMessage {
 }
 
 func sbMessage(session string, seq int, props map[string]any) *azservicebus.Message {
-	id := publisher.MessageID(session, int64(seq))
+	id := pub.MessageID(session, int64(seq))
 	return &azservicebus.Message{SessionID: &session, MessageID: &id, Body: fmt.Appendf(nil, "%s:%d", session, seq), ApplicationProperties: props}
 }
 
@@ -189,24 +189,24 @@ func TestPublisherOverSQS(t *testing.T) {
 	url := l.queue(t, "publish.fifo")
 	s, err := sqsadapter.NewSender(l.client, url)
 	require.NoError(t, err)
-	p, err := publisher.New(s, &publisher.Config{Strategy: publisher.Gjura()})
+	p, err := pub.New(s, &pub.Config{Strategy: pub.Gjura()})
 	require.NoError(t, err)
 
 	props := func(tx string) map[string]any {
 		return map[string]any{"SessionName": "orders", "TransactionId": tx, "InstanceId": 1}
 	}
-	var items []publisher.BatchItem
+	var items []pub.BatchItem
 	for i := range 12 {
 		for _, tx := range []string{"t1", "t2"} {
-			items = append(items, publisher.BatchItem{Message: &azservicebus.Message{Body: fmt.Appendf(nil, "%s-%d", tx, i), ApplicationProperties: props(tx)}, Last: i == 11})
+			items = append(items, pub.BatchItem{Message: &azservicebus.Message{Body: fmt.Appendf(nil, "%s-%d", tx, i), ApplicationProperties: props(tx)}, Last: i == 11})
 		}
 	}
 	res, err := p.PublishBatch(t.Context(), items, nil)
 	require.NoError(t, err)
-	require.Equal(t, publisher.Published{SessionID: "orders_t1_1", Sequence: 12}, res[22])
-	pub, err := p.Publish(t.Context(), &azservicebus.Message{Body: []byte("t3-0"), ApplicationProperties: props("t3")}, nil)
+	require.Equal(t, pub.Published{SessionID: "orders_t1_1", Sequence: 12}, res[22])
+	one, err := p.Publish(t.Context(), &azservicebus.Message{Body: []byte("t3-0"), ApplicationProperties: props("t3")}, nil)
 	require.NoError(t, err)
-	require.Equal(t, publisher.Published{SessionID: "orders_t3_1", Sequence: 1}, pub)
+	require.Equal(t, pub.Published{SessionID: "orders_t3_1", Sequence: 1}, one)
 
 	got := l.drain(t, url)
 	require.Len(t, got, 25)
@@ -214,7 +214,7 @@ func TestPublisherOverSQS(t *testing.T) {
 	for _, r := range got {
 		next[r.group]++
 		require.Equal(t, strconv.Itoa(next[r.group]), aws.ToString(r.attrs[contract.SequenceProperty].StringValue), "group %s", r.group)
-		require.Equal(t, publisher.MessageID(r.group, int64(next[r.group])), r.dedup)
+		require.Equal(t, pub.MessageID(r.group, int64(next[r.group])), r.dedup)
 		_, last := r.attrs[contract.LastProperty]
 		require.Equal(t, r.group != "orders_t3_1" && next[r.group] == 12, last, "IsLast only on the last of a session")
 	}
