@@ -34,7 +34,7 @@ import (
 var (
 	_ pub.Sender         = (*sqsadapter.Sender)(nil)
 	_ pub.MessagesSender = (*sqsadapter.Sender)(nil)
-	_ outbox.Sender            = (*sqsadapter.Sender)(nil)
+	_ outbox.Sender      = (*sqsadapter.Sender)(nil)
 )
 
 // senderSQS is a local SQS FIFO on a free port, with a client of the AWS SDK.
