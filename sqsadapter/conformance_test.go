@@ -3,7 +3,6 @@ package sqsadapter_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,29 +87,12 @@ func deadLetters(ctx context.Context, c *awssqs.Client, dlq, group string) ([]se
 func TestSessionConformance(t *testing.T) {
 	t.Parallel()
 	l := newLocal(t, nil)
-	var mu sync.Mutex
-	var sources []*sqsadapter.Source
 	sequencertest.RunSessionConformance(t, func(t *testing.T) (sequencer.SessionSource, sequencertest.Publisher) {
-		src, pub := newSource(t, l, sqsadapter.Config{Visibility: 2 * time.Second, Wait: time.Second})
-		mu.Lock()
-		sources = append(sources, src)
-		mu.Unlock()
-		return src, pub
+		return newSource(t, l, sqsadapter.Config{Visibility: 2 * time.Second, Wait: time.Second})
 	}, &sequencertest.ConformanceOptions{
 		Wait: 3 * time.Second,
-		DeadLetters: func(ctx context.Context, sessionID string) ([]sequencertest.DeadLettered, error) {
-			mu.Lock()
-			srcs := append([]*sqsadapter.Source(nil), sources...)
-			mu.Unlock()
-			var out []sequencertest.DeadLettered
-			for _, s := range srcs {
-				d, err := deadLetters(ctx, l.Client, s.DeadLetterQueueURL(), sessionID)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, d...)
-			}
-			return out, nil
+		DeadLetters: func(ctx context.Context, src sequencer.SessionSource, sessionID string) ([]sequencertest.DeadLettered, error) {
+			return deadLetters(ctx, l.Client, src.(*sqsadapter.Source).DeadLetterQueueURL(), sessionID)
 		},
 	})
 }

@@ -20,26 +20,26 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestBrokerConformance(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	brokers := map[string]*sequencertest.Broker{} // by test name
+	brokers := map[sequencer.SessionSource]*sequencertest.Broker{}
 	sequencertest.RunSessionConformance(t, func(t *testing.T) (sequencer.SessionSource, sequencertest.Publisher) {
 		b := sequencertest.NewBroker(&sequencertest.BrokerOptions{Blocking: true, Clock: clock.Real(), LockDuration: 2 * time.Second})
 		mu.Lock()
-		brokers[t.Name()] = b
+		c := b.NewClient(nil)
+		brokers[c] = b
 		mu.Unlock()
-		return b.NewClient(nil), sequencertest.BrokerPublisher{B: b}
+		return c, sequencertest.BrokerPublisher{B: b}
 	}, &sequencertest.ConformanceOptions{
 		Wait:         400 * time.Millisecond,
 		Capabilities: sequencertest.Capabilities{Deferral: true, Holding: true, State: true},
-		DeadLetters: func(_ context.Context, sessionID string) ([]sequencertest.DeadLettered, error) {
+		DeadLetters: func(_ context.Context, src sequencer.SessionSource, sessionID string) ([]sequencertest.DeadLettered, error) {
 			mu.Lock()
-			defer mu.Unlock()
+			b := brokers[src]
+			mu.Unlock()
 			var out []sequencertest.DeadLettered
-			for _, b := range brokers {
-				for _, d := range b.DeadLetters() {
-					if d.Message.SessionID == sessionID {
-						out = append(out, sequencertest.DeadLettered{SessionID: d.Message.SessionID, Body: d.Message.Body,
-							Properties: d.Message.Properties, Reason: d.Reason, Description: d.Description})
-					}
+			for _, d := range b.DeadLetters() {
+				if d.Message.SessionID == sessionID {
+					out = append(out, sequencertest.DeadLettered{SessionID: d.Message.SessionID, Body: d.Message.Body,
+						Properties: d.Message.Properties, Reason: d.Reason, Description: d.Description})
 				}
 			}
 			return out, nil

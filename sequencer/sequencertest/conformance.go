@@ -68,9 +68,9 @@ type ConformanceOptions struct {
 	// whose LockedUntil is further away fails LockLapseRedelivers, so give the sources of the
 	// suite a short lock.
 	MaxLock time.Duration
-	// DeadLetters returns what the provider's dead-letter queue holds of a session. Nil: the
-	// suite checks only that a dead-lettered message leaves its session.
-	DeadLetters func(ctx context.Context, sessionID string) ([]DeadLettered, error)
+	// DeadLetters returns what the dead-letter queue of src's entity holds of a session. Nil:
+	// the suite checks only that a dead-lettered message leaves its session.
+	DeadLetters func(ctx context.Context, src sequencer.SessionSource, sessionID string) ([]DeadLettered, error)
 }
 
 // RunSessionConformance checks that a SessionSource and its Sessions behave as the engine
@@ -315,7 +315,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		if o.DeadLetters == nil {
 			return
 		}
-		dl, err := o.DeadLetters(ctxWait(t), f.id)
+		dl, err := o.DeadLetters(ctxWait(t), f.src, f.id)
 		require.NoError(t, err)
 		require.Len(t, dl, 1)
 		require.Equal(t, f.id, dl[0].SessionID)
