@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	emusqs "github.com/seqbus/seqbus/emulator/sqs"
+	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -190,4 +193,43 @@ func TestNewSQSNeedsRedrivePolicy(t *testing.T) {
 	_, err := New(c)
 	require.ErrorContains(t, err, "SEQBUS_SQS_QUEUE_URL")
 	require.ErrorContains(t, err, "RedrivePolicy")
+}
+
+// fifoQueueWithDLQ creates a FIFO queue with a redrive policy to a FIFO dead-letter queue.
+func fifoQueueWithDLQ(t *testing.T, client *awssqs.Client, name string) string {
+	t.Helper()
+	dlq := fifoQueue(t, client, strings.TrimSuffix(name, ".fifo")+"-dlq.fifo")
+	arn, err := client.GetQueueAttributes(t.Context(), &awssqs.GetQueueAttributesInput{QueueUrl: &dlq, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	require.NoError(t, err)
+	out, err := client.CreateQueue(t.Context(), &awssqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
+		"FifoQueue": "true", "RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"5"}`, arn.Attributes["QueueArn"]),
+	}})
+	require.NoError(t, err)
+	return aws.ToString(out.QueueUrl)
+}
+
+// `worker scaler` on an SQS queue serves the count of its messages as the ready sessions.
+func TestScalerOnSQS(t *testing.T) {
+	t.Parallel()
+	pgtest.RequireServer(t)
+	client := localSQS(t)
+	url := fifoQueueWithDLQ(t, client, "scaler.fifo")
+	for i := range 20 {
+		_, err := client.SendMessage(t.Context(), &awssqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String("x"),
+			MessageGroupId: aws.String(fmt.Sprintf("g%d", i%5)), MessageDeduplicationId: aws.String(fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+	pool := pgtest.NewPool(t, nil)
+	cfg := validSQS()
+	cfg.Handler = nil
+	cfg.SQSClient, cfg.SQSQueueURL, cfg.DatabaseURL, cfg.Pool, cfg.MigrateOnStart = client, url, "", pool, true
+	cfg.HTTPAddr, cfg.ScaleInterval, cfg.MaxConcurrentSessions = HTTPOff, 50*time.Millisecond, 8
+	s, err := NewScaler(cfg)
+	require.NoError(t, err)
+	require.NoError(t, s.Start(t.Context()))
+	defer func() { require.NoError(t, s.Stop(context.Background())) }()
+	require.Eventually(t, func() bool { _, ok := s.Last(); return ok }, 10*time.Second, 10*time.Millisecond)
+	sc, _ := s.Last()
+	require.Equal(t, 20, sc.SessionsReady, "the queue's 20 messages, an upper bound of its 5 groups")
+	require.Equal(t, 3, sc.ReplicasWanted)
 }

@@ -220,7 +220,12 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return sum, err
 	}
 	defer b.close()
+	return run(ctx, o, b, sum, start)
+}
 
+// run publishes the plan on b, runs the replicas until every session is handled (or ctx ends)
+// and stops them.
+func run(ctx context.Context, o Options, b backend, sum Summary, start time.Time) (Summary, error) {
 	plan := Plan(o.Sessions, o.Messages, o.Duplicates, o.Seed)
 	sum.Published = len(plan)
 	if err := b.publish(ctx, plan); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -48,7 +49,10 @@ func startSQS(ctx context.Context, databaseURL string, logger *slog.Logger) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("demo: listen for the local SQS: %w", err)
 	}
-	b.srv = &http.Server{Handler: sqs.New(sqs.Config{Logger: logger.With(slog.String("component", "sqs"))}), ReadHeaderTimeout: 10 * time.Second}
+	// An account of the run's own: the state store keeps the queue's states, and the sweeper its
+	// lease, under sqs:<account>/<queue>, and the lease is per database, whatever the schema.
+	account := fmt.Sprintf("%012d", rand.Int64N(1e12))
+	b.srv = &http.Server{Handler: sqs.New(sqs.Config{AccountID: account, Logger: logger.With(slog.String("component", "sqs"))}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = b.srv.Serve(ln) }()
 	// A transport of the demo's own, so that closing leaves no idle connection behind.
 	b.tr = http.DefaultTransport.(*http.Transport).Clone()
