@@ -48,7 +48,7 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 		return err
 	}
 	if provider.Provider == worker.ProviderSQS {
-		return errors.New("worker relay: not available with SEQBUS_PROVIDER=sqs in this build: it sends to Service Bus; a program relays to SQS FIFO with outbox.NewRelay and sqsadapter.Sender (docs/sqs.md)")
+		return errors.New("worker relay: not available with SEQBUS_PROVIDER=sqs in this build: it sends to Service Bus; a program relays to SQS FIFO with outbox.NewRelay and sqsadapter.Sender (docs/sqs-worker.md)")
 	}
 	cfg := worker.DefaultRelayConfig()
 	logger, err := c.fromEnv(&cfg)

@@ -104,7 +104,7 @@ type sqsWorker struct {
 	lines  chan string
 }
 
-// startSQSWorker starts the worker binary as a user does: the settings of docs/sqs.md in the
+// startSQSWorker starts the worker binary as a user does: the settings of docs/sqs-worker.md in the
 // environment, region, credentials and endpoint from the AWS chain.
 func startSQSWorker(ctx context.Context, t *testing.T, bin, endpoint, queueURL, schema string) *sqsWorker {
 	t.Helper()
