@@ -3,6 +3,7 @@ package sqsadapter_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -26,13 +27,25 @@ type local struct {
 
 // newLocal serves a local SQS on a free port for the test, on clk (nil: the wall clock).
 func newLocal(t testing.TB, clk clock.Clock) *local {
+	return newLocalWith(t, clk, nil)
+}
+
+// newLocalWith is newLocal with the server's handler wrapped (nil: not wrapped) and the SDK's
+// retries off, so that a refusal the wrapper injects reaches the adapter.
+func newLocalWith(t testing.TB, clk clock.Clock, wrap func(http.Handler) http.Handler) *local {
 	t.Helper()
-	srv := httptest.NewServer(sqs.New(sqs.Config{Clock: clk}))
+	var h http.Handler = sqs.New(sqs.Config{Clock: clk})
+	retries := 0
+	if wrap != nil {
+		h, retries = wrap(h), 1
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c := awssqs.New(awssqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(srv.URL),
-		Credentials:  credentials.NewStaticCredentialsProvider("any", "any", ""),
+		Region:           "us-east-1",
+		BaseEndpoint:     aws.String(srv.URL),
+		Credentials:      credentials.NewStaticCredentialsProvider("any", "any", ""),
+		RetryMaxAttempts: retries,
 	})
 	return &local{URL: srv.URL, Client: c}
 }

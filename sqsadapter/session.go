@@ -54,10 +54,10 @@ func (s *Session) LockedUntil() time.Time {
 	return until
 }
 
-// Receive returns up to max messages of the group received for it, waiting for the receive loop
-// until ctx ends (then an empty slice and nil).
-func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, error) {
-	max = cmpMax(max, 1)
+// Receive returns up to limit messages of the group received for it (at least one), waiting for
+// the receive loop until ctx ends (then an empty slice and nil).
+func (s *Session) Receive(ctx context.Context, limit int) ([]*sequencer.Message, error) {
+	limit = max(limit, 1)
 	for {
 		s.src.mu.Lock()
 		if s.closed {
@@ -65,7 +65,7 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 			return nil, fmt.Errorf("sqsadapter: receive group %q: session closed: %w", s.id, sequencer.ErrLockLost)
 		}
 		if n := len(s.g.buf); n > 0 {
-			k := min(n, max)
+			k := min(n, limit)
 			out := slices.Clone(s.g.buf[:k])
 			s.g.buf = slices.Delete(s.g.buf, 0, k)
 			s.src.mu.Unlock()
@@ -86,13 +86,6 @@ func (s *Session) Receive(ctx context.Context, max int) ([]*sequencer.Message, e
 			return []*sequencer.Message{}, nil
 		}
 	}
-}
-
-func cmpMax(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // held returns m's receipt when the session still holds it with that receipt handle, else an
@@ -160,6 +153,11 @@ func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
 		return err
 	}
 	s.src.mu.Lock()
+	if h := s.g.held[m.MessageID]; h == nil || h.handle != rec.ReceiptHandle || s.closed {
+		// Settled, released or closed since the check above.
+		s.src.mu.Unlock()
+		return fmt.Errorf("sqsadapter: abandon message %q of group %q: no longer held: %w", m.MessageID, s.id, sequencer.ErrLockLost)
+	}
 	rel := []heldMsg{*s.g.held[m.MessageID]}
 	for _, b := range s.g.buf {
 		if h := s.g.held[b.MessageID]; h != nil {
@@ -223,8 +221,8 @@ func deadLetterDedupID(messageID string) string {
 }
 
 // deadLetterAttributes are the message's attributes plus the reason and the description (those
-// that are not empty), as far as SQS's 10 attributes allow: the description goes first, then the
-// reason.
+// that are not empty), as far as SQS's 10 attributes allow: short of room, the description is left
+// out first, then the reason.
 func deadLetterAttributes(orig map[string]types.MessageAttributeValue, p sequencer.DeadLetterParams) map[string]types.MessageAttributeValue {
 	out := make(map[string]types.MessageAttributeValue, len(orig)+2)
 	for k, v := range orig {

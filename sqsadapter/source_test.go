@@ -1,0 +1,285 @@
+package sqsadapter_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/clock"
+	"github.com/seqbus/seqbus/contract"
+	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sqsadapter"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func send(t *testing.T, p publisher, group string, seqs ...int64) {
+	t.Helper()
+	for _, s := range seqs {
+		require.NoError(t, p.Publish(t.Context(), group, map[string]any{contract.SequenceProperty: s}, []byte("b")))
+	}
+}
+
+// peekVisible receives what a plain consumer gets from the queue now (and leaves it in flight).
+func peekVisible(t *testing.T, l *local, url string) []types.Message {
+	t.Helper()
+	out, err := l.Client.ReceiveMessage(t.Context(), &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	require.NoError(t, err)
+	return out.Messages
+}
+
+func TestNewRefuses(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, nil)
+	noDLQ, _ := l.queue(t, 0)
+	good, _ := l.queue(t, 5)
+	for _, tc := range []struct {
+		name string
+		cfg  sqsadapter.Config
+		want string
+		is   error
+	}{
+		{"no client", sqsadapter.Config{QueueURL: good}, "Client is required", sqsadapter.ErrConfig},
+		{"no queue", sqsadapter.Config{Client: l.Client}, "QueueURL is required", sqsadapter.ErrConfig},
+		{"visibility not whole seconds", sqsadapter.Config{Client: l.Client, QueueURL: good, Visibility: 1500 * time.Millisecond}, "Visibility 1.5s", sqsadapter.ErrConfig},
+		{"visibility over 12h", sqsadapter.Config{Client: l.Client, QueueURL: good, Visibility: 13 * time.Hour}, "Visibility 13h0m0s", sqsadapter.ErrConfig},
+		{"wait over 20s", sqsadapter.Config{Client: l.Client, QueueURL: good, Wait: 21 * time.Second}, "Wait 21s", sqsadapter.ErrConfig},
+		{"max messages", sqsadapter.Config{Client: l.Client, QueueURL: good, MaxMessages: 11}, "MaxMessages 11", sqsadapter.ErrConfig},
+		{"linger", sqsadapter.Config{Client: l.Client, QueueURL: good, Visibility: 2 * time.Second, Linger: 2 * time.Second}, "Linger 2s", sqsadapter.ErrConfig},
+		{"no redrive policy", sqsadapter.Config{Client: l.Client, QueueURL: noDLQ}, "has no RedrivePolicy", sqsadapter.ErrConfig},
+		{"missing queue", sqsadapter.Config{Client: l.Client, QueueURL: l.URL + "/000000000000/missing.fifo"}, "missing.fifo", sequencer.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, err := sqsadapter.New(tc.cfg)
+			require.Nil(t, src)
+			require.ErrorIs(t, err, tc.is)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// TestNewRefusesStandardQueue answers GetQueueAttributes as SQS does for a standard queue (no
+// FifoQueue attribute): the local SQS has only FIFO queues.
+func TestNewRefusesStandardQueue(t *testing.T) {
+	t.Parallel()
+	l := newLocalWith(t, nil, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Amz-Target") == "AmazonSQS.GetQueueAttributes" {
+				w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+				_ = json.NewEncoder(w).Encode(map[string]any{"Attributes": map[string]string{"VisibilityTimeout": "30"}})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	_, err := sqsadapter.New(sqsadapter.Config{Client: l.Client, QueueURL: l.URL + "/000000000000/std"})
+	require.ErrorIs(t, err, sqsadapter.ErrConfig)
+	require.ErrorContains(t, err, "is not a FIFO queue")
+}
+
+// TestLingerReleasesUnacceptedGroups: a group received with nobody to take it is released
+// after Linger, long before its visibility would lapse.
+func TestLingerReleasesUnacceptedGroups(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, nil)
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 30 * time.Second, Wait: time.Second, Linger: 300 * time.Millisecond})
+	send(t, pub, "a", 1)
+	send(t, pub, "b", 1)
+	sess, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	other := map[string]string{"a": "b", "b": "a"}[sess.ID()]
+	require.Eventually(t, func() bool {
+		ms := peekVisible(t, l, pub.url)
+		if len(ms) == 0 {
+			return false
+		}
+		require.Len(t, ms, 1)
+		require.Equal(t, other, ms[0].Attributes["MessageGroupId"], "the held group stays held")
+		require.Equal(t, "2", ms[0].Attributes["ApproximateReceiveCount"])
+		return true
+	}, 5*time.Second, 100*time.Millisecond, "group %q released", other)
+	require.NoError(t, sess.Close(t.Context()))
+}
+
+// TestAccept: a session for a named group at once, receiving what arrives for it; a second one
+// is refused while the first is open.
+func TestAccept(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, nil)
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 5 * time.Second, Wait: time.Second})
+	sess, err := src.Accept(ctxT(t), "g")
+	require.NoError(t, err)
+	require.Equal(t, "g", sess.ID())
+	_, err = src.Accept(ctxT(t), "g")
+	require.ErrorIs(t, err, sequencer.ErrSessionLocked)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	msgs, err := sess.Receive(ctx, 10)
+	cancel()
+	require.NoError(t, err, "idle: an empty slice and no error")
+	require.NotNil(t, msgs)
+	require.Empty(t, msgs)
+
+	send(t, pub, "g", 1, 2)
+	send(t, pub, "other", 1)
+	var got []*sequencer.Message
+	for ctx := ctxT(t); len(got) < 2 && ctx.Err() == nil; {
+		ms, err := sess.Receive(ctx, 10)
+		require.NoError(t, err)
+		for _, m := range ms {
+			require.NoError(t, sess.Complete(t.Context(), m)) // the group's next come once these are settled
+		}
+		got = append(got, ms...)
+	}
+	require.Len(t, got, 2)
+	for i, m := range got {
+		require.Equal(t, "g", m.SessionID)
+		require.EqualValues(t, i+1, m.Properties[contract.SequenceProperty])
+		require.EqualValues(t, 1, m.DeliveryCount)
+		require.False(t, m.EnqueuedTime.IsZero())
+		require.NotEmpty(t, m.MessageID)
+		rec := m.Raw.(*sqsadapter.Received)
+		require.NotEmpty(t, rec.ReceiptHandle)
+		require.NotEmpty(t, rec.SequenceNumber)
+	}
+	require.NoError(t, sess.Close(t.Context()))
+
+	other, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, "other", other.ID())
+	require.NoError(t, other.Close(t.Context()))
+	sess, err = src.Accept(ctxT(t), "g")
+	require.NoError(t, err, "a closed session's group can be accepted again")
+	require.NoError(t, sess.Close(t.Context()))
+}
+
+// TestRenewLockKeepsTheGroup runs the local SQS on a fake clock: without RenewLock the
+// visibility lapses after Visibility, with it the group stays held and the message can be
+// completed.
+func TestRenewLockKeepsTheGroup(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	l := newLocal(t, clk)
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second})
+	send(t, pub, "g", 1)
+	sess, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	m, err := sess.Receive(ctxT(t), 1)
+	require.NoError(t, err)
+	require.Len(t, m, 1)
+	until := sess.LockedUntil()
+	require.WithinDuration(t, time.Now().Add(10*time.Second), until, 2*time.Second)
+
+	clk.Advance(8 * time.Second)
+	renewed, err := sess.RenewLock(t.Context())
+	require.NoError(t, err)
+	require.True(t, renewed.After(until), "renewed %v after %v", renewed, until)
+	clk.Advance(8 * time.Second) // 16s after the receive: lapsed without the renewal
+	require.Empty(t, peekVisible(t, l, pub.url), "the renewed message stays invisible")
+	require.NoError(t, sess.Complete(t.Context(), m[0]))
+
+	send(t, pub, "g", 2)
+	m, err = sess.Receive(ctxT(t), 1)
+	require.NoError(t, err)
+	require.Len(t, m, 1)
+	clk.Advance(11 * time.Second) // lapsed
+	_, err = sess.RenewLock(t.Context())
+	require.ErrorIs(t, err, sequencer.ErrLockLost)
+	require.NoError(t, sess.Close(t.Context()))
+}
+
+// TestSourceCloseReleases: Close releases what sessions and offers hold, at once.
+func TestSourceCloseReleases(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, nil)
+	url, _ := l.queue(t, 5)
+	src, err := sqsadapter.New(sqsadapter.Config{Client: l.Client, QueueURL: url, Visibility: 30 * time.Second, Wait: time.Second, Linger: 20 * time.Second})
+	require.NoError(t, err)
+	pub := publisher{c: l.Client, url: url}
+	send(t, pub, "a", 1)
+	send(t, pub, "b", 1)
+	sess, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	_, err = sess.Receive(ctxT(t), 10)
+	require.NoError(t, err)
+	require.NoError(t, src.Close(t.Context()))
+	require.Len(t, peekVisible(t, l, url), 2, "both groups are visible again")
+	_, err = src.AcceptNext(ctxT(t))
+	require.ErrorIs(t, err, sqsadapter.ErrClosed)
+	_, err = src.Accept(ctxT(t), "a")
+	require.ErrorIs(t, err, sqsadapter.ErrClosed)
+}
+
+// TestThrottled: a settlement SQS refuses as throttled is ErrSettlementRefused and the message
+// stays held; other calls refused so are ErrTransient.
+func TestThrottled(t *testing.T) {
+	t.Parallel()
+	var throttle atomic.Bool
+	l := newLocalWith(t, nil, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.Header.Get("X-Amz-Target") {
+			case "AmazonSQS.DeleteMessage", "AmazonSQS.ChangeMessageVisibilityBatch":
+				if throttle.Load() {
+					w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+					w.Header().Set("X-Amzn-Query-Error", "ThrottlingException;Sender")
+					w.WriteHeader(http.StatusBadRequest)
+					_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#ThrottlingException", "message": "Rate exceeded"})
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second})
+	send(t, pub, "g", 1)
+	sess, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	m, err := sess.Receive(ctxT(t), 1)
+	require.NoError(t, err)
+	throttle.Store(true)
+	err = sess.Complete(t.Context(), m[0])
+	require.ErrorIs(t, err, sequencer.ErrSettlementRefused)
+	require.NotErrorIs(t, err, sequencer.ErrLockLost)
+	_, err = sess.RenewLock(t.Context())
+	require.ErrorIs(t, err, sqsadapter.ErrTransient)
+	require.NotErrorIs(t, err, sequencer.ErrSettlementRefused)
+	throttle.Store(false)
+	require.NoError(t, sess.Complete(t.Context(), m[0]), "still held: a later completion lands")
+	require.NoError(t, sess.Close(t.Context()))
+}
+
+// TestUndecodableAttributeIsKept: an attribute that does not decode is kept as its raw value,
+// so the engine sees the broken contract (and dead-letters with the reason) instead of losing it.
+func TestUndecodableAttributeIsKept(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, nil)
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second})
+	_, err := l.Client.SendMessage(t.Context(), &awssqs.SendMessageInput{
+		QueueUrl: aws.String(pub.url), MessageGroupId: aws.String("g"), MessageDeduplicationId: aws.String("x"), MessageBody: aws.String("b"),
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			"Sequence": {DataType: aws.String("Number"), StringValue: aws.String("3")},
+			"IsLast":   {DataType: aws.String("String.bool"), StringValue: aws.String("maybe")},
+		}})
+	require.NoError(t, err)
+	sess, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	m, err := sess.Receive(ctxT(t), 1)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"Sequence": int64(3), "IsLast": "maybe"}, m[0].Properties)
+	_, _, err = contract.Parse(m[0].Properties, contract.SequenceProperty, contract.LastProperty)
+	require.Error(t, err)
+	require.NoError(t, sess.Close(t.Context()))
+}
