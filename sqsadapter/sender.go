@@ -33,8 +33,9 @@ var _ SendAPI = (*sqs.Client)(nil)
 // Sender publishes to an SQS FIFO queue the messages the Publisher (package publisher) and the
 // outbox relay (package outbox) build for Service Bus, converted as the worker's SQS source
 // reads them back: the session id becomes the MessageGroupId, the message id the
-// MessageDeduplicationId, the application properties (and the content type) message
-// attributes (EncodeAttributes), the body the message body. It implements publisher.Sender,
+// MessageDeduplicationId, the application properties message attributes (EncodeAttributes),
+// the body the message body; a content type travels as the attribute ContentTypeAttribute,
+// which the source reads back as an application property. It implements publisher.Sender,
 // publisher.MessagesSender and outbox.Sender, so both publish to SQS FIFO unchanged.
 //
 // A message SQS would refuse is refused before anything of its call is sent, with an error
