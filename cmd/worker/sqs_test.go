@@ -51,7 +51,7 @@ func sqsQueue(t *testing.T, name string) (endpoint string, client *awssqs.Client
 	require.NoError(t, err)
 	q, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"), Attributes: map[string]string{
 		"FifoQueue":     "true",
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"10"}`, arn.Attributes["QueueArn"]),
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"50"}`, arn.Attributes["QueueArn"]),
 	}})
 	require.NoError(t, err)
 	return srv.URL, client, aws.ToString(q.QueueUrl)

@@ -71,7 +71,7 @@ func startSQS(ctx context.Context, databaseURL string, logger *slog.Logger) (_ *
 	}
 	q, err := b.client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(queueName + ".fifo"), Attributes: map[string]string{
 		"FifoQueue":     "true",
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"10"}`, arn.Attributes[string(types.QueueAttributeNameQueueArn)]),
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"50"}`, arn.Attributes[string(types.QueueAttributeNameQueueArn)]),
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("demo: create the queue: %w", err)
