@@ -55,7 +55,8 @@
 // session's messages in order in as few SendMessageBatch calls as fit (SendInBatches),
 // as Pub/Sub's ordering-key publisher batches per key. A session whose send fails stops
 // there, so its later messages cannot overtake the failed one; other sessions go on, and
-// the *BatchError lists what to send again.
+// the *BatchError lists what to send again. A Sender that is a MessagesSender (the SQS
+// FIFO sender of package sqsadapter) packs the batches itself.
 //
 // # Imports
 //

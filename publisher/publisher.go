@@ -31,6 +31,14 @@ type BatchSender interface {
 
 var _ BatchSender = (*azservicebus.Sender)(nil)
 
+// MessagesSender sends a list of messages in order, in as few calls as it can, and returns how
+// many of the leading ones the broker accepted (all of them when err is nil). PublishBatch uses
+// it when the Publisher's Sender has it and is no BatchSender: a sender to another broker (the
+// SQS FIFO sender of package sqsadapter) packs its own batches.
+type MessagesSender interface {
+	SendMessages(ctx context.Context, msgs []*azservicebus.Message) (sent int, err error)
+}
+
 // Counter hands out the sequence numbers of sessions.
 type Counter interface {
 	// Next returns the next sequence of the session (1 for its first message).
@@ -217,8 +225,8 @@ type PublishBatchOptions struct{}
 // numbered or sent. Then each message is numbered as Publish numbers it, in the order
 // of items, so a session's messages keep their order. Then each session's messages go
 // out in order, in as few SendMessageBatch calls as fit when the Sender is a
-// BatchSender (one SendMessage each otherwise), session after session in order of
-// first appearance.
+// BatchSender (in the calls of a MessagesSender; one SendMessage each otherwise),
+// session after session in order of first appearance.
 //
 // A session whose numbering or send fails stops there: its later messages are not sent,
 // so that they cannot overtake the failed one; other sessions go on. The result has one
@@ -303,6 +311,9 @@ func (p *Publisher) PublishBatch(ctx context.Context, items []BatchItem, _ *Publ
 func (p *Publisher) send(ctx context.Context, msgs []*azservicebus.Message) (int, error) {
 	if bs, ok := p.sender.(BatchSender); ok {
 		return SendInBatches(ctx, bs, msgs)
+	}
+	if ms, ok := p.sender.(MessagesSender); ok {
+		return ms.SendMessages(ctx, msgs)
 	}
 	for i, m := range msgs {
 		if err := p.sender.SendMessage(ctx, m, nil); err != nil {

@@ -87,7 +87,7 @@ func New(cfg Config) (*Client, error) {
 		tp = noop.NewTracerProvider()
 	}
 	h = handler.Chain(h, append([]handler.Middleware{
-		tracingMiddleware(tp, cfg.Entity.String()),
+		tracingMiddleware(tp, cfg.entityName()),
 		c.m.handlerMiddleware,
 		handler.WithRecover(c.log), // the worker's one panic recovery, for either ordering
 		handler.WithTimeout(cfg.HandlerTimeout),
@@ -127,7 +127,7 @@ func New(cfg Config) (*Client, error) {
 		saved = rep.saved
 	}
 	c.runner, err = sequencer.NewRunner(sequencer.RunnerConfig{
-		Source:                c.conn.Source,
+		Source:                c.conn.SessionSource(),
 		Store:                 instrument(store, c.m, saved),
 		Handler:               h,
 		Engine:                cfg.engine(),
@@ -153,7 +153,7 @@ func New(cfg Config) (*Client, error) {
 	if c.conn.Postgres != nil {
 		sw.attention = listerAttention{lister: c.conn.Lister}
 		sw.held = c.conn.Postgres
-		sw.lease = &advisoryLease{pool: c.conn.Pool, entity: cfg.Entity.String()}
+		sw.lease = &advisoryLease{pool: c.conn.Pool, entity: cfg.entityName()}
 	} else {
 		src := countingSource{SessionSource: c.conn.ScanSource, calls: calls}
 		l := &sessionLease{source: src, maxState: int(cfg.StateMaxBytes)}
@@ -196,6 +196,9 @@ func (c *Client) probe(ctx context.Context) error {
 		}
 		return nil
 	}
+	if c.conn.SQS != nil {
+		return probeSQS(ctx, c.conn.SQS, c.cfg.SQSQueueURL)
+	}
 	return c.conn.ManagementSource.Probe(ctx)
 }
 
@@ -208,6 +211,9 @@ var readyRetry = backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second, J
 // answered, and that answer is the result at once, not an SDK retry that the check's deadline
 // cuts short. A fatal answer (credentials refused, entity gone) is the result at once too.
 func (c *Client) probeReady(ctx context.Context) error {
+	if c.conn.SQS != nil {
+		return c.probe(ctx) // the SDK retries what it can
+	}
 	for attempt := 1; ; attempt++ {
 		var err error
 		if c.unorderedRecv != nil {
@@ -231,9 +237,12 @@ func (c *Client) probeReady(ctx context.Context) error {
 func (c *Client) checkReady(ctx context.Context) []string {
 	var reasons []string
 	if err := c.probeReady(ctx); err != nil {
-		if sbadapter.IsServerBusy(err) {
+		switch {
+		case c.conn.SQS != nil:
+			reasons = append(reasons, fmt.Sprintf("sqs: %v", err))
+		case sbadapter.IsServerBusy(err):
 			c.log.DebugContext(ctx, "worker: readiness probe throttled; the broker answered", slog.Any("error", err))
-		} else {
+		default:
 			reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
 		}
 	}
@@ -278,7 +287,12 @@ func (c *Client) Start(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err := c.probe(pctx)
 	cancel()
-	if err != nil {
+	switch {
+	case err != nil && c.conn.SQS != nil && sqsFatal(err):
+		return fail(configError("SQSQueueURL", fmt.Errorf("cannot use %s: %w", c.cfg.SQSQueueURL, err)))
+	case err != nil && c.conn.SQS != nil:
+		c.log.WarnContext(ctx, "worker: probing the queue failed; starting anyway, the runner retries", slog.Any("error", err))
+	case err != nil:
 		if sbadapter.Classify(err) == sbadapter.ClassFatal {
 			field := "Entity.Subscription"
 			if c.cfg.Entity.Queue != "" {
@@ -307,7 +321,7 @@ func (c *Client) Start(ctx context.Context) error {
 			return fail(fmt.Errorf("worker: start: %w", err))
 		}
 	}
-	c.log.InfoContext(ctx, "worker: running", slog.String("entity", c.cfg.Entity.String()),
+	c.log.InfoContext(ctx, "worker: running", slog.String("provider", string(c.cfg.Provider)), slog.String("entity", c.cfg.entityName()),
 		slog.String("state_store", string(c.cfg.StateStore)), slog.String("http_addr", c.HTTPAddr()))
 	return nil
 }
@@ -408,7 +422,13 @@ func (c *Client) Stats() sequencer.Stats {
 
 // LimiterStats returns what the limiter of the sessions' broker calls did so far (sbadapter.Limiter):
 // how the worker paced itself against a throttled namespace.
-func (c *Client) LimiterStats() sbadapter.LimiterStats { return c.conn.Source.Limiter().Stats() }
+// With ProviderSQS there is no such limiter: it returns zero.
+func (c *Client) LimiterStats() sbadapter.LimiterStats {
+	if c.conn.Source == nil {
+		return sbadapter.LimiterStats{}
+	}
+	return c.conn.Source.Limiter().Stats()
+}
 
 // HTTPAddr returns the address the HTTP server listens on ("" when there is none).
 func (c *Client) HTTPAddr() string { return c.ops.addr() }

@@ -99,7 +99,12 @@ type Service struct {
 // lock), and which New refuses, naming the field and its variable, where it means nothing (a
 // zero MaxConcurrentSessions). So start from DefaultConfig and change what differs.
 type Config struct {
+	// Provider is the broker the worker consumes: ProviderServiceBus (sessions of a queue or
+	// subscription) or ProviderSQS (message groups of an SQS FIFO queue, see SQS).
+	Provider Provider `envconfig:"PROVIDER" desc:"Broker the worker consumes: servicebus (the sessions of a queue or subscription) or sqs (the message groups of an SQS FIFO queue; needs the postgres state store and early messages held in the store)."`
 	ServiceBus
+	// SQS is the SQS FIFO queue consumed with ProviderSQS.
+	SQS
 	// Entity is the session-enabled queue or topic subscription (an entity without sessions
 	// with OrderingNone).
 	sbadapter.Entity
@@ -239,6 +244,7 @@ type Config struct {
 func DefaultConfig() Config {
 	engine := sequencer.EngineConfig{}.WithDefaults()
 	return Config{
+		Provider:               ProviderServiceBus,
 		Ordering:               OrderingSession,
 		StateStore:             StateStoreServiceBus,
 		StateMaxBytes:          256 << 10,
@@ -420,7 +426,22 @@ func oneOf[T any, V ~string](p *problems[T], field string, value V, allowed ...V
 // variable. New calls it.
 func (c *Config) Validate() error {
 	var p problems[Config]
-	checkServiceBus(&p, c.ServiceBus)
+	oneOf(&p, "Provider", c.Provider, ProviderServiceBus, ProviderSQS)
+	if c.Provider == ProviderSQS {
+		checkSQS(&p, c)
+	} else {
+		checkServiceBusEntity(&p, c)
+	}
+	c.checkSettings(&p)
+	return p.err()
+}
+
+// checkServiceBusEntity checks how the worker reaches Service Bus and which entity it consumes.
+func checkServiceBusEntity(p *problems[Config], c *Config) {
+	checkServiceBus(p, c.ServiceBus)
+	if c.SQSQueueURL != "" {
+		p.add("SQSQueueURL", "is read with %s=%s only, got %s=%s", p.v("Provider"), ProviderSQS, p.v("Provider"), c.Provider)
+	}
 	switch e := c.Entity; {
 	case e.Queue != "" && (e.Topic != "" || e.Subscription != ""):
 		p.add("Entity.Queue", "set either %s or %s with %s, not both", p.v("Queue"), p.v("Topic"), p.v("Subscription"))
@@ -432,16 +453,20 @@ func (c *Config) Validate() error {
 	case e.Topic == "":
 		p.add("Entity.Queue", "set it, or %s with %s", p.v("Topic"), p.v("Subscription"))
 	}
+}
 
-	oneOf(&p, "Ordering", c.Ordering, OrderingSession, OrderingNone)
+// checkSettings checks what every provider reads: the ordering, the store, the policy and the
+// service.
+func (c *Config) checkSettings(p *problems[Config]) {
+	oneOf(p, "Ordering", c.Ordering, OrderingSession, OrderingNone)
 	transactional := c.Transactional || c.Journal
 	if c.Ordering == OrderingNone && (c.StateStore != StateStoreServiceBus || transactional) {
 		p.add("Ordering", "none keeps no state: it needs neither %s=postgres nor the journal handler (Config.Journal, Transactional)", p.v("StateStore"))
 	}
-	oneOf(&p, "StateStore", c.StateStore, StateStoreServiceBus, StateStorePostgres)
+	oneOf(p, "StateStore", c.StateStore, StateStoreServiceBus, StateStorePostgres)
 	switch c.StateStore {
 	case StateStorePostgres:
-		checkDatabase(&p, c.Database, "required when "+p.v("StateStore")+"=postgres")
+		checkDatabase(p, c.Database, "required when "+p.v("StateStore")+"=postgres")
 	case StateStoreServiceBus:
 		if c.DatabaseURL != "" || c.Pool != nil || c.MigrateOnStart {
 			p.add("StateStore", "%s, Config.Pool and %s need %s=postgres", p.v("DatabaseURL"), p.v("MigrateOnStart"), p.v("StateStore"))
@@ -464,9 +489,9 @@ func (c *Config) Validate() error {
 	}
 	p.positive("HandlerTimeout", int64(c.HandlerTimeout), c.HandlerTimeout)
 
-	checkContract(&p, c.SequenceProperty, c.LastProperty)
+	checkContract(p, c.SequenceProperty, c.LastProperty)
 	p.positive("SessionIdleTimeout", int64(c.SessionIdleTimeout), c.SessionIdleTimeout)
-	oneOf(&p, "PoisonPolicy", c.PoisonPolicy, sequencer.PoisonPark, sequencer.PoisonSkip, sequencer.PoisonBlock)
+	oneOf(p, "PoisonPolicy", c.PoisonPolicy, sequencer.PoisonPark, sequencer.PoisonSkip, sequencer.PoisonBlock)
 	p.positive("MaxHandlerAttempts", int64(c.MaxHandlerAttempts), c.MaxHandlerAttempts)
 	if c.RetryBase < 0 {
 		p.add("RetryBase", "must not be negative, got %s", c.RetryBase)
@@ -503,12 +528,12 @@ func (c *Config) Validate() error {
 	if c.GapTimeout < 0 {
 		p.add("GapTimeout", "must not be negative (0 waits for a missing sequence forever), got %s", c.GapTimeout)
 	}
-	oneOf(&p, "GapPolicy", c.GapPolicy, sequencer.GapWait, sequencer.GapSkip, sequencer.GapPark)
+	oneOf(p, "GapPolicy", c.GapPolicy, sequencer.GapWait, sequencer.GapSkip, sequencer.GapPark)
 	if c.GapTimeout == 0 && (c.GapPolicy == sequencer.GapSkip || c.GapPolicy == sequencer.GapPark) {
 		p.add("GapPolicy", "%s acts after %s, which is 0 (wait forever): set %s", c.GapPolicy, p.v("GapTimeout"), p.v("GapTimeout"))
 	}
-	oneOf(&p, "Unsequenced", c.Unsequenced, sequencer.UnsequencedDeadLetter, sequencer.UnsequencedPassThrough)
-	checkEarlyMessages(&p, *c)
+	oneOf(p, "Unsequenced", c.Unsequenced, sequencer.UnsequencedDeadLetter, sequencer.UnsequencedPassThrough)
+	checkEarlyMessages(p, *c)
 
 	p.positive("MaxConcurrentSessions", int64(c.MaxConcurrentSessions), c.MaxConcurrentSessions)
 	p.positive("SessionConnections", int64(c.SessionConnections), c.SessionConnections)
@@ -525,8 +550,7 @@ func (c *Config) Validate() error {
 	if c.ScaleCreditsPerSecond < 0 {
 		p.add("ScaleCreditsPerSecond", "must not be negative (0: no bound), got %d", c.ScaleCreditsPerSecond)
 	}
-	checkService(&p, c.Service)
-	return p.err()
+	checkService(p, c.Service)
 }
 
 // checkServiceBus checks how Service Bus is reached: a connection string or, for Entra ID, a

@@ -9,6 +9,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seqbus/seqbus/sbadapter"
@@ -16,6 +17,7 @@ import (
 	"github.com/seqbus/seqbus/sessionstate"
 	"github.com/seqbus/seqbus/sessionstate/postgres"
 	sbstate "github.com/seqbus/seqbus/sessionstate/servicebus"
+	"github.com/seqbus/seqbus/sqsadapter"
 	"github.com/seqbus/seqbus/topology/sbadmin"
 )
 
@@ -42,6 +44,10 @@ type Connections struct {
 	// Management; ScanSource (Service Bus session state only) locks sessions to read their
 	// state, and the sweeper's lease, on a client of its own.
 	Source, ManagementSource, ScanSource *sbadapter.Source
+	// SQS is the client of an SQS worker (ProviderSQS), SQSSource the source of its queue's
+	// message groups; the Service Bus fields are nil then.
+	SQS       *sqs.Client
+	SQSSource *sqsadapter.Source
 	// Admin reads the entity's runtime properties (its message counts) over the ATOM
 	// management API; it needs Manage rights, which a worker may not have.
 	Admin *admin.Client
@@ -63,9 +69,11 @@ type Connections struct {
 	ownPool bool
 }
 
-// Connect builds the connections of cfg: the Service Bus clients, the database pool (with
-// StateStorePostgres; cfg.Pool when given) and the state store and lister of cfg.Entity. It
-// does not reach the network yet (the first call does) and checks nothing Validate checks.
+// Connect builds the connections of cfg: the Service Bus clients (the SQS client with
+// ProviderSQS), the database pool (with StateStorePostgres; cfg.Pool when given) and the state
+// store and lister of cfg.Entity. With Service Bus it does not reach the network yet (the first
+// call does); with SQS the source reads the queue's attributes (FIFO, its dead-letter queue)
+// and receives once sessions are asked for. It checks nothing Validate checks.
 // Close closes what it opened.
 func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 	c := &Connections{}
@@ -74,15 +82,21 @@ func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 			c.Close(ctx)
 		}
 	}()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Provider == ProviderSQS {
+		if err := connectSQS(ctx, cfg, c, log); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	if c.Sessions, err = newServiceBusClient(cfg.ServiceBus, sbadapter.ClientOptions(nil)); err != nil {
 		return nil, err
 	}
 	if c.Management, err = newServiceBusClient(cfg.ServiceBus, &azservicebus.ClientOptions{RetryOptions: managementRetries}); err != nil {
 		return nil, err
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	for range cfg.SessionConnections - 1 {
 		client, err := newServiceBusClient(cfg.ServiceBus, sbadapter.ClientOptions(nil))
@@ -111,7 +125,7 @@ func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 		if c.Pool, c.ownPool, err = openPool(ctx, cfg.Database); err != nil {
 			return nil, err
 		}
-		if c.Postgres, err = postgres.New(c.Pool, &postgres.Config{Entity: cfg.Entity.String()}); err != nil {
+		if c.Postgres, err = postgres.New(c.Pool, &postgres.Config{Entity: cfg.entityName()}); err != nil {
 			return nil, err
 		}
 		c.Store, c.Lister = c.Postgres, c.Postgres
@@ -132,6 +146,15 @@ func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 	return c, nil
 }
 
+// SessionSource is the source the runner accepts sessions from: the SQS queue's message
+// groups, or the Service Bus entity's sessions.
+func (c *Connections) SessionSource() sequencer.SessionSource {
+	if c.SQSSource != nil {
+		return c.SQSSource
+	}
+	return c.Source
+}
+
 // Ping checks that the database answers (within 30s), when there is one.
 func (c *Connections) Ping(ctx context.Context) error {
 	if c.Pool == nil {
@@ -145,10 +168,14 @@ func (c *Connections) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the Service Bus clients and a pool Connect opened itself, within 10s.
+// Close closes the Service Bus clients (the SQS source), and a pool Connect opened itself,
+// within 10s.
 func (c *Connections) Close(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	if c.SQSSource != nil {
+		_ = c.SQSSource.Close(cctx) // releases the messages it holds back to the queue
+	}
 	for _, sb := range append([]*azservicebus.Client{c.Sessions, c.Management, c.scan}, c.accepts...) {
 		if sb != nil {
 			_ = sb.Close(cctx)

@@ -158,8 +158,8 @@ func (c Config) deferralRefused(p EntityProperties) error {
 // the read fails otherwise) it logs that it could not check and lets the worker start.
 func (c *Client) checkPartitioning(ctx context.Context) error {
 	cfg := c.cfg
-	if cfg.Ordering != OrderingSession {
-		return nil
+	if cfg.Ordering != OrderingSession || cfg.Provider == ProviderSQS {
+		return nil // an SQS queue has no partitions to look at
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	props, err := ReadEntityProperties(rctx, c.conn.Admin, cfg.Entity)

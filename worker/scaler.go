@@ -39,7 +39,7 @@ func newScaleMetrics(reg *prometheus.Registry) (*scaleMetrics, error) {
 		}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seqbus_scale_broker_calls_total",
-			Help: "Broker calls of the scaling signal's evaluations, by operation: runtime_properties (the entity's message counts), list_sessions (one per page of 100 ids), accept, get_state, peek, close.",
+			Help: "Broker calls of the scaling signal's evaluations, by operation: runtime_properties (the entity's message counts), list_sessions (one per page of 100 ids), accept, get_state, peek, close; on SQS get_queue_attributes (the queue's message counts).",
 		}, []string{"op"}),
 		evaluations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seqbus_scale_evaluations_total",
@@ -95,6 +95,10 @@ func newScaleSignal(cfg Config, conn *Connections, reg *prometheus.Registry, eva
 	calls := func(op string, n int) {
 		m.calls.WithLabelValues(op).Add(float64(n))
 		s.spent.Add(int64(n * credits(op)))
+	}
+	if conn.SQS != nil {
+		s.count = sqsMessages(conn.SQS, cfg.SQSQueueURL, calls)
+		return s, nil
 	}
 	rc := &readyCounter{
 		log:    cfg.Logger,
@@ -302,7 +306,11 @@ func NewScaler(cfg Config) (*Scaler, error) {
 	s.ops = ops{reg: cfg.Registry, interval: cfg.ReadyInterval, readyGauge: ready, log: s.log, scale: s.signal.serveHTTP,
 		check: func(ctx context.Context) []string {
 			var reasons []string
-			if err := s.conn.ManagementSource.Probe(ctx); err != nil && !sbadapter.IsServerBusy(err) {
+			if s.conn.SQS != nil {
+				if err := probeSQS(ctx, s.conn.SQS, cfg.SQSQueueURL); err != nil {
+					reasons = append(reasons, fmt.Sprintf("sqs: %v", err))
+				}
+			} else if err := s.conn.ManagementSource.Probe(ctx); err != nil && !sbadapter.IsServerBusy(err) {
 				reasons = append(reasons, fmt.Sprintf("service bus: %v", err))
 			}
 			if s.conn.Pool != nil {
@@ -342,10 +350,18 @@ func (s *Scaler) Start(ctx context.Context) error {
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := s.conn.ManagementSource.Probe(pctx)
+	var err error
+	if s.conn.SQS != nil {
+		err = probeSQS(pctx, s.conn.SQS, s.cfg.SQSQueueURL)
+	} else {
+		err = s.conn.ManagementSource.Probe(pctx)
+	}
 	cancel()
 	if err != nil {
-		if sbadapter.Classify(err) == sbadapter.ClassFatal {
+		if s.conn.SQS != nil && sqsFatal(err) {
+			return fail(configError("SQSQueueURL", fmt.Errorf("cannot use %s: %w", s.cfg.SQSQueueURL, err)))
+		}
+		if s.conn.SQS == nil && sbadapter.Classify(err) == sbadapter.ClassFatal {
 			return fail(configError(s.entityField(err), fmt.Errorf("cannot use %s: %w", s.cfg.Entity, err)))
 		}
 		s.log.WarnContext(ctx, "worker: scaler: probing the entity failed; starting anyway, each evaluation tries again", slog.Any("error", err))
@@ -355,7 +371,7 @@ func (s *Scaler) Start(ctx context.Context) error {
 			return fail(fmt.Errorf("worker: scaler: start: %w", err))
 		}
 	}
-	s.log.InfoContext(ctx, "worker: scaler running", slog.String("entity", s.cfg.Entity.String()),
+	s.log.InfoContext(ctx, "worker: scaler running", slog.String("provider", string(s.cfg.Provider)), slog.String("entity", s.cfg.entityName()),
 		slog.String("state_store", string(s.cfg.StateStore)), slog.String("http_addr", s.HTTPAddr()),
 		slog.String("scale_interval", s.cfg.ScaleInterval.String()))
 	return nil

@@ -47,7 +47,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		_, _ = fmt.Fprintln(stderr, "usage: demo [flags]\n\nPublishes shuffled sessions (with duplicate copies) to an in-process Service Bus emulator,\nruns worker replicas that restore their order, and prints a summary.\n\nFlags:")
+		_, _ = fmt.Fprintln(stderr, "usage: demo [flags]\n\nPublishes shuffled sessions (with duplicate copies) to an in-process Service Bus emulator\n(or, with -provider sqs, an in-process SQS FIFO with the state in Postgres), runs worker\nreplicas that restore their order, and prints a summary.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	var o demo.Options
@@ -57,6 +57,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&o.Replicas, "replicas", 2, "worker replicas")
 	fs.Uint64Var(&o.Seed, "seed", 1, "shuffle seed")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "give up after this long (default 2m)")
+	fs.StringVar(&o.Provider, "provider", demo.ProviderServiceBus, "broker: servicebus (the in-process emulator) or sqs (the in-process SQS FIFO; needs Postgres)")
+	fs.StringVar(&o.DatabaseURL, "database-url", demo.DefaultDatabaseURL, "with -provider sqs: the Postgres database the demo makes a schema of its own in (dropped at the end)")
 	fs.BoolVar(&o.Crash, "crash", false, "hard-stop one replica a third of the way through and start a replacement")
 	fs.BoolVar(&o.Verbose, "v", false, "print every handled message as a JSON line on stdout")
 	logLevel := fs.String("log-level", "warn", "log level of the components (debug, info, warn, error)")
@@ -68,6 +70,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: demo takes no arguments, got %q", errUsage, fs.Args())
+	}
+	if o.Provider != demo.ProviderServiceBus && o.Provider != demo.ProviderSQS {
+		return fmt.Errorf("%w: -provider %q is not one of %s, %s", errUsage, o.Provider, demo.ProviderServiceBus, demo.ProviderSQS)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/internal/pgtest"
 )
 
 func TestDemoCompletesWithoutViolations(t *testing.T) {
@@ -29,6 +31,36 @@ func TestDemoWithoutDuplicates(t *testing.T) {
 	require.Contains(t, out.String(), "duplicates dropped  0 of 0 copies")
 }
 
+// README: `go run ./cmd/demo -provider sqs` runs the demo on the in-process SQS FIFO, with the
+// state in the local Postgres.
+func TestDemoOnSQS(t *testing.T) {
+	t.Parallel()
+	pgtest.RequireServer(t)
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"plain", nil, []string{"handled             100 of 100", "duplicates dropped  12 of 12 copies", "OK: every session was handled exactly once, in order"}},
+		{"crash", []string{"-crash"}, []string{"crashes             1", "OK: every session was handled in order, despite the crash"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			args := append([]string{"-provider", "sqs", "-database-url", pgtest.DSN(), "-sessions", "4", "-messages", "25", "-timeout", "1m"}, tt.args...)
+			code := run(context.Background(), args, &out, &errOut)
+			require.Equal(t, 0, code, "stderr: %s\nstdout: %s", errOut.String(), out.String())
+			require.Contains(t, out.String(), "on the in-process SQS FIFO and Postgres")
+			require.Contains(t, out.String(), "left at the broker  0")
+			require.Contains(t, out.String(), "order violations    0")
+			for _, w := range tt.want {
+				require.Contains(t, out.String(), w)
+			}
+		})
+	}
+}
+
 func TestDemoCommandLine(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -42,6 +74,8 @@ func TestDemoCommandLine(t *testing.T) {
 		{"help", []string{"-h"}, 0, "-sessions"},
 		{"extra args", []string{"x"}, 2, "demo takes no arguments"},
 		{"bad log level", []string{"-log-level", "loud"}, 2, "-log-level"},
+		{"unknown provider", []string{"-provider", "kafka"}, 2, `-provider "kafka" is not one of servicebus, sqs`},
+		{"sqs without postgres", []string{"-provider", "sqs", "-database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}, 1, "the SQS demo keeps its state in Postgres (-database-url)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

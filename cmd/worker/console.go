@@ -24,6 +24,9 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := serviceBusOnly(cfg, "console"); err != nil {
+		return err
+	}
 	cs := worker.DefaultConsoleSettings()
 	if err := worker.FromEnv(&cs); err != nil {
 		return err

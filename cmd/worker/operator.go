@@ -162,6 +162,9 @@ func runCommand[O options](ctx context.Context, c *cli, name string, args []stri
 	if err != nil {
 		return err
 	}
+	if err := serviceBusOnly(cfg, name); err != nil {
+		return err
+	}
 	var hook operatorSettings
 	if err := worker.FromEnv(&hook); err != nil {
 		return err

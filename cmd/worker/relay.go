@@ -39,6 +39,17 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	}
 	sigs, stopSignals := c.signals()
 	defer stopSignals()
+	// The relay sends to Service Bus: a SEQBUS_PROVIDER=sqs environment gets a refusal that says
+	// so, not a missing connection string.
+	var provider struct {
+		Provider worker.Provider `envconfig:"PROVIDER"`
+	}
+	if err := worker.FromEnv(&provider); err != nil {
+		return err
+	}
+	if provider.Provider == worker.ProviderSQS {
+		return errors.New("worker relay: not available with SEQBUS_PROVIDER=sqs in this build: it sends to Service Bus; a program relays to SQS FIFO with outbox.NewRelay and sqsadapter.Sender (docs/sqs-worker.md)")
+	}
 	cfg := worker.DefaultRelayConfig()
 	logger, err := c.fromEnv(&cfg)
 	if err != nil {

@@ -98,6 +98,21 @@ func (c *cli) loadWorker() (worker.Config, settings, error) {
 	return cfg, s, nil
 }
 
+// serviceBusOnly refuses, with SEQBUS_PROVIDER=sqs, a command that runs on Service Bus only.
+func serviceBusOnly(cfg worker.Config, command string) error {
+	if cfg.Provider != worker.ProviderSQS {
+		return nil
+	}
+	why := "it reads the Service Bus entity"
+	switch strings.Fields(command)[0] {
+	case "dlq":
+		why = "it reads the Service Bus dead-letter queue; the SQS queue's dead letters are in the queue its RedrivePolicy names (aws sqs receive-message on that queue)"
+	case "sessions":
+		why = "its actions settle through Service Bus sessions"
+	}
+	return fmt.Errorf("worker %s: not available with SEQBUS_PROVIDER=sqs in this build: %s", command, why)
+}
+
 // runWorker loads the configuration, builds the worker and runs it until a signal arrives. The
 // first SIGINT/SIGTERM drains within SEQBUS_SHUTDOWN_TIMEOUT; a second one cancels the work in
 // hand. A stop that had to cancel the work because the timeout passed exits non-zero.

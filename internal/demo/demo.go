@@ -29,6 +29,12 @@ type Options struct {
 	Duplicates int    // extra copies per session [3]
 	Replicas   int    // worker replicas, each with its own connection [2]
 	Seed       uint64 // shuffle seed [1]
+	// Provider is the broker: ProviderServiceBus (the in-process Service Bus emulator, the
+	// default) or ProviderSQS (the in-process SQS FIFO, with the Postgres store at DatabaseURL).
+	Provider string
+	// DatabaseURL is the Postgres database in which an SQS run makes a schema of its own, dropped
+	// at the end [DefaultDatabaseURL].
+	DatabaseURL string
 	// Crash hard-stops replica 0 once a third of the messages are handled (in-flight work is
 	// cancelled, nothing more is settled, its connection closes) and starts a replacement.
 	Crash bool
@@ -68,11 +74,40 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Provider == "" {
+		o.Provider = ProviderServiceBus
+	}
+	if o.DatabaseURL == "" {
+		o.DatabaseURL = DefaultDatabaseURL
+	}
 	return o
+}
+
+// The brokers a demo runs on.
+const (
+	ProviderServiceBus = "servicebus"
+	ProviderSQS        = "sqs"
+)
+
+// DefaultDatabaseURL is the database of an SQS run unless Options.DatabaseURL says otherwise.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// backend is the broker a demo runs on: it publishes the plan, configures a replica and counts
+// what is left.
+type backend interface {
+	// publish sends the plan in its order.
+	publish(ctx context.Context, plan []Publication) error
+	// replica returns a replica's configuration, without handler and logger.
+	replica() worker.Config
+	// left waits until the queue holds no message, or timeout, and returns how many it holds.
+	left(ctx context.Context, timeout time.Duration) int64
+	close()
 }
 
 // Summary is what a demo run found.
 type Summary struct {
+	// Provider is the broker the run used (ProviderServiceBus or ProviderSQS).
+	Provider  string
 	Sessions  int
 	Messages  int // distinct messages (sessions × messages)
 	Published int // including duplicates
@@ -83,6 +118,8 @@ type Summary struct {
 	Crashes     int
 	Deferred    uint64
 	Held        uint64
+	// HeldInStore counts the early messages held in the Postgres store (SQS, which cannot defer).
+	HeldInStore uint64
 	// Duplicates counts the copies the workers recognised and dropped: every published duplicate
 	// copy, plus messages handled before a crash whose completion the crash lost.
 	Duplicates uint64
@@ -113,14 +150,22 @@ func (s Summary) copies() uint64 { return uint64(max(s.Published-s.Messages, 0))
 
 // Print writes the summary for people.
 func (s Summary) Print(w io.Writer) {
-	_, _ = fmt.Fprintf(w, "seqbus demo: %d sessions × %d messages on the in-process emulator, %d replicas\n",
-		s.Sessions, s.Messages/max(s.Sessions, 1), s.Replicas)
+	on := "the in-process emulator"
+	if s.Provider == ProviderSQS {
+		on = "the in-process SQS FIFO and Postgres"
+	}
+	_, _ = fmt.Fprintf(w, "seqbus demo: %d sessions × %d messages on %s, %d replicas\n",
+		s.Sessions, s.Messages/max(s.Sessions, 1), on, s.Replicas)
 	_, _ = fmt.Fprintf(w, "  published           %d (%d messages + %d duplicate copies, shuffled)\n", s.Published, s.Messages, s.copies())
 	_, _ = fmt.Fprintf(w, "  handled             %d of %d %v\n", s.Handled-s.Redelivered, s.Messages, s.PerReplica)
 	if s.Crashes > 0 {
 		_, _ = fmt.Fprintf(w, "  crashes             %d (replica restarted; %d messages handled again)\n", s.Crashes, s.Redelivered)
 	}
-	_, _ = fmt.Fprintf(w, "  deferred            %d (held in memory: %d)\n", s.Deferred, s.Held)
+	if s.Provider == ProviderSQS {
+		_, _ = fmt.Fprintf(w, "  held in the store   %d (held in memory: %d)\n", s.HeldInStore, s.Held)
+	} else {
+		_, _ = fmt.Fprintf(w, "  deferred            %d (held in memory: %d)\n", s.Deferred, s.Held)
+	}
 	if extra := int64(s.Duplicates) - int64(s.copies()); extra > 0 && s.Crashes > 0 {
 		_, _ = fmt.Fprintf(w, "  duplicates dropped  %d (%d copies + %d messages redelivered after the crash)\n", s.Duplicates, s.copies(), extra)
 	} else {
@@ -150,28 +195,40 @@ func (s Summary) Print(w io.Writer) {
 
 const queueName = "demo-orders"
 
-// Run starts the emulator, publishes, runs the replicas until every session is handled (or the
-// timeout), stops everything and returns the summary. The error is about the run itself (the
-// emulator did not start, publishing failed, ...); order violations are in the summary.
+// Run starts the broker (and, for SQS, a schema of its own in Postgres), publishes, runs the
+// replicas until every session is handled (or the timeout), stops everything and returns the
+// summary. The error is about the run itself (the broker did not start, publishing failed, ...);
+// order violations are in the summary.
 func Run(ctx context.Context, opts Options) (Summary, error) {
 	o := opts.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	start := time.Now()
-	sum := Summary{Sessions: o.Sessions, Messages: o.Sessions * o.Messages, Replicas: o.Replicas}
+	sum := Summary{Provider: o.Provider, Sessions: o.Sessions, Messages: o.Sessions * o.Messages, Replicas: o.Replicas}
 
-	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-", Logger: o.Logger.With(slog.String("component", "emulator"))})
+	var b backend
+	var err error
+	switch o.Provider {
+	case ProviderServiceBus:
+		b, err = startServiceBus(ctx, o.Logger)
+	case ProviderSQS:
+		b, err = startSQS(ctx, o.DatabaseURL, o.Logger)
+	default:
+		return sum, fmt.Errorf("demo: provider %q is not one of %s, %s", o.Provider, ProviderServiceBus, ProviderSQS)
+	}
 	if err != nil {
-		return sum, fmt.Errorf("demo: start emulator: %w", err)
+		return sum, err
 	}
-	defer srv.Close()
-	if err := srv.Broker().CreateQueue(queueName, broker.EntityProperties{RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 10}); err != nil {
-		return sum, fmt.Errorf("demo: create queue: %w", err)
-	}
+	defer b.close()
+	return run(ctx, o, b, sum, start)
+}
 
+// run publishes the plan on b, runs the replicas until every session is handled (or ctx ends)
+// and stops them.
+func run(ctx context.Context, o Options, b backend, sum Summary, start time.Time) (Summary, error) {
 	plan := Plan(o.Sessions, o.Messages, o.Duplicates, o.Seed)
 	sum.Published = len(plan)
-	if err := publish(ctx, srv.ConnectionString(), plan); err != nil {
+	if err := b.publish(ctx, plan); err != nil {
 		return sum, err
 	}
 
@@ -196,18 +253,18 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		}
 	}()
 	for i := range o.Replicas {
-		r, err := startReplica(ctx, i, srv.ConnectionString(), checker, logHandler, o.Logger)
+		r, err := startReplica(ctx, i, b, checker, logHandler, o.Logger)
 		if err != nil {
 			return sum, err
 		}
 		replicas = append(replicas, r)
 	}
 
-	if err := waitDone(ctx, o, checker, &replicas, &sum, srv.ConnectionString(), logHandler); err != nil {
+	if err := waitDone(ctx, o, checker, &replicas, &sum, b, logHandler); err != nil {
 		return sum, err
 	}
 	// Every session is handled; the copies still at the broker are dropped as they come.
-	sum.LeftAtBroker = waitDrained(ctx, srv, 15*time.Second)
+	sum.LeftAtBroker = b.left(ctx, 15*time.Second)
 	for _, r := range replicas {
 		stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		r.stop(stopCtx)
@@ -215,6 +272,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		st := r.stats()
 		sum.Deferred += st.Deferred
 		sum.Held += st.Held
+		sum.HeldInStore += st.HeldInStore
 		sum.Duplicates += st.Duplicates
 		sum.PerReplica = append(sum.PerReplica, r.handled.Load())
 	}
@@ -228,7 +286,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 
 // waitDone waits until every session is handled or ctx ends; with o.Crash it crashes replica 0
 // on the way and starts a replacement.
-func waitDone(ctx context.Context, o Options, checker *Checker, replicas *[]*replica, sum *Summary, conn string, out sequencer.Handler) error {
+func waitDone(ctx context.Context, o Options, checker *Checker, replicas *[]*replica, sum *Summary, b backend, out sequencer.Handler) error {
 	if !o.Crash {
 		select {
 		case <-checker.Done():
@@ -255,7 +313,7 @@ func waitDone(ctx context.Context, o Options, checker *Checker, replicas *[]*rep
 		cancel()
 		sum.Crashes++
 		o.Logger.WarnContext(ctx, "demo: crashed replica 0; starting a replacement")
-		r, err := startReplica(ctx, len(*replicas), conn, checker, out, o.Logger)
+		r, err := startReplica(ctx, len(*replicas), b, checker, out, o.Logger)
 		if err != nil {
 			return err
 		}
@@ -263,12 +321,37 @@ func waitDone(ctx context.Context, o Options, checker *Checker, replicas *[]*rep
 	}
 }
 
-// waitDrained waits until the demo queue holds no message, or timeout, and returns how many it
-// still holds.
-func waitDrained(ctx context.Context, srv *emulator.Server, timeout time.Duration) int64 {
+// serviceBus is the in-process Service Bus emulator with a session-enabled queue.
+type serviceBus struct {
+	srv *emulator.Server
+}
+
+func startServiceBus(ctx context.Context, logger *slog.Logger) (*serviceBus, error) {
+	srv, err := emulator.Start(ctx, emulator.Config{HTTPAddr: "-", Logger: logger.With(slog.String("component", "emulator"))})
+	if err != nil {
+		return nil, fmt.Errorf("demo: start emulator: %w", err)
+	}
+	if err := srv.Broker().CreateQueue(queueName, broker.EntityProperties{RequiresSession: true, LockDuration: 30 * time.Second, MaxDeliveryCount: 10}); err != nil {
+		_ = srv.Close()
+		return nil, fmt.Errorf("demo: create queue: %w", err)
+	}
+	return &serviceBus{srv: srv}, nil
+}
+
+func (b *serviceBus) close() { _ = b.srv.Close() }
+
+func (b *serviceBus) replica() worker.Config {
+	cfg := worker.DefaultConfig()
+	cfg.ConnectionString, cfg.Entity = b.srv.ConnectionString(), sbadapter.Entity{Queue: queueName}
+	return cfg
+}
+
+// left waits until the demo queue holds no message, or timeout, and returns how many it still
+// holds.
+func (b *serviceBus) left(ctx context.Context, timeout time.Duration) int64 {
 	deadline := time.Now().Add(timeout)
 	for {
-		info, err := srv.Broker().GetQueue(queueName)
+		info, err := b.srv.Broker().GetQueue(queueName)
 		if err != nil {
 			return -1
 		}
@@ -279,8 +362,8 @@ func waitDrained(ctx context.Context, srv *emulator.Server, timeout time.Duratio
 	}
 }
 
-func publish(ctx context.Context, conn string, plan []Publication) error {
-	client, err := azservicebus.NewClientFromConnectionString(conn, nil)
+func (b *serviceBus) publish(ctx context.Context, plan []Publication) error {
+	client, err := azservicebus.NewClientFromConnectionString(b.srv.ConnectionString(), nil)
 	if err != nil {
 		return fmt.Errorf("demo: publisher client: %w", err)
 	}
@@ -342,10 +425,10 @@ type replica struct {
 	once    sync.Once
 }
 
-func startReplica(ctx context.Context, n int, conn string, checker *Checker, out sequencer.Handler, logger *slog.Logger) (*replica, error) {
+func startReplica(ctx context.Context, n int, b backend, checker *Checker, out sequencer.Handler, logger *slog.Logger) (*replica, error) {
 	r := &replica{}
-	cfg := worker.DefaultConfig()
-	cfg.ConnectionString, cfg.Entity, cfg.HTTPAddr = conn, sbadapter.Entity{Queue: queueName}, worker.HTTPOff
+	cfg := b.replica()
+	cfg.HTTPAddr = worker.HTTPOff
 	cfg.Handler = sequencer.HandlerFunc(func(ctx context.Context, m *sequencer.Message) error {
 		if err := checker.Handle(ctx, m); err != nil {
 			return err
@@ -356,7 +439,8 @@ func startReplica(ctx context.Context, n int, conn string, checker *Checker, out
 		r.handled.Add(1)
 		return nil
 	})
-	// A small reorder window, so that some early messages are deferred at the broker.
+	// A small reorder window, so that some early messages are deferred at the broker (held in the
+	// store on SQS).
 	cfg.ReorderWindow, cfg.SessionIdleTimeout = 8, time.Second
 	cfg.MaxConcurrentSessions, cfg.SweepInterval = 4, 2*time.Second
 	cfg.Logger = logger.With(slog.Int("replica", n))

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/seqbus/seqbus/internal/pgtest"
 )
 
 func TestRunRestoresOrder(t *testing.T) {
@@ -78,4 +80,33 @@ func TestSummaryOKRules(t *testing.T) {
 			require.Equal(t, tt.ok, tt.s.OK())
 		})
 	}
+}
+
+func TestRunOnSQS(t *testing.T) {
+	t.Parallel()
+	pgtest.RequireServer(t)
+	var out bytes.Buffer
+	sum, err := Run(context.Background(), Options{Provider: ProviderSQS, DatabaseURL: pgtest.DSN(), Sessions: 4, Messages: 30, Duplicates: 2, Seed: 9, Timeout: time.Minute, Out: &out, Verbose: true})
+	require.NoError(t, err)
+	require.True(t, sum.OK(), "%+v", sum)
+	require.EqualValues(t, 120, sum.Handled)
+	require.EqualValues(t, 8, sum.Duplicates, "every duplicate copy reaches a worker and is dropped, none handled")
+	require.NotZero(t, sum.HeldInStore, "early messages beyond the window are held in the store")
+	require.Zero(t, sum.Deferred, "SQS cannot defer")
+	require.Len(t, strings.Split(strings.TrimSpace(out.String()), "\n"), 120)
+	var printed bytes.Buffer
+	sum.Print(&printed)
+	require.Contains(t, printed.String(), "on the in-process SQS FIFO and Postgres")
+	require.Contains(t, printed.String(), "OK: every session was handled exactly once, in order")
+}
+
+func TestRunOnSQSSurvivesReplicaCrash(t *testing.T) {
+	t.Parallel()
+	pgtest.RequireServer(t)
+	sum, err := Run(context.Background(), Options{Provider: ProviderSQS, DatabaseURL: pgtest.DSN(), Sessions: 6, Messages: 40, Seed: 3, Crash: true, Timeout: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, 1, sum.Crashes)
+	require.True(t, sum.OK(), "%+v", sum)
+	require.Len(t, sum.PerReplica, 3)
+	require.EqualValues(t, 240, sum.Handled-sum.Redelivered)
 }
