@@ -85,6 +85,11 @@ func toMessage(m types.Message) (msg *sequencer.Message, badAttrs error) {
 			}
 		}
 	}
+	if ct, ok := props[ContentTypeAttribute].(string); ok {
+		// The content type the Sender sent as an attribute (SQS has no field for it).
+		msg.ContentType = ct
+		delete(props, ContentTypeAttribute)
+	}
 	msg.Properties = props
 	return msg, badAttrs
 }

@@ -400,3 +400,33 @@ func unlessCanceled(err error) error {
 	}
 	return err
 }
+
+// The content type the Sender sends as an attribute comes back as the message's content type,
+// not as an application property.
+func TestSenderContentTypeRoundTrip(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, nil)
+	url, _ := l.queue(t, 50)
+	s, err := sqsadapter.NewSender(l.Client, url)
+	require.NoError(t, err)
+	m := sbMessage("ct", 1, map[string]any{"Kind": "step"})
+	m.ContentType = aws.String("application/json")
+	_, err = s.SendMessages(t.Context(), []*azservicebus.Message{m})
+	require.NoError(t, err)
+
+	src, err := sqsadapter.New(sqsadapter.Config{Client: l.Client, QueueURL: url})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	sess, err := src.AcceptNext(ctx)
+	require.NoError(t, err)
+	got, err := sess.Receive(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, "application/json", got[0].ContentType)
+	require.NotContains(t, got[0].Properties, sqsadapter.ContentTypeAttribute)
+	require.Equal(t, "step", got[0].Properties["Kind"])
+	require.NoError(t, sess.Complete(ctx, got[0]))
+	require.NoError(t, sess.Close(ctx))
+}

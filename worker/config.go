@@ -332,6 +332,13 @@ func (c Config) engine() sequencer.EngineConfig {
 	if c.ReorderWindow == 0 {
 		e.WindowMessages = sequencer.NoWindow
 	}
+	if c.Provider == ProviderSQS {
+		// SQS deletes one message a call, each on its own: two deletes of a group in flight at
+		// once may land in either order, and a crash between would replay an earlier message
+		// without the later one (its copy gone). One at a time they land in the order handled,
+		// which keeps the replay window exact (1).
+		e.MaxPendingSettlements = 1
+	}
 	if c.TombstoneTTL == 0 {
 		e.TombstoneTTL = sequencer.NoTombstone
 	}
