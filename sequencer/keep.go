@@ -232,6 +232,17 @@ func (h *holding) fetch(r *run, entries map[int64]int64) ([]msg, error) {
 	if _, ok := r.s.sess.(DeferringSession); !ok || len(rest) == 0 {
 		return got, nil
 	}
+	// A holder that lost the session without knowing may find a copy gone that another holder
+	// handed over since: only a run whose state is still the stored one asks the broker.
+	if err := r.way.flush(r); err != nil { // the version compared is the one last saved
+		return nil, err
+	}
+	r.e.stats.storeCalls.Add(1)
+	if _, ver, err := r.e.store.Load(r.ctx, LoadParams{Session: r.s.sess}); err != nil {
+		return nil, fmt.Errorf("sequencer: session %s: checking the state before asking the broker for held sequences: %w", r.s.id, err)
+	} else if ver != r.saved.ver {
+		return nil, fmt.Errorf("sequencer: session %s: the stored state changed (version %d, this run's %d): %w", r.s.id, ver, r.saved.ver, ErrVersionConflict)
+	}
 	// Deferred at the broker before a switch to EarlyStore: drained from there.
 	more, err := r.receiveDeferred(inSequenceOrder(rest))
 	return append(got, more...), err
