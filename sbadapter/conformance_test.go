@@ -35,7 +35,7 @@ func TestSessionConformance(t *testing.T) {
 		return b.source, senderPublisher{b.sender}
 	}, &sequencertest.ConformanceOptions{
 		Wait:         3 * time.Second,
-		Capabilities: sequencertest.Capabilities{Deferral: true, Holding: true, State: true},
+		Capabilities: sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true},
 		DeadLetters: func(ctx context.Context, src sequencer.SessionSource, sessionID string) ([]sequencertest.DeadLettered, error) {
 			mu.Lock()
 			c := clients[src]

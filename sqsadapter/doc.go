@@ -1,7 +1,8 @@
 // Package sqsadapter runs seqbus over Amazon SQS FIFO queues: a message group plays the part of
 // a Service Bus session. [Source] is a sequencer.SessionSource, its sessions are
 // sequencer.Sessions; SQS has no deferral and no peek, so they are neither DeferringSession nor
-// HoldingSession, and early messages are held in the state store (EarlyStore).
+// HoldingSession, and [Source.Capabilities] says so: a sequencer.Runner then holds early
+// messages in the state store (EarlyStore).
 //
 // # Groups as sessions
 //

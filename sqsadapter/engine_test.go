@@ -3,6 +3,7 @@ package sqsadapter_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -16,19 +17,26 @@ import (
 )
 
 // TestRunnerOverSQS runs the engine's Runner over the adapter and the local SQS with an in-memory
-// state store: every group is handled in order, a duplicate is dropped, and a message without a
-// sequence is dead-lettered to the queue's dead-letter queue with the engine's reason.
+// state store that holds early messages (SQS cannot defer, so the Runner holds them there):
+// groups published out of order are handled in order, a duplicate is dropped, and a message
+// without a sequence is dead-lettered to the queue's dead-letter queue with the engine's reason.
 func TestRunnerOverSQS(t *testing.T) {
 	t.Parallel()
 	const groups, perGroup = 4, 12
 	l := newLocal(t, nil)
 	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second, Linger: time.Second})
-	for i := 1; i <= perGroup; i++ {
+	rng := rand.New(rand.NewPCG(1, 2))
+	orders := make([][]int, groups)
+	for g := range orders {
+		orders[g] = rng.Perm(perGroup) // published out of order: early messages wait in the store
+	}
+	for i := range perGroup {
 		for g := range groups {
+			seq := orders[g][i] + 1
 			require.NoError(t, pub.Publish(t.Context(), fmt.Sprint("g", g),
-				map[string]any{contract.SequenceProperty: i, contract.LastProperty: i == perGroup}, []byte("x")))
-			if i == 3 && g == 0 {
-				send(t, pub, "g0", 2) // a duplicate
+				map[string]any{contract.SequenceProperty: seq, contract.LastProperty: seq == perGroup}, []byte("x")))
+			if i == perGroup/2 && g == 0 {
+				send(t, pub, "g0", int64(orders[0][0]+1)) // a duplicate
 				require.NoError(t, pub.Publish(t.Context(), "g0", map[string]any{"Other": "no sequence"}, []byte("bad")))
 			}
 		}
@@ -53,8 +61,9 @@ func TestRunnerOverSQS(t *testing.T) {
 		}
 		return nil
 	})
+	store := sequencertest.NewStore()
 	r, err := sequencer.NewRunner(sequencer.RunnerConfig{
-		Source: src, Store: sequencertest.NewStore().Client(nil), Handler: h,
+		Source: src, Store: store.Client(nil).Holding(), Handler: h,
 		Engine:                sequencer.EngineConfig{IdleTimeout: 300 * time.Millisecond},
 		MaxConcurrentSessions: 3, AcceptTimeout: 500 * time.Millisecond,
 	})
@@ -76,6 +85,9 @@ func TestRunnerOverSQS(t *testing.T) {
 		require.EqualValues(t, perGroup, next[fmt.Sprint("g", g)])
 	}
 	require.Empty(t, peekVisible(t, l, pub.url), "everything settled")
+	for g := range groups {
+		require.Empty(t, store.HeldMessages(fmt.Sprint("g", g)), "nothing left held")
+	}
 	dl, err := deadLetters(t.Context(), l.Client, src.DeadLetterQueueURL(), "g0")
 	require.NoError(t, err)
 	require.Len(t, dl, 1)

@@ -107,6 +107,7 @@ func (s *Session) held(what string, m *sequencer.Message) (*Received, error) {
 		return nil, fmt.Errorf("sqsadapter: %s message %q of group %q: no longer held (settled, released or its visibility lapsed): %w",
 			what, m.MessageID, s.id, sequencer.ErrLockLost)
 	}
+	h.settling++ // until drop or settleErr: a renewal alongside may find it gone
 	return rec, nil
 }
 
@@ -125,7 +126,13 @@ func (s *Session) settleErr(what string, m *sequencer.Message, rec *Received, er
 	err = mapErr(fmt.Sprintf("sqsadapter: %s message %q of group %q", what, m.MessageID, s.id), true, err)
 	if errors.Is(err, sequencer.ErrLockLost) {
 		s.drop(rec, m.MessageID)
+		return err
 	}
+	s.src.mu.Lock()
+	if h := s.g.held[m.MessageID]; h != nil && h.handle == rec.ReceiptHandle && h.settling > 0 {
+		h.settling--
+	}
+	s.src.mu.Unlock()
 	return err
 }
 
@@ -154,7 +161,7 @@ func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
 	}
 	s.src.mu.Lock()
 	if h := s.g.held[m.MessageID]; h == nil || h.handle != rec.ReceiptHandle || s.closed {
-		// Settled, released or closed since the check above.
+		// Settled, released or closed alongside since the check above.
 		s.src.mu.Unlock()
 		return fmt.Errorf("sqsadapter: abandon message %q of group %q: no longer held: %w", m.MessageID, s.id, sequencer.ErrLockLost)
 	}
@@ -285,6 +292,10 @@ func (s *Session) RenewLock(ctx context.Context) (time.Time, error) {
 		}
 		s.src.mu.Unlock()
 		for _, f := range out.Failed {
+			var i int
+			if _, err := fmt.Sscan(aws.ToString(f.Id), &i); err == nil && i >= lo && i < hi && !s.holds(ids[i], hs[i].handle) {
+				continue // being settled or gone meanwhile (a Complete alongside the renewal)
+			}
 			k := codeKind(aws.ToString(f.Code), aws.ToString(f.Message))
 			errs = append(errs, wrapKind(fmt.Sprintf("sqsadapter: renew group %q", s.id), false, k,
 				&batchErr{aws.ToString(f.Code), aws.ToString(f.Message)}))
@@ -294,6 +305,15 @@ func (s *Session) RenewLock(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	return s.LockedUntil(), nil
+}
+
+// holds reports whether the session still holds message id with handle and no settlement of it
+// is under way.
+func (s *Session) holds(id, handle string) bool {
+	s.src.mu.Lock()
+	defer s.src.mu.Unlock()
+	h := s.g.held[id]
+	return h != nil && h.handle == handle && h.settling == 0
 }
 
 // Close releases the group: every held message becomes visible again at once, in order. Later

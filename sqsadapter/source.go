@@ -101,9 +101,10 @@ type group struct {
 }
 
 type heldMsg struct {
-	handle string
-	seq    int64 // BrokerSequence, for releasing in order
-	until  time.Time
+	handle   string
+	seq      int64 // BrokerSequence, for releasing in order
+	until    time.Time
+	settling int // settlements under way
 }
 
 func newGroup(id string) *group {
@@ -185,6 +186,12 @@ func deadLetterQueue(ctx context.Context, c *sqs.Client, queueURL, policy string
 	}
 	return aws.ToString(out.QueueUrl), nil
 }
+
+var _ sequencer.CapableSource = (*Source)(nil)
+
+// Capabilities implements sequencer.CapableSource: SQS FIFO offers no deferral, no peek and no
+// session state, so a Runner holds early messages in the state store.
+func (s *Source) Capabilities() sequencer.Capabilities { return sequencer.Capabilities{} }
 
 // DeadLetterQueueURL returns the URL of the queue's dead-letter queue, where DeadLetter sends.
 func (s *Source) DeadLetterQueueURL() string { return s.dlqURL }

@@ -3,6 +3,7 @@ package sqsadapter_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -282,4 +283,85 @@ func TestUndecodableAttributeIsKept(t *testing.T) {
 	_, _, err = contract.Parse(m[0].Properties, contract.SequenceProperty, contract.LastProperty)
 	require.Error(t, err)
 	require.NoError(t, sess.Close(t.Context()))
+}
+
+// TestDeadLetterAgainIsDeduplicated: when the delete after the dead-letter copy fails, the
+// message stays; dead-lettering it again leaves one copy in the dead-letter queue.
+func TestDeadLetterAgainIsDeduplicated(t *testing.T) {
+	t.Parallel()
+	var failDelete atomic.Bool
+	l := newLocalWith(t, nil, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessage" && failDelete.Load() {
+				w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+				w.Header().Set("X-Amzn-Query-Error", "ThrottlingException;Sender")
+				w.WriteHeader(http.StatusBadRequest)
+				_ = json.NewEncoder(w).Encode(map[string]string{"__type": "com.amazonaws.sqs#ThrottlingException", "message": "Rate exceeded"})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second})
+	send(t, pub, "g", 1)
+	sess, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	m, err := sess.Receive(ctxT(t), 1)
+	require.NoError(t, err)
+	p := sequencer.DeadLetterParams{Reason: "HandlerFailed", Description: "boom"}
+	failDelete.Store(true)
+	require.ErrorIs(t, sess.DeadLetter(t.Context(), m[0], p), sequencer.ErrSettlementRefused)
+	failDelete.Store(false)
+	require.NoError(t, sess.DeadLetter(t.Context(), m[0], p))
+	require.NoError(t, sess.Close(t.Context()))
+	require.Empty(t, peekVisible(t, l, pub.url))
+	dl, err := deadLetters(t.Context(), l.Client, src.DeadLetterQueueURL(), "g")
+	require.NoError(t, err)
+	require.Len(t, dl, 1, "the second copy is dropped by deduplication")
+	require.Equal(t, "HandlerFailed", dl[0].Reason)
+	require.Equal(t, "boom", dl[0].Description)
+	require.EqualValues(t, 1, dl[0].Properties[contract.SequenceProperty])
+}
+
+// TestRenewAlongsideCompletions: the engine renews in the background while it completes; a
+// renewal that finds a message just deleted is no lost lock.
+func TestRenewAlongsideCompletions(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, nil)
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second})
+	for round := range 3 {
+		group := fmt.Sprint("g", round)
+		send(t, pub, group, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+		sess, err := src.Accept(ctxT(t), group)
+		require.NoError(t, err)
+		var msgs []*sequencer.Message
+		for ctx := ctxT(t); len(msgs) < 10 && ctx.Err() == nil; {
+			ms, err := sess.Receive(ctx, 10)
+			require.NoError(t, err)
+			msgs = append(msgs, ms...)
+		}
+		require.Len(t, msgs, 10)
+		stop := make(chan struct{})
+		renewErr := make(chan error, 1)
+		go func() {
+			defer close(renewErr)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := sess.RenewLock(t.Context()); err != nil {
+					renewErr <- err
+					return
+				}
+			}
+		}()
+		for _, m := range msgs {
+			require.NoError(t, sess.Complete(t.Context(), m))
+		}
+		close(stop)
+		require.NoError(t, <-renewErr)
+		require.NoError(t, sess.Close(t.Context()))
+	}
 }

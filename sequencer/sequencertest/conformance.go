@@ -36,18 +36,6 @@ type StatefulSession interface {
 	SetState(ctx context.Context, state []byte) error
 }
 
-// Capabilities are what a provider offers beyond sequencer.Session. A provider declares them
-// in ConformanceOptions: the suite checks that its sessions offer exactly the declared ones and
-// runs the cases of each declared capability.
-type Capabilities struct {
-	// Deferral: sessions are sequencer.DeferringSession (Service Bus, the fake broker).
-	Deferral bool
-	// Holding: sessions are sequencer.HoldingSession.
-	Holding bool
-	// State: sessions are StatefulSession (the broker keeps session state).
-	State bool
-}
-
 // DeadLettered is a message found in a provider's dead-letter queue.
 type DeadLettered struct {
 	SessionID   string
@@ -62,8 +50,11 @@ type ConformanceOptions struct {
 	// Wait bounds each wait for messages or sessions (default 2s). AcceptNext on an empty
 	// entity is expected to give up within it.
 	Wait time.Duration
-	// Capabilities the provider declares.
-	Capabilities Capabilities
+	// Capabilities the provider declares: the suite checks that its sessions offer exactly
+	// these (and, for a sequencer.CapableSource, that the source says so) and runs the cases of
+	// each. Deferral: sessions are sequencer.DeferringSession; Peek: sequencer.HoldingSession;
+	// SessionState: StatefulSession.
+	Capabilities sequencer.Capabilities
 	// MaxLock is the longest lock the suite waits out to see it lapse (default 10s): a session
 	// whose LockedUntil is further away fails LockLapseRedelivers, so give the sources of the
 	// suite a short lock.
@@ -169,8 +160,11 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		_, deferring := sess.(sequencer.DeferringSession)
 		_, holding := sess.(sequencer.HoldingSession)
 		_, stateful := sess.(StatefulSession)
-		require.Equal(t, o.Capabilities, Capabilities{Deferral: deferring, Holding: holding, State: stateful},
+		require.Equal(t, o.Capabilities, sequencer.Capabilities{Deferral: deferring, Peek: holding, SessionState: stateful},
 			"the session's capabilities (actual) differ from those declared (expected)")
+		if cs, ok := f.src.(sequencer.CapableSource); ok {
+			require.Equal(t, o.Capabilities, cs.Capabilities(), "the source says other capabilities (actual) than declared (expected)")
+		}
 	})
 
 	t.Run("HeldSessionIsNotOfferedAgain", func(t *testing.T) {
@@ -439,7 +433,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 
 	t.Run("SessionState", func(t *testing.T) {
 		t.Parallel()
-		capable(t, o.Capabilities.State, "session state")
+		capable(t, o.Capabilities.SessionState, "session state")
 		f := setup(t)
 		sess, err := f.src.Accept(ctxWait(t), f.id)
 		require.NoError(t, err)
@@ -493,7 +487,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 
 	t.Run("HoldingIsTheActiveMessages", func(t *testing.T) {
 		t.Parallel()
-		capable(t, o.Capabilities.Holding, "a look at held messages")
+		capable(t, o.Capabilities.Peek, "a peek at held messages")
 		capable(t, o.Capabilities.Deferral, "deferral")
 		f := setup(t)
 		publishN(t, f, 4)
