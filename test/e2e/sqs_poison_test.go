@@ -93,52 +93,58 @@ func (f *sqsFixture) count(t *testing.T, queueURL string) (visible, inFlight str
 // redrive dead-letter queue, and a group whose poison message the state store held (its
 // dead letter stays in the store); `worker dlq list` shows both, the handler is fixed,
 // `worker dlq replay --session ID` and `worker sessions resume ID` bring each group back, and
-// every group completes in order, nothing lost, both dead-letter places empty.
+// every group completes in order, nothing lost, both dead-letter places empty but for a message
+// `worker sessions skip` gave up.
 func TestSQSPoisonCanonicalRecovery(t *testing.T) {
 	const n = 6
 	// "active" fails at 3 when it is received; "held" fails at 3 while the store holds it (3 to
-	// 6 arrive before 2); "clean" never fails.
-	h := newBuggyHandler("active/3", "held/3")
+	// 6 arrive before 2); "given-up" fails at 2, which the operator skips; "clean" never fails.
+	h := newBuggyHandler("active/3", "held/3", "given-up/2")
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	f := newSQSFixture(t, "poison", "SEQBUS_POISON_POLICY=park", "SEQBUS_HANDLER=http", "SEQBUS_HANDLER_URL="+hs.URL)
 	f.send(t, "active", n, 1, 2, 3, 4, 5, 6)
 	f.send(t, "held", n, 1, 3, 4, 5, 6, 2)
 	f.send(t, "clean", n, 1, 2, 3, 4, 5, 6)
+	f.send(t, "given-up", n, 1, 2, 3, 4, 5, 6)
 	w := startWorker(t, "worker", f.env, "run")
 
 	// Step 1: see what is stuck.
 	var parked operator.ListResult
 	waitFor(t, waitLong, func() bool {
 		parked = cliJSON[operator.ListResult](t, f.env, "sessions", "list", "--parked")
-		return len(parked.Sessions) == 2 && h.complete([]string{"clean"}, n)
+		return len(parked.Sessions) == 3 && h.complete([]string{"clean"}, n)
 	}, func() string { return fmt.Sprintf("parked: %+v; handled: %s", parked.Sessions, h) })
+	want := map[string]int64{"active": 3, "held": 3, "given-up": 2}
 	for _, s := range parked.Sessions {
 		require.NotNil(t, s.Parked, s.SessionID)
-		require.Equal(t, int64(3), s.Parked.Sequence, s.SessionID)
+		require.Equal(t, want[s.SessionID], s.Parked.Sequence, s.SessionID)
 		require.Contains(t, s.Parked.Reason, "status 500", s.SessionID)
 	}
 	var dlq operator.DLQListResult
 	waitFor(t, waitLong, func() bool {
-		dlq = cliJSON[operator.DLQListResult](t, f.env, "dlq", "list")
-		return len(dlq.Messages) == 1 && len(dlq.Held) == 1
+		dlq = cliJSON[operator.DLQListResult](t, f.env, "dlq", "list", "--session", "active")
+		return len(dlq.Messages) == 1 && len(dlq.Held) == 0
 	}, func() string { return fmt.Sprintf("dlq list: %+v", dlq) })
 	require.Equal(t, "active", dlq.Messages[0].SessionID)
 	require.Equal(t, int64(3), dlq.Messages[0].Sequence)
 	require.Equal(t, "HandlerFailed", dlq.Messages[0].Reason)
 	require.Contains(t, dlq.Messages[0].Description, "status 500")
+	dlq = cliJSON[operator.DLQListResult](t, f.env, "dlq", "list", "--reason", "HandlerFailed")
+	require.Len(t, dlq.Messages, 2)
+	require.Len(t, dlq.Held, 1)
 	require.Equal(t, "held", dlq.Held[0].SessionID)
 	require.Equal(t, int64(3), dlq.Held[0].Sequence)
 	require.Equal(t, "HandlerFailed", dlq.Held[0].Reason)
 	table := runCLI(t, f.env, "dlq", "list")
 	require.Equal(t, 0, table.code, table.stderr)
-	require.Contains(t, table.stdout, "2 dead letters, 1 of them in the state store")
+	require.Contains(t, table.stdout, "3 dead letters, 1 of them in the state store")
 	show := cliJSON[operator.ShowResult](t, f.env, "sessions", "show", "active")
 	require.Contains(t, show.MessagesUnavailable, "SQS has no peek")
 	require.Len(t, show.DeadLetters, 1)
 	// Listing gave every dead letter back: none is in flight.
 	visible, inFlight := f.count(t, f.dlqURL)
-	require.Equal(t, "1", visible)
+	require.Equal(t, "2", visible)
 	require.Equal(t, "0", inFlight)
 
 	// Bad arguments and a dry run change nothing.
@@ -153,10 +159,10 @@ func TestSQSPoisonCanonicalRecovery(t *testing.T) {
 	}
 	dry := cliJSON[operator.DLQReplayResult](t, f.env, "dlq", "replay", "--all", "--dry-run")
 	require.True(t, dry.DryRun)
-	require.Len(t, dry.Sessions, 2)
+	require.Len(t, dry.Sessions, 3)
 	require.Equal(t, []int64{3}, dry.Sessions[0].Sequences)
 	again := cliJSON[operator.DLQListResult](t, f.env, "dlq", "list")
-	require.Len(t, again.Messages, 1)
+	require.Len(t, again.Messages, 2)
 	require.Len(t, again.Held, 1)
 
 	// Step 2: the fix is deployed. Steps 3 and 4 per session: replay, then resume.
@@ -169,21 +175,30 @@ func TestSQSPoisonCanonicalRecovery(t *testing.T) {
 		require.Equal(t, 0, resume.code, "resume %s: %s", id, resume.stderr)
 	}
 
-	// Step 5: every group completes in order, nothing lost, nothing twice; nothing is parked or
-	// dead-lettered any more.
-	waitFor(t, waitLong, func() bool { return h.complete([]string{"active", "held", "clean"}, n) }, h.String)
+	// The message that must not be handled is given up: the group goes on after it.
+	skip := runCLI(t, f.env, "sessions", "skip", "given-up", "--json")
+	require.Equal(t, 0, skip.code, skip.stderr)
+
+	// Step 5: every group completes in order, nothing lost, nothing twice; nothing is parked, and
+	// only the skipped message is still dead-lettered.
+	waitFor(t, waitLong, func() bool {
+		return h.complete([]string{"active", "held", "clean"}, n) && len(h.sequences("given-up")) == n-1
+	}, h.String)
 	for _, id := range []string{"active", "held", "clean"} {
 		require.Equal(t, oneToN(1, n), h.sequences(id), "group %s: every sequence once, in order", id)
 	}
+	require.Equal(t, []int64{1, 3, 4, 5, 6}, h.sequences("given-up"))
 	requireNoneListed(t, f.env, "--parked", isParked)
 	final := cliJSON[operator.DLQListResult](t, f.env, "dlq", "list")
-	require.Empty(t, final.Messages)
+	require.Len(t, final.Messages, 1)
+	require.Equal(t, "given-up", final.Messages[0].SessionID)
+	require.Equal(t, int64(2), final.Messages[0].Sequence)
 	require.Empty(t, final.Held)
 	waitFor(t, waitLong, func() bool {
 		v, fl := f.count(t, f.queueURL)
 		dv, dfl := f.count(t, f.dlqURL)
-		return v == "0" && fl == "0" && dv == "0" && dfl == "0"
-	}, func() string { return "the queue or the dead-letter queue is not empty" })
+		return v == "0" && fl == "0" && dv == "1" && dfl == "0"
+	}, func() string { return "the queue is not empty, or the dead-letter queue holds more than the skipped message" })
 	w.stop(t)
 }
 
