@@ -198,7 +198,9 @@ func TestSQSPoisonCanonicalRecovery(t *testing.T) {
 		v, fl := f.count(t, f.queueURL)
 		dv, dfl := f.count(t, f.dlqURL)
 		return v == "0" && fl == "0" && dv == "1" && dfl == "0"
-	}, func() string { return "the queue is not empty, or the dead-letter queue holds more than the skipped message" })
+	}, func() string {
+		return "the queue is not empty, or the dead-letter queue holds more than the skipped message"
+	})
 	w.stop(t)
 }
 
