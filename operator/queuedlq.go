@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/sequencer"
 )
 
@@ -33,6 +34,9 @@ type DeadLetterQueue interface {
 	// Visible counts the messages of the queue still visible (approximately): after Receive,
 	// those held back behind their groups' messages in flight.
 	Visible(ctx context.Context) (int, error)
+	// InFlight counts the messages of the queue received and neither released nor deleted
+	// (approximately), by anyone.
+	InFlight(ctx context.Context) (int, error)
 }
 
 // readQueue receives the whole dead-letter queue, counts what stayed unread, and releases
@@ -106,7 +110,9 @@ func (o *Operator) queueMessage(ctx context.Context, p DLQMessageParams) (*azser
 // is offered, send the copies of the selected dead letters (with the store's dead letters of
 // their sessions up to the highest sequence among them, in ascending sequence), delete those
 // originals, and receive again until a round offers nothing selected; the store's dead letters
-// left are sent last. What is not selected stays received until the end, then is released.
+// left are sent last, after a wait of up to p.Wait for dead letters another receiver has in
+// flight (a replay that crashed). What is not selected stays received until the end, then is
+// released.
 func (o *Operator) queueReplay(ctx context.Context, p DLQReplayParams) (*DLQReplayResult, error) {
 	dl := o.cfg.DeadLetters
 	if p.Target != "" && p.Target != dl.Target() {
@@ -149,42 +155,41 @@ func (o *Operator) queueReplay(ctx context.Context, p DLQReplayParams) (*DLQRepl
 		return res, nil
 	}
 
+	// What is in flight before the run is held by another receiver; only then is there
+	// anything to wait for (an approximate count that lags must not make every replay wait).
+	elsewhere := 0
+	if p.Wait > 0 {
+		if elsewhere, err = dl.InFlight(ctx); err != nil {
+			return nil, err
+		}
+	}
 	qr := &queueReplayRun{o: o, res: res, index: map[string]int{}, others: map[int64]*azservicebus.ReceivedMessage{}, source: dl.Target()}
 	defer func() { o.releaseQueue(ctx, slices.Collect(maps.Values(qr.others))) }()
-	for {
-		msgs, err := dl.Receive(ctx)
+	if err := qr.rounds(ctx, p, storeLeft); err != nil {
+		return res, err
+	}
+	// Dead letters in flight that this run does not hold: a replay that crashed holds them
+	// until their visibility timeout lapses. Wait for them up to p.Wait.
+	deadline, told := o.waitUntil(p.Wait), false
+	for elsewhere > 0 {
+		n, err := dl.InFlight(ctx)
 		if err != nil {
-			qr.keep(msgs)
 			return res, err
 		}
-		selected := map[string][]*azservicebus.ReceivedMessage{}
-		for _, m := range msgs {
-			sid := deref(m.SessionID)
-			if sid == "" || !matches(m, p.SessionID, p.Reason) {
-				qr.others[deref64(m.SequenceNumber)] = m
-				continue
-			}
-			selected[sid] = append(selected[sid], m)
-		}
-		if len(selected) == 0 {
+		n -= len(qr.others)
+		left := deadline.Sub(o.cfg.Clock.Now())
+		if n <= 0 || left <= 0 {
 			break
 		}
-		for _, id := range slices.Sorted(maps.Keys(selected)) {
-			ms := selected[id]
-			delete(selected, id)
-			top := int64(0)
-			for _, m := range ms {
-				seq, _ := o.position(m)
-				top = max(top, seq)
-			}
-			var fromStore []*sequencer.HeldDeadLetter
-			fromStore, storeLeft[id] = cutHeld(storeLeft[id], top)
-			if err := qr.replay(ctx, id, ms, fromStore); err != nil {
-				for _, other := range selected {
-					qr.keep(other)
-				}
-				return res, err
-			}
+		if !told {
+			o.progress("%d dead letters are in flight elsewhere (a replay that crashed holds them until their visibility timeout lapses); waiting up to %s", n, left.Round(time.Second))
+			told = true
+		}
+		if err := clock.Sleep(ctx, o.cfg.Clock, min(time.Second, left)); err != nil {
+			return res, fmt.Errorf("replay: %w", err)
+		}
+		if err := qr.rounds(ctx, p, storeLeft); err != nil {
+			return res, err
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(storeLeft)) {
@@ -196,6 +201,48 @@ func (o *Operator) queueReplay(ctx context.Context, p DLQReplayParams) (*DLQRepl
 		}
 	}
 	return res, nil
+}
+
+// rounds receives and replays until a round offers nothing selected. storeLeft holds the
+// store's dead letters not sent yet, per session; each round takes those up to the highest
+// sequence it sends of their session.
+func (qr *queueReplayRun) rounds(ctx context.Context, p DLQReplayParams, storeLeft map[string][]*sequencer.HeldDeadLetter) error {
+	for {
+		msgs, err := qr.o.cfg.DeadLetters.Receive(ctx)
+		if err != nil {
+			qr.keep(msgs)
+			return err
+		}
+		selected := map[string][]*azservicebus.ReceivedMessage{}
+		for _, m := range msgs {
+			sid := deref(m.SessionID)
+			if sid == "" || !matches(m, p.SessionID, p.Reason) {
+				qr.others[deref64(m.SequenceNumber)] = m
+				continue
+			}
+			selected[sid] = append(selected[sid], m)
+		}
+		if len(selected) == 0 {
+			return nil
+		}
+		for _, id := range slices.Sorted(maps.Keys(selected)) {
+			ms := selected[id]
+			delete(selected, id)
+			top := int64(0)
+			for _, m := range ms {
+				seq, _ := qr.o.position(m)
+				top = max(top, seq)
+			}
+			var fromStore []*sequencer.HeldDeadLetter
+			fromStore, storeLeft[id] = cutHeld(storeLeft[id], top)
+			if err := qr.replay(ctx, id, ms, fromStore); err != nil {
+				for _, other := range selected {
+					qr.keep(other)
+				}
+				return err
+			}
+		}
+	}
 }
 
 // comparePlanned orders a session's dead letters for a replay: ascending sequence, those

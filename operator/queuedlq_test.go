@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/require"
@@ -30,6 +31,8 @@ type fifoDLQ struct {
 type fifoMsg struct {
 	m              *azservicebus.ReceivedMessage
 	inFlight, gone bool
+	// elsewhere > 0: another receiver (a replay that crashed) holds it for so many more counts.
+	elsewhere int
 }
 
 var _ operator.DeadLetterQueue = (*fifoDLQ)(nil)
@@ -55,7 +58,7 @@ func (q *fifoDLQ) Receive(context.Context) ([]*azservicebus.ReceivedMessage, err
 			continue
 		}
 		g := *x.m.SessionID
-		if x.inFlight {
+		if x.inFlight || x.elsewhere > 0 {
 			blocked[g] = true
 			continue
 		}
@@ -115,6 +118,21 @@ func (q *fifoDLQ) Visible(context.Context) (int, error) {
 	for _, x := range q.msgs {
 		if !x.gone && !x.inFlight {
 			n++
+		}
+	}
+	return n, nil
+}
+
+func (q *fifoDLQ) InFlight(context.Context) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, x := range q.msgs {
+		if x.inFlight || x.elsewhere > 0 {
+			n++
+		}
+		if x.elsewhere > 0 {
+			x.elsewhere-- // the other receiver's visibility timeout runs out
 		}
 	}
 	return n, nil
@@ -232,4 +250,27 @@ func TestQueueDLQRefusesATarget(t *testing.T) {
 	op := queueOperator(t, &fifoDLQ{perGroup: 10})
 	_, err := op.DLQReplay(t.Context(), operator.DLQReplayParams{All: true, Target: "other.fifo"})
 	require.ErrorIs(t, err, operator.ErrInvalidInput)
+}
+
+// Dead letters a crashed replay holds are waited for, up to the wait, and replayed once their
+// visibility timeout lapses.
+func TestQueueDLQWaitsForACrashedReplay(t *testing.T) {
+	q := &fifoDLQ{perGroup: 10}
+	q.add("a", 1, "HandlerFailed")
+	q.add("a", 2, "HandlerFailed")
+	q.msgs[0].elsewhere, q.msgs[1].elsewhere = 3, 3
+	op := queueOperator(t, q)
+	res, err := op.DLQReplay(t.Context(), operator.DLQReplayParams{SessionID: "a", Wait: 30 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2}, q.sentOf(t))
+	require.Equal(t, 2, res.Sessions[0].Completed)
+
+	q = &fifoDLQ{perGroup: 10}
+	q.add("a", 1, "HandlerFailed")
+	q.msgs[0].elsewhere = 100
+	op = queueOperator(t, q)
+	res, err = op.DLQReplay(t.Context(), operator.DLQReplayParams{SessionID: "a", Wait: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	require.Empty(t, q.sentOf(t), "still held when the wait ran out: left for the next replay")
+	require.Empty(t, res.Sessions)
 }

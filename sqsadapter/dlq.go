@@ -266,18 +266,29 @@ func (d *DeadLetters) fit(c *azservicebus.Message) *azservicebus.Message {
 	return &cp
 }
 
+// InFlight returns how many messages of the dead-letter queue are in flight (SQS's approximate
+// count), received by anyone and neither deleted nor released.
+func (d *DeadLetters) InFlight(ctx context.Context) (int, error) {
+	return d.count(ctx, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)
+}
+
 // Visible returns how many messages of the dead-letter queue are visible (SQS's approximate
 // count): after Receive, those held back behind their groups' messages in flight.
 func (d *DeadLetters) Visible(ctx context.Context) (int, error) {
+	return d.count(ctx, types.QueueAttributeNameApproximateNumberOfMessages)
+}
+
+// count reads one count of the dead-letter queue.
+func (d *DeadLetters) count(ctx context.Context, name types.QueueAttributeName) (int, error) {
 	out, err := d.cfg.Client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(d.cfg.DeadLetterQueueURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages},
+		QueueUrl: aws.String(d.cfg.DeadLetterQueueURL), AttributeNames: []types.QueueAttributeName{name},
 	})
 	if err != nil {
 		return 0, mapErr("sqsadapter: count the dead-letter queue "+d.cfg.DeadLetterQueueURL, false, err)
 	}
-	n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
+	n, err := strconv.Atoi(out.Attributes[string(name)])
 	if err != nil {
-		return 0, fmt.Errorf("sqsadapter: ApproximateNumberOfMessages of %s: %w", d.cfg.DeadLetterQueueURL, err)
+		return 0, fmt.Errorf("sqsadapter: %s of %s: %w", name, d.cfg.DeadLetterQueueURL, err)
 	}
 	return n, nil
 }

@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"net/http/httptest"
+	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -221,4 +225,51 @@ func TestSQSPoisonSkip(t *testing.T) {
 	require.Equal(t, int64(2), dlq.Messages[0].Sequence)
 	requireNoneListed(t, f.env, "--parked", isParked)
 	w.stop(t)
+}
+
+// A replay on SQS killed between its copies and the deletes of their originals loses nothing:
+// the replay run again waits for the originals the killed one held, sends their copies again
+// (dropped as duplicates), deletes them, and the group completes once, in order.
+func TestSQSReplayCrashHalfWay(t *testing.T) {
+	h := newBuggyHandler("orders/3")
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	f := newSQSFixture(t, "crash", "SEQBUS_POISON_POLICY=park", "SEQBUS_HANDLER=http", "SEQBUS_HANDLER_URL="+hs.URL)
+	f.send(t, "orders", 5, 1, 2, 3, 4, 5)
+	w := startWorker(t, "worker", f.env, "run")
+	waitFor(t, waitLong, func() bool {
+		return len(cliJSON[operator.DLQListResult](t, f.env, "dlq", "list", "--session", "orders").Messages) == 1
+	}, h.String)
+	h.fix()
+
+	crash := runCLI(t, append(f.env, "SEQBUS_TEST_REPLAY_CRASH_AFTER=1"), "dlq", "replay", "--session", "orders")
+	require.Equal(t, 137, crash.code, crash.stderr)
+	_, inFlight := f.count(t, f.dlqURL)
+	require.Equal(t, "1", inFlight, "the killed replay left its dead letter in flight")
+	// The killed replay's dead letter stays invisible for 60s: longer than runCLI waits.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, workerBin, "dlq", "replay", "--session", "orders")
+	cmd.Env = f.env
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
+	err := cmd.Run()
+	require.NoError(t, err, errOut.String())
+	t.Logf("the replay run again waited %s for the killed one's dead letter", time.Since(start).Round(time.Second))
+	again := cliResult{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errOut.String()}
+	require.Equal(t, 0, again.code, again.stderr)
+	require.Contains(t, again.stderr, "in flight elsewhere")
+	require.Contains(t, again.stdout, "1 copies of 1 sessions sent")
+	resume := runCLI(t, f.env, "sessions", "resume", "orders")
+	require.Equal(t, 0, resume.code, resume.stderr)
+
+	waitFor(t, waitLong, func() bool { return len(h.sequences("orders")) == 5 }, h.String)
+	require.Equal(t, oneToN(1, 5), h.sequences("orders"))
+	require.Empty(t, cliJSON[operator.DLQListResult](t, f.env, "dlq", "list").Messages)
+	visible, inFlight := f.count(t, f.dlqURL)
+	require.Equal(t, "0", visible)
+	require.Equal(t, "0", inFlight)
+	w.stop(t)
+	require.Equal(t, oneToN(1, 5), h.sequences("orders"), "the copy sent twice was handled once")
 }
