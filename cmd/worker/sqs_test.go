@@ -138,16 +138,22 @@ func (w *sqsWorker) handled(ctx context.Context, t *testing.T, n int, checker *d
 		select {
 		case l, ok := <-w.lines:
 			require.True(t, ok, "the worker ended early: %s", w.stderr.String())
-			var rec struct {
-				SessionID string `json:"session_id"`
-				Sequence  int64  `json:"sequence"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
-			require.NoError(t, checker.Handle(ctx, &sequencer.Message{SessionID: rec.SessionID, Sequence: rec.Sequence}))
+			require.NoError(t, checker.Handle(ctx, handledLine(t, l)))
 		case <-ctx.Done():
 			t.Fatalf("handled %d of %d: %s", i, n, w.stderr.String())
 		}
 	}
+}
+
+// handledLine reads the log handler's line of a handled message.
+func handledLine(t *testing.T, line string) *sequencer.Message {
+	t.Helper()
+	var rec struct {
+		SessionID string `json:"session_id"`
+		Sequence  int64  `json:"sequence"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+	return &sequencer.Message{SessionID: rec.SessionID, Sequence: rec.Sequence}
 }
 
 // TestSQSWorkerProcess runs the worker binary on an SQS FIFO queue. It restores the order of
@@ -223,7 +229,9 @@ func TestSQSWorkerProcess(t *testing.T) {
 		first.handled(ctx, t, groups*perGroup/3, checker)
 		require.NoError(t, first.cmd.Process.Kill())
 		_ = first.cmd.Wait()
-		for range first.lines { // what it printed before it died
+		killedAfter := checker.Handled()
+		for l := range first.lines { // what it handled and printed before it died
+			require.NoError(t, checker.Handle(ctx, handledLine(t, l)))
 		}
 
 		second := startSQSWorker(ctx, t, bin, endpoint, queueURL, schema)
@@ -241,7 +249,7 @@ func TestSQSWorkerProcess(t *testing.T) {
 		empty(t, client, queueURL, second)
 		require.NoError(t, second.cmd.Process.Signal(syscall.SIGTERM))
 		require.NoError(t, second.cmd.Wait(), "stderr: %s", second.stderr.String())
-		t.Logf("killed after %d handled; %d handled in all, %d again after the kill", groups*perGroup/3, checker.Handled(), checker.Redelivered())
+		t.Logf("killed after %d handled; %d handled in all, %d again after the kill", killedAfter, checker.Handled(), checker.Redelivered())
 	})
 }
 
