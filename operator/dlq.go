@@ -63,6 +63,10 @@ type DLQListParams struct {
 type DLQListResult struct {
 	Messages  []BrokerMessage `json:"messages"`
 	Truncated bool            `json:"truncated,omitempty"`
+	// Unread counts, on a DeadLetterQueue (SQS), the dead letters the listing could not read:
+	// a FIFO queue hands out no message of a group while one of its messages is in flight, so a
+	// group's messages after the first ones received stay unread (SQS's approximate count).
+	Unread int `json:"unread,omitempty"`
 	// Held are the dead letters of messages the state store held (early messages kept by the
 	// store, which the broker no longer has), in the order they were dead-lettered; nil with a
 	// store that holds no messages. Limit bounds them apart from Messages; Truncated says
@@ -81,6 +85,34 @@ func (o *Operator) DLQList(ctx context.Context, p DLQListParams) (*DLQListResult
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%w: limit must not be negative, got %d", ErrInvalidInput, p.Limit)
 	}
+	var (
+		res *DLQListResult
+		err error
+	)
+	if o.cfg.DeadLetters != nil {
+		res, err = o.queueList(ctx, p)
+	} else {
+		res, err = o.peekList(ctx, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	held, more, err := o.heldDeadLetters(ctx, p.SessionID, p.Reason, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if held != nil {
+		res.Held = []HeldInfo{}
+		for _, d := range held {
+			res.Held = append(res.Held, deadInfo(d))
+		}
+		res.Truncated = res.Truncated || more
+	}
+	return res, nil
+}
+
+// peekList peeks the dead-letter queue of the Service Bus entity for DLQList.
+func (o *Operator) peekList(ctx context.Context, p DLQListParams) (*DLQListResult, error) {
 	res := &DLQListResult{Messages: []BrokerMessage{}}
 	err := o.peekDLQ(ctx, func(m *azservicebus.ReceivedMessage) bool {
 		if !matches(m, p.SessionID, p.Reason) {
@@ -95,17 +127,6 @@ func (o *Operator) DLQList(ctx context.Context, p DLQListParams) (*DLQListResult
 	})
 	if err != nil {
 		return nil, err
-	}
-	held, more, err := o.heldDeadLetters(ctx, p.SessionID, p.Reason, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	if held != nil {
-		res.Held = []HeldInfo{}
-		for _, d := range held {
-			res.Held = append(res.Held, deadInfo(d))
-		}
-		res.Truncated = res.Truncated || more
 	}
 	return res, nil
 }
@@ -299,6 +320,9 @@ func (o *Operator) DLQReplay(ctx context.Context, p DLQReplayParams) (*DLQReplay
 			return nil, err
 		}
 	}
+	if o.cfg.DeadLetters != nil {
+		return o.queueReplay(ctx, p)
+	}
 	target := p.Target
 	if target == "" {
 		if o.cfg.Entity.Queue == "" {
@@ -403,6 +427,32 @@ func (o *Operator) DLQMessage(ctx context.Context, p DLQMessageParams) (*DLQMess
 	if p.MaxBody <= 0 {
 		p.MaxBody = 4096
 	}
+	var (
+		m   *azservicebus.ReceivedMessage
+		err error
+	)
+	if o.cfg.DeadLetters != nil {
+		m, err = o.queueMessage(ctx, p)
+	} else {
+		m, err = o.peekMessage(ctx, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := &DLQMessage{
+		BrokerMessage: o.brokerMessage(m), Properties: maps.Clone(m.ApplicationProperties),
+		ContentType: deref(m.ContentType), BodySize: len(m.Body),
+	}
+	if res.Properties == nil {
+		res.Properties = map[string]any{}
+	}
+	res.Body = m.Body[:min(len(m.Body), p.MaxBody)]
+	res.BodyTruncated = len(m.Body) > p.MaxBody
+	return res, nil
+}
+
+// peekMessage peeks the Service Bus dead letter p names for DLQMessage.
+func (o *Operator) peekMessage(ctx context.Context, p DLQMessageParams) (*azservicebus.ReceivedMessage, error) {
 	r, err := o.dlqReceiver()
 	if err != nil {
 		return nil, err
@@ -416,15 +466,5 @@ func (o *Operator) DLQMessage(ctx context.Context, p DLQMessageParams) (*DLQMess
 	if len(page) == 0 || page[0].SequenceNumber == nil || *page[0].SequenceNumber != p.BrokerSequence {
 		return nil, fmt.Errorf("dead letter %d of %s: %w", p.BrokerSequence, o.cfg.Entity, ErrUnknownMessage)
 	}
-	m := page[0]
-	res := &DLQMessage{
-		BrokerMessage: o.brokerMessage(m), Properties: maps.Clone(m.ApplicationProperties),
-		ContentType: deref(m.ContentType), BodySize: len(m.Body),
-	}
-	if res.Properties == nil {
-		res.Properties = map[string]any{}
-	}
-	res.Body = m.Body[:min(len(m.Body), p.MaxBody)]
-	res.BodyTruncated = len(m.Body) > p.MaxBody
-	return res, nil
+	return page[0], nil
 }

@@ -69,6 +69,14 @@
 // into each session's ascending order; the stored dead letter is removed after its copy was
 // sent, so the same crash argument holds.
 //
+// On SQS FIFO (Config.DeadLetters, sqsadapter.DeadLetters) the dead-letter queue has no peek:
+// DLQList receives every dead letter it is offered and releases them all (a FIFO queue holds
+// back a group's next messages while its first are in flight: DLQListResult.Unread counts them),
+// and DLQReplay goes in rounds of receive, send, delete, until a round offers nothing selected,
+// then waits up to DLQReplayParams.Wait for dead letters in flight elsewhere (a replay that
+// crashed holds them until their visibility timeout lapses).
+// Show says that a group's messages cannot be listed.
+//
 // The dead-letter queue is not a session queue, so a replay peeks it first to plan, then
 // receives it in order, holding the other sessions' messages in front of those it replays until
 // the end (then abandoned, which counts a delivery on them).

@@ -20,13 +20,18 @@ import (
 	"github.com/seqbus/seqbus/sessionstate"
 )
 
-// Config configures an Operator. Entity, Client, Sessions, Store and Lister are required.
+// Config configures an Operator. Sessions, Store and Lister are required, and Entity and Client
+// unless DeadLetters is set.
 type Config struct {
 	// Entity is the session-enabled queue or topic subscription the workers read.
 	Entity sbadapter.Entity
 	// Client reaches the namespace for what holds no session lock: the dead-letter queue and the
 	// sender of replayed copies. Its SDK retries may stay on.
 	Client *azservicebus.Client
+	// DeadLetters, when set, is the dead-letter queue of a provider without Service Bus's peek
+	// (SQS: sqsadapter.DeadLetters); the dead-letter commands use it instead of Client, and
+	// Entity and Client are not needed.
+	DeadLetters DeadLetterQueue
 	// Sessions locks a session by id before its state is changed or its messages are peeked: an
 	// sbadapter.Source on a client with the SDK's retries off (sbadapter, "Lock tenure"), like the
 	// workers' own.
@@ -64,11 +69,13 @@ type Operator struct {
 // New checks cfg and returns an Operator. It connects to nothing.
 func New(cfg Config) (*Operator, error) {
 	var errs []error
-	if err := cfg.Entity.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("operator: Config.Entity: %w", err))
-	}
-	if cfg.Client == nil {
-		errs = append(errs, errors.New("operator: Config.Client is required"))
+	if cfg.DeadLetters == nil {
+		if err := cfg.Entity.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("operator: Config.Entity: %w", err))
+		}
+		if cfg.Client == nil {
+			errs = append(errs, errors.New("operator: Config.Client is required"))
+		}
 	}
 	if cfg.Sessions == nil || cfg.Store == nil || cfg.Lister == nil {
 		errs = append(errs, errors.New("operator: Config.Sessions, Store and Lister are required"))

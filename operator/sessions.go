@@ -292,6 +292,11 @@ func (o *Operator) Show(ctx context.Context, p ShowParams) (*ShowResult, error) 
 		}
 		o.describe(res, st, ver)
 		pk, ok := sess.(peeker)
+		if !ok && o.cfg.DeadLetters != nil {
+			// SQS has no peek: a message group's messages can be read only by receiving them.
+			res.MessagesUnavailable = "the broker cannot list a session's messages (SQS has no peek); its dead letters and what the state store holds are listed"
+			break
+		}
 		if !ok {
 			return nil, fmt.Errorf("peek session %q: the session source's sessions (%T) cannot peek", p.SessionID, sess)
 		}

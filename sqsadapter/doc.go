@@ -62,6 +62,12 @@
 // error, not dropped. A received attribute that does not decode is kept as its raw string, so
 // the engine sees the broken contract and dead-letters the message with the reason.
 //
+// # Dead letters for the operator
+//
+// [DeadLetters] reads and replays the redrive dead-letter queue for the operator commands
+// (operator.DeadLetterQueue): it receives (SQS has no peek), releases with visibility 0, sends
+// copies to the queue and deletes the originals.
+//
 // # Requirements
 //
 // New checks that the queue is a FIFO queue and has a RedrivePolicy whose dead-letter queue it

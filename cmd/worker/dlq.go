@@ -54,6 +54,9 @@ func (c *dlqList) Run(ctx context.Context, o *dlqListOpts) error {
 		if res.Truncated {
 			more = " (more match: raise --limit)"
 		}
+		if res.Unread > 0 {
+			more += fmt.Sprintf(" (%d more in the dead-letter queue could not be read: a FIFO queue holds back a group's next messages while its first are in flight)", res.Unread)
+		}
 		if res.Held != nil {
 			_, _ = fmt.Fprintf(w, "\nHELD IN THE STATE STORE: DEAD LETTERS (%d)\n", len(res.Held))
 			if err := heldDeadTable(w, res.Held, true); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seqbus/seqbus/operator"
 	"github.com/seqbus/seqbus/publisher"
+	"github.com/seqbus/seqbus/sqsadapter"
 	"github.com/seqbus/seqbus/worker"
 )
 
@@ -162,9 +163,6 @@ func runCommand[O options](ctx context.Context, c *cli, name string, args []stri
 	if err != nil {
 		return err
 	}
-	if err := serviceBusOnly(cfg, name); err != nil {
-		return err
-	}
 	var hook operatorSettings
 	if err := worker.FromEnv(&hook); err != nil {
 		return err
@@ -249,6 +247,19 @@ func (c *cli) newOperator(ctx context.Context, cfg worker.Config, hook operatorS
 		SequenceProperty: cfg.SequenceProperty, LastProperty: cfg.LastProperty,
 		Store: conn.Store, Lister: conn.Lister,
 		Progress: progress, Logger: logger,
+	}
+	if conn.SQSSource != nil {
+		// SQS: a message group is locked through the worker's own source, and the dead letters
+		// are the redrive dead-letter queue's.
+		dl, err := sqsadapter.NewDeadLetters(sqsadapter.DeadLettersConfig{
+			Client: conn.SQS, QueueURL: conn.SQSSource.QueueURL(), DeadLetterQueueURL: conn.SQSSource.DeadLetterQueueURL(),
+			Optional: operator.PropertyReplayedFromDLQ,
+		})
+		if err != nil {
+			closeAll()
+			return nil, nil, nil, err
+		}
+		ocfg.Sessions, ocfg.DeadLetters = conn.SQSSource, dl
 	}
 	if n := hook.TestReplayCrashAfter; n > 0 {
 		logger.WarnContext(ctx, "worker: test hook armed: dlq replay exits abruptly after sending copies", slog.Int("after_copies", n))

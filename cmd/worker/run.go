@@ -99,18 +99,12 @@ func (c *cli) loadWorker() (worker.Config, settings, error) {
 }
 
 // serviceBusOnly refuses, with SEQBUS_PROVIDER=sqs, a command that runs on Service Bus only.
+// The operator commands (`worker sessions …`, `worker dlq …`) run on both.
 func serviceBusOnly(cfg worker.Config, command string) error {
 	if cfg.Provider != worker.ProviderSQS {
 		return nil
 	}
-	why := "it reads the Service Bus entity"
-	switch strings.Fields(command)[0] {
-	case "dlq":
-		why = "it reads the Service Bus dead-letter queue; the SQS queue's dead letters are in the queue its RedrivePolicy names (aws sqs receive-message on that queue)"
-	case "sessions":
-		why = "its actions settle through Service Bus sessions"
-	}
-	return fmt.Errorf("worker %s: not available with SEQBUS_PROVIDER=sqs in this build: %s", command, why)
+	return fmt.Errorf("worker %s: not available with SEQBUS_PROVIDER=sqs in this build: it reads the Service Bus entity", command)
 }
 
 // runWorker loads the configuration, builds the worker and runs it until a signal arrives. The
