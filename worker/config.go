@@ -198,9 +198,10 @@ type Config struct {
 	EarlyMessages EarlyMessages `envconfig:"EARLY_MESSAGES" desc:"Where a message that arrives before its turn waits beyond the reorder window: defer (deferred at the broker, fetched back by sequence number) or store (copied into the Postgres state store, completed at the broker, handed over from the store; needs SEQBUS_STATE_STORE=postgres; works on partitioned entities)."`
 	// HeldMaxSessionMessages, HeldMaxSessionBytes and HeldMaxBytes bound what
 	// EarlyMessagesStore holds (0: no bound): per session, and for the entity, every session
-	// together. When a batch's early messages would pass a bound, the worker holds none of them,
-	// stops taking messages from that session and releases it; the broker keeps them.
-	HeldMaxSessionMessages int      `envconfig:"HELD_MAX_SESSION_MESSAGES" desc:"With SEQBUS_EARLY_MESSAGES=store: the most early messages one session holds in the store (0: no bound); past it the session is released and the broker keeps the rest."`
+	// together. When a batch's early messages would pass a bound, the worker holds none of them:
+	// they wait unsettled in the reorder window, and at the broker once the session is released
+	// (sequencer.HeldLimits).
+	HeldMaxSessionMessages int      `envconfig:"HELD_MAX_SESSION_MESSAGES" desc:"With SEQBUS_EARLY_MESSAGES=store: the most early messages one session holds in the store (0: no bound); past it early messages wait unsettled in the reorder window, then at the broker."`
 	HeldMaxSessionBytes    ByteSize `envconfig:"HELD_MAX_SESSION_BYTES" desc:"With SEQBUS_EARLY_MESSAGES=store: the most bytes (bodies and properties) one session holds in the store (0: no bound)."`
 	HeldMaxBytes           ByteSize `envconfig:"HELD_MAX_BYTES" desc:"With SEQBUS_EARLY_MESSAGES=store: the most bytes the store holds for the entity, every session together (0: no bound); each replica stops holding more past it."`
 	// DeferOnPartitioned lets the worker defer early messages on a partitioned entity, which
