@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	bench [-quick] [-replicas 1,2,4,8] [-pressure none,throttle,latency] [-exception-rate 0,1%,10%]
+//	bench [-provider servicebus|sqs] [-quick] [-replicas 1,2,4,8] [-pressure none,throttle,latency] [-exception-rate 0,1%,10%]
 //	      [-arrival in-order,shuffled,reversed] [-early defer,store] [-reorder-window N] [-sessions 60] [-messages 50] [-sessions-per-replica 4]
 //	      [-session-connections 1]
 //	      [-throttle-credits 1000] [-latency 5ms] [-pipeline-runs] [-database-url URL] [-retry-base 2ms]
@@ -36,6 +36,14 @@
 // transient: the engine retries a failed call after 2 ms, doubling up to 20 ms, 10 attempts
 // (-retry-base changes the first wait; the worker's default of 1 s would make the exception
 // cells measure the backoff).
+//
+// With -provider sqs (it needs -database-url; pressure none) each cell runs on an in-process SQS
+// FIFO (emulator/sqs) instead: the replicas with SEQBUS_PROVIDER=sqs, state and early messages
+// in Postgres, then a plain AWS SDK FIFO consumer (ReceiveMessage up to 10, DeleteMessage each,
+// no ordering of its own) on a queue of its own with the same input. The broker calls of each
+// side are the SQS API calls the local SQS counted from that side's client; after the table it
+// prints the SQS budgets: in order, the worker's rate at least 0.8 of the plain consumer's;
+// shuffled and reversed, the worker's SQS calls per message at most the in-order cell's + 0.3.
 //
 // Exit codes: 0 when every cell finished in order, 1 when a cell failed, did not finish or saw
 // an order violation, 2 for bad flags.

@@ -159,6 +159,13 @@ func finish(r outcome, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		code = 1
 	}
+	if cfg.opts.Provider == bench.ProviderSQS {
+		w := io.MultiWriter(stdout, &table)
+		fmt.Fprintln(w, "\nbudgets:")
+		for _, b := range bench.SQSBudgets(results) {
+			fmt.Fprintln(w, b)
+		}
+	}
 	fmt.Fprintf(stdout, "%d cells in %s\n", len(results), elapsed.Round(time.Second))
 	if cfg.report == "" {
 		return code
@@ -202,6 +209,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		retryBase  time.Duration
 	)
 	o := &cfg.opts
+	fs.Func("provider", "broker of the cells: servicebus (the in-process emulator, or -connection-string) or sqs (the in-process SQS FIFO, state and early messages in Postgres at -database-url, beside a plain AWS SDK FIFO consumer; pressure none) (default servicebus)", func(v string) error {
+		o.Provider = bench.Provider(v)
+		return nil
+	})
 	fs.BoolVar(&quick, "quick", false, "a small matrix that finishes in under a minute (replicas 1,4; exceptions 0,10%; 8 sessions × 20 messages); other flags still apply on top")
 	fs.Var(&replicas, "replicas", "worker replicas, comma-separated (default 1,2,4,8)")
 	fs.Var(&pressures, "pressure", "pressure levels: none, throttle, latency (default all)")

@@ -57,6 +57,22 @@ func TestRunWithThePostgresStore(t *testing.T) {
 	require.Contains(t, stdout.String(), "1 cells in ")
 }
 
+// TestRunOnSQS runs the SQS cells of one input, in order and shuffled, and prints the budgets.
+func TestRunOnSQS(t *testing.T) {
+	t.Parallel()
+	_, schema := pgtest.NewPoolWithSchema(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"-provider", "sqs", "-replicas", "1", "-exception-rate", "0", "-arrival", "in-order,shuffled",
+		"-sessions", "4", "-messages", "10", "-database-url", pgtest.SchemaDSN(schema),
+		"-out", t.TempDir(), "-progress=false"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr: %s", stderr.String())
+	require.Contains(t, stdout.String(), "2 cells in ")
+	require.Contains(t, stdout.String(), "in-order, early store: worker rate / plain rate: ")
+	require.Contains(t, stdout.String(), "shuffled, early store: worker SQS calls per message (in order + 0.3): ")
+}
+
 // TestRunWritesACPUProfile: -cpuprofile writes a profile whose samples carry the cell and the
 // side (worker, plain, publisher) as labels; a path that cannot be written fails the run before
 // any cell.
@@ -110,6 +126,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"entity without a namespace", []string{"-queue", "q"}, "-queue, -topic and -subscription need -connection-string"},
 		{"namespace without an entity", []string{"-connection-string", "Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v"}, "entity:"},
 		{"bad chart format", []string{"-format", "gif"}, `-format "gif"`},
+		{"unknown provider", []string{"-provider", "kafka"}, `provider: "kafka" is neither servicebus nor sqs`},
+		{"sqs without a database", []string{"-provider", "sqs"}, "provider sqs: the replicas keep their state and early messages in Postgres"},
 		{"bad offered share", []string{"-offered", "most"}, `offered "most"`},
 		{"offered share above 100%", []string{"-offered", "120%"}, "offered share: 1.2 is outside (0, 1]"},
 		{"offered without throttle", []string{"-offered", "80%", "-pressure", "none"}, "applies to the throttle pressure"},

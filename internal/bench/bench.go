@@ -18,6 +18,9 @@ import (
 
 // Options configure a matrix run. Zero fields take the defaults in brackets.
 type Options struct {
+	// Provider is the broker the cells run on [ProviderServiceBus]. ProviderSQS runs them on
+	// the in-process SQS FIFO and needs DatabaseURL; it has pressure none only.
+	Provider Provider
 	// The dimensions; every combination is one cell.
 	Replicas       []int      // [1 2 4 8]
 	Pressures      []Pressure // [none throttle latency]
@@ -103,11 +106,17 @@ func (o Options) WithDefaults() Options {
 	if len(o.Replicas) == 0 {
 		o.Replicas = DefaultReplicas
 	}
+	if o.Provider == "" {
+		o.Provider = ProviderServiceBus
+	}
 	if len(o.Pressures) == 0 {
 		o.Pressures = DefaultPressures
-		if o.ConnectionString != "" {
+		if o.ConnectionString != "" || o.Provider == ProviderSQS {
 			o.Pressures = []Pressure{PressureNone}
 		}
+	}
+	if o.Provider == ProviderSQS && len(o.Early) == 0 {
+		o.Early = []worker.EarlyMessages{worker.EarlyMessagesStore}
 	}
 	if len(o.ExceptionRates) == 0 {
 		o.ExceptionRates = DefaultExceptionRates
@@ -149,6 +158,27 @@ func (o Options) WithDefaults() Options {
 // Validate reports every problem of o (after WithDefaults).
 func (o Options) Validate() error {
 	var errs []error
+	switch o.Provider {
+	case ProviderServiceBus:
+	case ProviderSQS:
+		if o.DatabaseURL == "" {
+			errs = append(errs, fmt.Errorf("provider %s: the replicas keep their state and early messages in Postgres and need a database url", o.Provider))
+		}
+		if o.ConnectionString != "" {
+			errs = append(errs, fmt.Errorf("provider %s runs on the in-process SQS FIFO: a connection string is Service Bus only", o.Provider))
+		}
+		if slices.ContainsFunc(o.Pressures, func(p Pressure) bool { return p != PressureNone }) {
+			errs = append(errs, fmt.Errorf("provider %s: the local SQS has pressure %s only", o.Provider, PressureNone))
+		}
+		if slices.ContainsFunc(o.Early, func(e worker.EarlyMessages) bool { return e != worker.EarlyMessagesStore }) {
+			errs = append(errs, fmt.Errorf("provider %s holds early messages in the store (early %s) only", o.Provider, worker.EarlyMessagesStore))
+		}
+		if o.SessionConnections > 1 || o.OfferedShare != 0 {
+			errs = append(errs, fmt.Errorf("provider %s: session connections and the offered phase are Service Bus only", o.Provider))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("provider: %q is neither %s nor %s", o.Provider, ProviderServiceBus, ProviderSQS))
+	}
 	for _, r := range o.Replicas {
 		if r < 1 {
 			errs = append(errs, fmt.Errorf("replicas: %d is not a positive count", r))
@@ -259,7 +289,13 @@ func Run(ctx context.Context, o Options, progress func(done int, next Cell)) ([]
 		var r Result
 		// The labels tell a CPU profile's cells apart (cmd/bench -cpuprofile); the goroutines a
 		// cell starts, the emulator's among them, inherit them.
-		pprof.Do(ctx, pprof.Labels("cell", c.String()), func(ctx context.Context) { r = runCell(ctx, o, i, c) })
+		pprof.Do(ctx, pprof.Labels("cell", c.String()), func(ctx context.Context) {
+			if o.Provider == ProviderSQS {
+				r = runSQSCell(ctx, o, i, c)
+			} else {
+				r = runCell(ctx, o, i, c)
+			}
+		})
 		o.Logger.InfoContext(ctx, "bench: cell done", slog.String("cell", c.String()), slog.Float64("msg_per_s", r.Rate), slog.Any("error", r.Err))
 		results = append(results, r)
 	}
