@@ -44,17 +44,9 @@ func sqsQueue(t *testing.T, name string) (endpoint string, client *awssqs.Client
 		Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
-	ctx := t.Context()
-	dlq, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
+	queueURL, _, err := sqsadapter.CreateFIFO(t.Context(), client, name, 50)
 	require.NoError(t, err)
-	arn, err := client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	require.NoError(t, err)
-	q, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"), Attributes: map[string]string{
-		"FifoQueue":     "true",
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"50"}`, arn.Attributes["QueueArn"]),
-	}})
-	require.NoError(t, err)
-	return srv.URL, client, aws.ToString(q.QueueUrl)
+	return srv.URL, client, queueURL
 }
 
 // awsEnv is the environment of a worker that reaches the local SQS through the standard AWS

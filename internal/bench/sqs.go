@@ -17,12 +17,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seqbus/seqbus/emulator/sqs"
-	"github.com/seqbus/seqbus/migrations"
+	"github.com/seqbus/seqbus/internal/pgschema"
 	"github.com/seqbus/seqbus/sqsadapter"
 	"github.com/seqbus/seqbus/worker"
 )
@@ -127,13 +126,15 @@ func startLocalSQS(ctx context.Context, o Options) (_ *localSQS, err error) {
 		name string
 		url  *string
 	}{{"bench", &l.workerQ}, {"bench-plain", &l.plainQ}} {
-		if *q.url, err = createFIFO(ctx, admin, q.name); err != nil {
-			return nil, err
+		if *q.url, _, err = sqsadapter.CreateFIFO(ctx, admin, q.name, 50); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}
-	if l.pool, l.drop, err = cellSchema(ctx, o.DatabaseURL); err != nil {
-		return nil, err
+	schema, err := pgschema.Create(ctx, o.DatabaseURL, "seqbus_bench", 32)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
+	l.pool, l.drop = schema.Pool, schema.Drop
 	return l, nil
 }
 
@@ -158,66 +159,6 @@ func (l *localSQS) close() {
 		defer cancel()
 		_ = l.srv.Shutdown(ctx)
 	}
-}
-
-// createFIFO creates the FIFO queue name.fifo with a dead-letter queue (maxReceiveCount 50) and
-// returns its URL.
-func createFIFO(ctx context.Context, c *awssqs.Client, name string) (string, error) {
-	dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
-	if err != nil {
-		return "", fmt.Errorf("bench: create queue %s-dlq.fifo: %w", name, err)
-	}
-	arn, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	if err != nil {
-		return "", fmt.Errorf("bench: read the ARN of %s-dlq.fifo: %w", name, err)
-	}
-	q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"), Attributes: map[string]string{
-		"FifoQueue":     "true",
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"50"}`, arn.Attributes[string(types.QueueAttributeNameQueueArn)]),
-	}})
-	if err != nil {
-		return "", fmt.Errorf("bench: create queue %s.fifo: %w", name, err)
-	}
-	return aws.ToString(q.QueueUrl), nil
-}
-
-// cellSchema creates a migrated schema of the cell's own in the database at url and returns a
-// pool on it and a function that closes the pool and drops the schema.
-func cellSchema(ctx context.Context, url string) (*pgxpool.Pool, func(), error) {
-	schema := fmt.Sprintf("seqbus_bench_%d", time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return nil, nil, fmt.Errorf("bench: connect to Postgres: %w", err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return nil, nil, fmt.Errorf("bench: create schema %s: %w", schema, err)
-	}
-	drop := func() {
-		c, err := pgx.Connect(context.Background(), url)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-			_ = c.Close(context.Background())
-		}
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		drop()
-		return nil, nil, fmt.Errorf("bench: database url: %w", err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = 32
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		drop()
-		return nil, nil, fmt.Errorf("bench: connect to Postgres: %w", err)
-	}
-	if _, err := migrations.New(pool, nil).Up(ctx, migrations.UpOptions{}); err != nil {
-		pool.Close()
-		drop()
-		return nil, nil, fmt.Errorf("bench: migrate schema %s: %w", schema, err)
-	}
-	return pool, func() { pool.Close(); drop() }, nil
 }
 
 // runSQSCell runs one cell on a local SQS FIFO: the cell's replicas on the worker's queue until

@@ -17,12 +17,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seqbus/seqbus/contract"
 	"github.com/seqbus/seqbus/emulator/sqs"
-	"github.com/seqbus/seqbus/migrations"
+	"github.com/seqbus/seqbus/internal/pgschema"
 	"github.com/seqbus/seqbus/sqsadapter"
 	"github.com/seqbus/seqbus/worker"
 )
@@ -61,66 +60,16 @@ func startSQS(ctx context.Context, databaseURL string, logger *slog.Logger) (_ *
 		Credentials: credentials.NewStaticCredentialsProvider("demo", "demo", ""),
 	})
 
-	dlq, err := b.client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(queueName + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
-	if err != nil {
-		return nil, fmt.Errorf("demo: create the dead-letter queue: %w", err)
+	if b.queueURL, _, err = sqsadapter.CreateFIFO(ctx, b.client, queueName, 50); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
 	}
-	arn, err := b.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	if err != nil {
-		return nil, fmt.Errorf("demo: read the dead-letter queue's ARN: %w", err)
-	}
-	q, err := b.client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(queueName + ".fifo"), Attributes: map[string]string{
-		"FifoQueue":     "true",
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"50"}`, arn.Attributes[string(types.QueueAttributeNameQueueArn)]),
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("demo: create the queue: %w", err)
-	}
-	b.queueURL = aws.ToString(q.QueueUrl)
 
-	if b.pool, b.drop, err = demoSchema(ctx, databaseURL); err != nil {
-		return nil, err
+	schema, err := pgschema.Create(ctx, databaseURL, "seqbus_demo", 16)
+	if err != nil {
+		return nil, fmt.Errorf("demo: the SQS demo keeps its state in Postgres (-database-url): %w", err)
 	}
+	b.pool, b.drop = schema.Pool, schema.Drop
 	return b, nil
-}
-
-// demoSchema creates a migrated schema of the demo's own in the database at url and returns a
-// pool on it and a function that drops it.
-func demoSchema(ctx context.Context, url string) (*pgxpool.Pool, func(), error) {
-	schema := fmt.Sprintf("seqbus_demo_%d", time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return nil, nil, fmt.Errorf("demo: the SQS demo keeps its state in Postgres (-database-url): %w", err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return nil, nil, fmt.Errorf("demo: create schema %s: %w", schema, err)
-	}
-	drop := func() {
-		c, err := pgx.Connect(context.Background(), url)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-			_ = c.Close(context.Background())
-		}
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		drop()
-		return nil, nil, fmt.Errorf("demo: the database URL: %w", err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		drop()
-		return nil, nil, fmt.Errorf("demo: connect to Postgres: %w", err)
-	}
-	if _, err := migrations.New(pool, nil).Up(ctx, migrations.UpOptions{}); err != nil {
-		pool.Close()
-		drop()
-		return nil, nil, fmt.Errorf("demo: migrate schema %s: %w", schema, err)
-	}
-	return pool, func() { pool.Close(); drop() }, nil
 }
 
 func (b *sqsFIFO) close() {

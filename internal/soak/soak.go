@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -28,7 +26,7 @@ import (
 	"github.com/seqbus/seqbus/emulator"
 	"github.com/seqbus/seqbus/emulator/broker"
 	"github.com/seqbus/seqbus/handler"
-	"github.com/seqbus/seqbus/migrations"
+	"github.com/seqbus/seqbus/internal/pgschema"
 )
 
 // Stores a soak runs with: the worker's SEQBUS_STATE_STORE values.
@@ -290,51 +288,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 func postgresEnv(ctx context.Context, url string) (env []string, schemaURL string, drop func(), err error) {
 	schemaURL, drop, err = postgresSchema(ctx, url)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, "", nil, fmt.Errorf("soak: %w", err)
 	}
 	return []string{"SEQBUS_STATE_STORE=postgres", "SEQBUS_DATABASE_URL=" + schemaURL}, schemaURL, drop, nil
 }
 
-// postgresSchema creates a schema in url, migrates it, and returns the URL of the database with
-// that schema as the search path and a function that drops it.
+// postgresSchema creates a migrated schema in url and returns the URL of the database with that
+// schema as the search path (the workers connect on their own) and a function that drops it.
 func postgresSchema(ctx context.Context, url string) (string, func(), error) {
-	schema := fmt.Sprintf("seqbus_soak_%d", time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, url)
+	s, err := pgschema.Create(ctx, url, "seqbus_soak", 0)
 	if err != nil {
-		return "", nil, fmt.Errorf("soak: connect to postgres: %w", err)
+		return "", nil, err
 	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return "", nil, fmt.Errorf("soak: create schema %s: %w", schema, err)
-	}
-	drop := func() {
-		c, err := pgx.Connect(context.Background(), url)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-			_ = c.Close(context.Background())
-		}
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		drop()
-		return "", nil, fmt.Errorf("soak: parse the database URL: %w", err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		drop()
-		return "", nil, fmt.Errorf("soak: connect to postgres: %w", err)
-	}
-	defer pool.Close()
-	if _, err := migrations.New(pool, nil).Up(ctx, migrations.UpOptions{}); err != nil {
-		drop()
-		return "", nil, fmt.Errorf("soak: migrate schema %s: %w", schema, err)
-	}
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	return url + sep + "search_path=" + schema, drop, nil
+	s.Pool.Close() // the workers connect on their own; Drop needs no pool
+	return s.URL, s.Drop, nil
 }
 
 // publish sends every session's messages in order, one batch per session, from 8 senders.

@@ -172,17 +172,9 @@ faults:
 // docs/sqs.md advises) and returns both URLs.
 func sqsFIFOQueue(t *testing.T, client *awssqs.Client, name string) (queueURL, dlqURL string) {
 	t.Helper()
-	ctx := t.Context()
-	dlq, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
+	queueURL, dlqURL, err := sqsadapter.CreateFIFO(t.Context(), client, name, 50)
 	require.NoError(t, err)
-	arn, err := client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	require.NoError(t, err)
-	q, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"), Attributes: map[string]string{
-		"FifoQueue":     "true",
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"50"}`, arn.Attributes[string(types.QueueAttributeNameQueueArn)]),
-	}})
-	require.NoError(t, err)
-	return aws.ToString(q.QueueUrl), aws.ToString(dlq.QueueUrl)
+	return queueURL, dlqURL
 }
 
 // publishSQSPlan sends plan, one group per session, and then garbage messages without a

@@ -40,29 +40,20 @@ func newSQSFixture(t *testing.T, name string, extra ...string) *sqsFixture {
 		Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
-	ctx := t.Context()
-	dlq, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"), Attributes: map[string]string{"FifoQueue": "true"}})
-	require.NoError(t, err)
-	arn, err := client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	require.NoError(t, err)
-	q, err := client.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name + ".fifo"), Attributes: map[string]string{
-		"FifoQueue":     "true",
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":"50"}`, arn.Attributes["QueueArn"]),
-	}})
-	require.NoError(t, err)
+	queueURL, dlqURL := sqsFIFOQueue(t, client, name)
 	_, pgEnv := postgresEnv(t)
 	home := t.TempDir()
 	env := append(cleanEnv(),
 		"HOME="+home, "AWS_CONFIG_FILE="+filepath.Join(home, "config"), "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(home, "credentials"),
 		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_ENDPOINT_URL_SQS="+srv.URL,
-		"SEQBUS_PROVIDER=sqs", "SEQBUS_SQS_QUEUE_URL="+aws.ToString(q.QueueUrl), "SEQBUS_EARLY_MESSAGES=store",
+		"SEQBUS_PROVIDER=sqs", "SEQBUS_SQS_QUEUE_URL="+queueURL, "SEQBUS_EARLY_MESSAGES=store",
 		"SEQBUS_SESSION_IDLE_TIMEOUT=1s", "SEQBUS_SWEEP_INTERVAL=200ms", "SEQBUS_SHUTDOWN_TIMEOUT=10s",
 		"SEQBUS_LOG_LEVEL=info", "SEQBUS_HTTP_ADDR=off",
 		"SEQBUS_MAX_HANDLER_ATTEMPTS=2", "SEQBUS_RETRY_BASE=10ms", "SEQBUS_RETRY_MAX=20ms",
 	)
 	env = append(append(env, pgEnv...), extra...)
-	return &sqsFixture{client: client, queueURL: aws.ToString(q.QueueUrl), dlqURL: aws.ToString(dlq.QueueUrl), env: env}
+	return &sqsFixture{client: client, queueURL: queueURL, dlqURL: dlqURL, env: env}
 }
 
 // send publishes the sequences of group, in the order given, each with its own message id; last
