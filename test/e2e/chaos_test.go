@@ -192,30 +192,14 @@ func runChaos(t *testing.T, v chaosVariant, p chaosPreset) {
 	f.publish(t, plan)
 	publishGarbage(t, f, p.garbage)
 
-	// Faults: kills and cuts on their own tickers until faultsFor has passed.
-	kills, cuts, maxHeld := 0, 0, 0
-	killT, cutT := time.NewTicker(p.killEvery), time.NewTicker(p.cutEvery)
-	deadline := time.After(p.faultsFor)
-faults:
-	for {
-		select {
-		case <-killT.C:
-			i := rng.IntN(len(live))
-			live[i].kill(t)
-			kills++
-			live[i] = start(fmt.Sprintf("worker-%d-after-kill-%d", i, kills))
-		case <-cutT.C:
-			px.Cut()
-			cuts++
-			if pool != nil {
-				maxHeld = max(maxHeld, heldRows(t, pool))
-			}
-		case <-deadline:
-			break faults
+	cuts, maxHeld := 0, 0
+	kills := injectFaults(t, rng, live, start, p.killEvery, p.cutEvery, p.faultsFor, func() {
+		px.Cut()
+		cuts++
+		if pool != nil {
+			maxHeld = max(maxHeld, heldRows(t, pool))
 		}
-	}
-	killT.Stop()
-	cutT.Stop()
+	})
 	faultsEnd := time.Since(began)
 
 	// The run must finish by itself: every session handled to its end and the queue drained.
@@ -488,5 +472,29 @@ func logViolations(t *testing.T, h *chaosHandler, violations []string, procs []*
 			}
 		}
 		t.Logf("session %s, every handler call and its processes' log lines:\n%s", sid, b.String())
+	}
+}
+
+// injectFaults kills a random process of live every killEvery (start puts a new one in its place)
+// and calls cut every cutEvery, until faultsFor has passed. It returns how many it killed.
+func injectFaults(t *testing.T, rng *rand.Rand, live []*proc, start func(name string) *proc,
+	killEvery, cutEvery, faultsFor time.Duration, cut func()) (kills int) {
+	t.Helper()
+	killT, cutT := time.NewTicker(killEvery), time.NewTicker(cutEvery)
+	defer killT.Stop()
+	defer cutT.Stop()
+	deadline := time.After(faultsFor)
+	for {
+		select {
+		case <-killT.C:
+			i := rng.IntN(len(live))
+			live[i].kill(t)
+			kills++
+			live[i] = start(fmt.Sprintf("worker-%d-after-kill-%d", i, kills))
+		case <-cutT.C:
+			cut()
+		case <-deadline:
+			return kills
+		}
 	}
 }

@@ -115,25 +115,8 @@ func TestSQSChaos(t *testing.T) {
 	h.mu.Unlock()
 	publishSQSPlan(t, client, queueURL, plan, p.garbage)
 
-	kills, cuts := 0, 0
-	killT, cutT := time.NewTicker(p.killEvery), time.NewTicker(p.cutEvery)
-	deadline := time.After(p.faultsFor)
-faults:
-	for {
-		select {
-		case <-killT.C:
-			i := rng.IntN(len(live))
-			live[i].kill(t)
-			kills++
-			live[i] = start(fmt.Sprintf("worker-%d-after-kill-%d", i, kills))
-		case <-cutT.C:
-			cuts += px.Cut()
-		case <-deadline:
-			break faults
-		}
-	}
-	killT.Stop()
-	cutT.Stop()
+	cuts := 0
+	kills := injectFaults(t, rng, live, start, p.killEvery, p.cutEvery, p.faultsFor, func() { cuts += px.Cut() })
 	faultsEnd := time.Since(began)
 
 	ids := sessionIDs(p.sessions)
