@@ -35,7 +35,7 @@ func TestSessionConformance(t *testing.T) {
 		return b.source, senderPublisher{b.sender}
 	}, &sequencertest.ConformanceOptions{
 		Wait:         3 * time.Second,
-		Capabilities: sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true},
+		Capabilities: sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true, SessionLock: true},
 		DeadLetters: func(ctx context.Context, src sequencer.SessionSource, sessionID string) ([]sequencertest.DeadLettered, error) {
 			mu.Lock()
 			c := clients[src]

@@ -250,10 +250,10 @@ func (s *Source) newSession(r sessionReceiver) *Session {
 
 var _ sequencer.CapableSource = (*Source)(nil)
 
-// Capabilities implements sequencer.CapableSource: Service Bus sessions defer and keep a session
-// state; they peek unless the entity is partitioned (MarkPartitioned).
+// Capabilities implements sequencer.CapableSource: Service Bus sessions defer, keep a session
+// state and are locked as a whole; they peek unless the entity is partitioned (MarkPartitioned).
 func (s *Source) Capabilities() sequencer.Capabilities {
-	return sequencer.Capabilities{Deferral: true, Peek: !s.partitioned.Load(), SessionState: true}
+	return sequencer.Capabilities{Deferral: true, Peek: !s.partitioned.Load(), SessionState: true, SessionLock: true}
 }
 
 // MarkPartitioned tells the source its entity is partitioned, as its properties say (the worker

@@ -63,7 +63,8 @@ type Session interface {
 	// LockedUntil returns when the session lock expires unless renewed.
 	LockedUntil() time.Time
 	// Receive waits for up to max messages. It returns what arrived before ctx ends; an empty
-	// slice with a nil error means nothing arrived before ctx ended (an idle session).
+	// slice with a nil error means the session is idle: nothing arrived before ctx ended, or
+	// (without Capabilities.SessionLock) nothing more can come to this session.
 	Receive(ctx context.Context, max int) ([]*Message, error)
 	Complete(ctx context.Context, m *Message) error
 	DeadLetter(ctx context.Context, m *Message, p DeadLetterParams) error
@@ -111,6 +112,13 @@ type Capabilities struct {
 	// SessionState: the broker keeps a state per session that a StateStore may use (Service Bus
 	// session state; not SQS FIFO, whose states live in Postgres).
 	SessionState bool
+	// SessionLock: an accepted session holds its whole group until it is closed, whether or not
+	// a message of it is in flight, so its later and abandoned messages come to it (Service Bus
+	// session locks). Without it (SQS FIFO, whose lock is the visibility of the messages in
+	// flight), a session holds its group only while one of its messages is in flight: once
+	// none is, Receive returns an empty slice at once and the group's next messages go to
+	// whichever session accepts the group next.
+	SessionLock bool
 }
 
 // CapableSource is a SessionSource that says what its sessions offer. A Runner picks the early

@@ -287,7 +287,7 @@ var _ sequencer.CapableSource = (*Client)(nil)
 // Capabilities implements sequencer.CapableSource: the fake broker's sessions offer what Service
 // Bus sessions do.
 func (c *Client) Capabilities() sequencer.Capabilities {
-	return sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true}
+	return sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true, SessionLock: true}
 }
 
 // AcceptNext locks the session whose oldest active message is oldest. Sessions holding only

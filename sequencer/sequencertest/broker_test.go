@@ -30,7 +30,7 @@ func TestBrokerConformance(t *testing.T) {
 		return c, sequencertest.BrokerPublisher{B: b}
 	}, &sequencertest.ConformanceOptions{
 		Wait:         400 * time.Millisecond,
-		Capabilities: sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true},
+		Capabilities: sequencer.Capabilities{Deferral: true, Peek: true, SessionState: true, SessionLock: true},
 		DeadLetters: func(_ context.Context, src sequencer.SessionSource, sessionID string) ([]sequencertest.DeadLettered, error) {
 			mu.Lock()
 			b := brokers[src]

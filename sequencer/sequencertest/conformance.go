@@ -53,7 +53,9 @@ type ConformanceOptions struct {
 	// Capabilities the provider declares: the suite checks that its sessions offer exactly
 	// these (and, for a sequencer.CapableSource, that the source says so) and runs the cases of
 	// each. Deferral: sessions are sequencer.DeferringSession; Peek: sequencer.HoldingSession;
-	// SessionState: StatefulSession.
+	// SessionState: StatefulSession. SessionLock: a session receives its group's later and
+	// abandoned messages; without it, the suite takes the group up again with AcceptNext where
+	// a session runs dry, and checks that it does so at once.
 	Capabilities sequencer.Capabilities
 	// MaxLock is the longest lock the suite waits out to see it lapse (default 10s): a session
 	// whose LockedUntil is further away fails LockLapseRedelivers, so give the sources of the
@@ -65,8 +67,8 @@ type ConformanceOptions struct {
 }
 
 // RunSessionConformance checks that a SessionSource and its Sessions behave as the engine
-// depends on: what every provider must do (exclusive sessions, order within a session,
-// redelivery after abandon, close or a lapsed lock first and in order, completion is final,
+// depends on: what every provider must do (exclusive sessions, order within a group, redelivery
+// after abandon, close or a lapsed lock first and in order, completion is final,
 // dead-lettering removes the message), and the cases of the capabilities the provider declares
 // in opts. newSource must return a source over an entity that no other test uses, and a
 // publisher for it; each subtest calls it once.
@@ -119,6 +121,32 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		require.Len(t, out, n)
 		return out
 	}
+	// receiveGroup receives n messages of f's group on *sess, settling each with settle (nil:
+	// leave it in flight). A provider without a session lock ends a session once nothing of
+	// its group is in flight (an empty receive): the group's next messages then come to the
+	// next session AcceptNext gives, which replaces *sess.
+	receiveGroup := func(t *testing.T, f fixture, sess *sequencer.Session, n int, settle func(sequencer.Session, *sequencer.Message) error) []*sequencer.Message {
+		ctx := ctxWait(t)
+		var out []*sequencer.Message
+		for len(out) < n && ctx.Err() == nil {
+			msgs, err := (*sess).Receive(ctx, n-len(out))
+			require.NoError(t, err)
+			if len(msgs) == 0 && !o.Capabilities.SessionLock && ctx.Err() == nil {
+				require.NoError(t, (*sess).Close(t.Context()))
+				*sess = acceptNext(t, f)
+				continue
+			}
+			for _, m := range msgs {
+				if settle != nil {
+					require.NoError(t, settle(*sess, m))
+				}
+			}
+			out = append(out, msgs...)
+		}
+		require.Len(t, out, n)
+		return out
+	}
+	complete := func(s sequencer.Session, m *sequencer.Message) error { return s.Complete(context.Background(), m) }
 	seqs := func(t *testing.T, msgs []*sequencer.Message) []int64 {
 		var out []int64
 		for _, m := range msgs {
@@ -160,7 +188,8 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		_, deferring := sess.(sequencer.DeferringSession)
 		_, holding := sess.(sequencer.HoldingSession)
 		_, stateful := sess.(StatefulSession)
-		require.Equal(t, o.Capabilities, sequencer.Capabilities{Deferral: deferring, Peek: holding, SessionState: stateful},
+		// SessionLock is behaviour, not a type: the cases below check it.
+		require.Equal(t, o.Capabilities, sequencer.Capabilities{Deferral: deferring, Peek: holding, SessionState: stateful, SessionLock: o.Capabilities.SessionLock},
 			"the session's capabilities (actual) differ from those declared (expected)")
 		if cs, ok := f.src.(sequencer.CapableSource); ok {
 			require.Equal(t, o.Capabilities, cs.Capabilities(), "the source says other capabilities (actual) than declared (expected)")
@@ -174,10 +203,16 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		sess := acceptNext(t, f)
 		m := receiveN(t, sess, 1)[0]
 		requireNoSession(t, f) // its other messages are the held session's
-		require.NoError(t, sess.Abandon(t.Context(), m))
-		requireNoSession(t, f) // an abandoned message stays with the held session
 		_, err := f.src.Accept(ctxWait(t), f.id)
 		require.ErrorIs(t, err, sequencer.ErrSessionLocked)
+		require.NoError(t, sess.Abandon(t.Context(), m))
+		if !o.Capabilities.SessionLock {
+			// Nothing of the group in flight: the session is done, the group is offered again.
+			require.NoError(t, sess.Close(t.Context()))
+			sess = acceptNext(t, f)
+		} else {
+			requireNoSession(t, f) // an abandoned message stays with the held session
+		}
 		again := receiveN(t, sess, 3)
 		require.Equal(t, []int64{1, 2, 3}, seqs(t, again))
 		completeAll(t, sess, again)
@@ -185,7 +220,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		requireNoSession(t, f)
 	})
 
-	t.Run("OrderWithinSession", func(t *testing.T) {
+	t.Run("OrderWithinGroup", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
 		const n = 25
@@ -193,13 +228,9 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		sess := acceptNext(t, f)
 		// As the engine does: receive what is there (up to 4), settle it, receive again. (An SQS
 		// group's next messages come only once those in flight are settled.)
-		ctx := ctxWait(t)
 		var got []*sequencer.Message
-		for len(got) < n && ctx.Err() == nil {
-			batch, err := sess.Receive(ctx, 4)
-			require.NoError(t, err)
-			require.LessOrEqual(t, len(batch), 4)
-			completeAll(t, sess, batch)
+		for len(got) < n {
+			batch := receiveGroup(t, f, &sess, min(4, n-len(got)), complete)
 			got = append(got, batch...)
 		}
 		want := make([]int64, n)
@@ -224,7 +255,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
 		require.NoError(t, sess.Abandon(t.Context(), msgs[1]))
 		require.NoError(t, sess.Abandon(t.Context(), msgs[2]))
-		again := receiveN(t, sess, 4)
+		again := receiveGroup(t, f, &sess, 4, nil)
 		require.Equal(t, []int64{2, 3, 4, 5}, seqs(t, again), "the abandoned messages first, in order")
 		require.Equal(t, msgs[1].BrokerSequence, again[0].BrokerSequence)
 		require.Greater(t, again[0].DeliveryCount, msgs[1].DeliveryCount)
@@ -280,7 +311,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		msgs := receiveN(t, sess, 2)
 		require.NoError(t, sess.Complete(t.Context(), msgs[0]))
 		require.NoError(t, sess.Abandon(t.Context(), msgs[1]))
-		again := receiveN(t, sess, 2)
+		again := receiveGroup(t, f, &sess, 2, nil)
 		require.Equal(t, []int64{2, 3}, seqs(t, again))
 		require.NoError(t, sess.Close(t.Context()))
 		sess = acceptNext(t, f)
@@ -317,6 +348,34 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		require.Equal(t, []int64{1}, seqs(t, []*sequencer.Message{{Properties: dl[0].Properties}}))
 		require.Equal(t, p.Reason, dl[0].Reason)
 		require.Equal(t, p.Description, dl[0].Description)
+	})
+
+	// Without a session lock, a session with nothing of its group in flight has nothing more to
+	// wait for: its receive returns empty at once, and the group's next messages go to the next
+	// AcceptNext. (With one, ReceiveInOrderAndComplete and the abandon cases check that they stay.)
+	t.Run("WithoutSessionLockTheGroupMovesOn", func(t *testing.T) {
+		t.Parallel()
+		if o.Capabilities.SessionLock {
+			t.Skip("the provider declares a session lock (ConformanceOptions.Capabilities)")
+		}
+		f := setup(t)
+		publishN(t, f, 1)
+		sess := acceptNext(t, f)
+		first := receiveN(t, sess, 1)
+		completeAll(t, sess, first)
+		require.NoError(t, f.pub.Publish(t.Context(), f.id, map[string]any{contract.SequenceProperty: int64(2)}, []byte("body-2")))
+		start := time.Now()
+		msgs, err := sess.Receive(ctxWait(t), 1)
+		require.NoError(t, err)
+		require.Empty(t, msgs, "nothing of the group in flight: the session is done")
+		require.Less(t, time.Since(start), wait/2, "an empty receive at once, not at the end of the wait")
+		require.NoError(t, sess.Close(t.Context()))
+		sess = acceptNext(t, f)
+		again := receiveN(t, sess, 1)
+		require.Equal(t, []int64{2}, seqs(t, again))
+		completeAll(t, sess, again)
+		require.NoError(t, sess.Close(t.Context()))
+		requireNoSession(t, f)
 	})
 
 	t.Run("AcceptNextOnEmptyEntity", func(t *testing.T) {
@@ -413,7 +472,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		sess := acceptNext(t, f)
 		m := receiveN(t, sess, 1)[0]
 		require.NoError(t, sess.Abandon(t.Context(), m))
-		again := receiveN(t, sess, 1)[0]
+		again := receiveGroup(t, f, &sess, 1, nil)[0]
 		require.Equal(t, m.BrokerSequence, again.BrokerSequence)
 		require.Greater(t, again.DeliveryCount, m.DeliveryCount)
 		require.NoError(t, sess.Complete(t.Context(), again))
