@@ -10,18 +10,21 @@
 // One receive loop per Source demultiplexes by MessageGroupId: messages of a group with a session
 // open in this process go to that session; other groups are offered to AcceptNext, all of a
 // group's messages of a batch together. SQS serves no one a group that has a message in flight:
-// that is the session's exclusivity, and it lasts only while a message of the group is in flight:
-// a session with nothing held holds nothing at SQS, and another process may receive the group's
-// next messages (order holds all the same: SQS hands them out only after the earlier ones are
-// settled). It also means a session receives the group's next messages
-// only once those in flight are settled (or released).
+// that is the session's exclusivity, and it lasts only while a message of the group is in flight.
 //
-// The loop receives only when asked: an AcceptNext waiting with nothing offered, or a session
-// waiting in Receive with nothing of its group held. A group offered and not accepted within
-// Config.Linger is released (visibility 0, all its messages, in order) rather than left to lapse;
-// while groups wait for AcceptNext, and for Linger after such a release, a waiting session does
-// not make the loop receive. Every receive counts towards the messages' ApproximateReceiveCount
-// and thus the queue's maxReceiveCount, so give the redrive policy room (see docs/sqs.md).
+// The loop receives only for AcceptNext calls waiting with nothing offered (free slots): a group
+// received for a process with no slot free would wait while nobody else may have it. A group
+// offered and not accepted within Config.Linger is released (visibility 0, all its messages, in
+// order) rather than left to lapse. Every receive counts towards the messages'
+// ApproximateReceiveCount and thus the queue's maxReceiveCount, so give the redrive policy room
+// (see docs/sqs.md).
+//
+// A session is one receive long: Receive returns what was received for it, and an empty slice at
+// once when nothing was (SQS serves nothing more of the group while a message of it is in flight,
+// and then to whoever receives first), so the engine ends the session as idle and its slot takes
+// the next group. The completion that would leave nothing of the group in flight is kept and its
+// message deleted at Close, after the engine's last save: the group is nobody else's until the
+// session ends. Capabilities reports no SessionLock.
 //
 // The group's lock is the visibility of its held messages: Config.Visibility from the receive,
 // extended by RenewLock (ChangeMessageVisibilityBatch); LockedUntil is the earliest expiry (a
@@ -37,7 +40,7 @@
 //   - BrokerSequence: the SQS SequenceNumber (a decimal of up to 128 bits) modulo 2^63 (see
 //     [BrokerSequence]). Distinct numbers stay distinct and keep their order within a group,
 //     except across a multiple of 2^63.
-//   - Complete: DeleteMessage. Abandon: visibility 0 for the message and for the group's messages
+//   - Complete: DeleteMessage (the last message in flight at Close, see above). Abandon: visibility 0 for the message and for the group's messages
 //     received but not yet returned by Receive (so that the group comes again in order from the
 //     abandoned message). Close: visibility 0 for everything held of the group.
 //   - DeadLetter: SendMessage of a copy to the dead-letter queue of the queue's RedrivePolicy

@@ -29,7 +29,6 @@ type Session struct {
 	src     *Source
 	g       *group
 	id      string
-	waiting int       // Receive calls waiting
 	renewed time.Time // the nominal lock while nothing of the group is held
 	closed  bool
 }
@@ -54,38 +53,24 @@ func (s *Session) LockedUntil() time.Time {
 	return until
 }
 
-// Receive returns up to limit messages of the group received for it (at least one), waiting for
-// the receive loop until ctx ends (then an empty slice and nil).
-func (s *Session) Receive(ctx context.Context, limit int) ([]*sequencer.Message, error) {
+// Receive returns up to limit messages of the group received for it, without waiting: SQS
+// serves a group's next messages only once none of it is in flight, and then to whichever receive
+// comes next, in this process or another. So with nothing received for it, a session has nothing
+// to wait for: Receive returns an empty slice at once, the engine ends the session as idle (what
+// it holds early goes to the store) and its slot asks for the next group (AcceptNext). ctx is
+// not used.
+func (s *Session) Receive(_ context.Context, limit int) ([]*sequencer.Message, error) {
 	limit = max(limit, 1)
-	for {
-		s.src.mu.Lock()
-		if s.closed {
-			s.src.mu.Unlock()
-			return nil, fmt.Errorf("sqsadapter: receive group %q: session closed: %w", s.id, sequencer.ErrLockLost)
-		}
-		if n := len(s.g.buf); n > 0 {
-			k := min(n, limit)
-			out := slices.Clone(s.g.buf[:k])
-			s.g.buf = slices.Delete(s.g.buf, 0, k)
-			s.src.mu.Unlock()
-			return out, nil
-		}
-		s.waiting++
-		ch := s.g.notify
-		s.src.mu.Unlock()
-		s.src.wakeLoop()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-		}
-		s.src.mu.Lock()
-		s.waiting--
-		s.src.mu.Unlock()
-		if ctx.Err() != nil {
-			return []*sequencer.Message{}, nil
-		}
+	s.src.mu.Lock()
+	defer s.src.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("sqsadapter: receive group %q: session closed: %w", s.id, sequencer.ErrLockLost)
 	}
+	k := min(len(s.g.buf), limit)
+	out := make([]*sequencer.Message, k) // not nil: empty means idle
+	copy(out, s.g.buf)
+	s.g.buf = slices.Delete(s.g.buf, 0, k)
+	return out, nil
 }
 
 // held returns m's receipt when the session still holds it with that receipt handle, else an
@@ -103,7 +88,7 @@ func (s *Session) held(what string, m *sequencer.Message) (*Received, error) {
 		return nil, fmt.Errorf("sqsadapter: %s message %q of group %q: session closed: %w", what, m.MessageID, s.id, sequencer.ErrLockLost)
 	case rec.GroupID != s.id:
 		return nil, fmt.Errorf("sqsadapter: %s message %q: it belongs to group %q, not %q", what, m.MessageID, rec.GroupID, s.id)
-	case h == nil || h.handle != rec.ReceiptHandle:
+	case h == nil || h.handle != rec.ReceiptHandle || h.kept:
 		return nil, fmt.Errorf("sqsadapter: %s message %q of group %q: no longer held (settled, released or its visibility lapsed): %w",
 			what, m.MessageID, s.id, sequencer.ErrLockLost)
 	}
@@ -118,7 +103,19 @@ func (s *Session) drop(rec *Received, id string) {
 		delete(s.g.held, id)
 	}
 	s.src.mu.Unlock()
-	s.src.wakeLoop() // a group with nothing in flight is served again
+}
+
+// deleteKept deletes completions kept for later (Complete), in order. A delete that fails is
+// logged, not returned: the completion was reported, and the message SQS delivers again is a
+// duplicate the engine completes then.
+func (s *Session) deleteKept(ctx context.Context, kept []heldMsg) {
+	for _, h := range kept {
+		if _, err := s.src.cfg.Client.DeleteMessage(ctx, &sqs.DeleteMessageInput{
+			QueueUrl: aws.String(s.src.cfg.QueueURL), ReceiptHandle: aws.String(h.handle)}); err != nil {
+			s.src.log.WarnContext(ctx, "sqsadapter: deleting a completed message (it comes back as a duplicate)",
+				slog.String("group", s.id), slog.Any("error", mapErr("complete", true, err)))
+		}
+	}
 }
 
 // settleErr maps a failed settlement; a lost lock forgets the message.
@@ -136,11 +133,30 @@ func (s *Session) settleErr(what string, m *sequencer.Message, rec *Received, er
 	return err
 }
 
-// Complete deletes the message from the queue.
+// Complete deletes the message from the queue, or keeps it in flight until the session closes
+// when it is the last message of the group the session holds: a group with nothing in flight is
+// anyone's at SQS, so the delete that frees it waits for Close, after the engine's last save of
+// the session. A kept completion is deleted at the session's next settlement or at Close, before
+// anything else, so deletes land in the order of the Complete calls. Deleting it later is safe: a
+// message completed here is covered by the state, and should the process die first, SQS
+// delivers it again and the engine takes it for the duplicate it is.
 func (s *Session) Complete(ctx context.Context, m *sequencer.Message) error {
 	rec, err := s.held("complete", m)
 	if err != nil {
 		return err
+	}
+	s.src.mu.Lock()
+	kept := s.g.takeKept()
+	h := s.g.held[m.MessageID]
+	keep := h != nil && h.handle == rec.ReceiptHandle && len(s.g.held) == 1 && !s.closed
+	if keep {
+		h.settling--
+		h.kept = true
+	}
+	s.src.mu.Unlock()
+	s.deleteKept(ctx, kept)
+	if keep {
+		return nil
 	}
 	if _, err := s.src.cfg.Client.DeleteMessage(ctx, &sqs.DeleteMessageInput{
 		QueueUrl: aws.String(s.src.cfg.QueueURL), ReceiptHandle: aws.String(rec.ReceiptHandle)}); err != nil {
@@ -165,6 +181,7 @@ func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
 		s.src.mu.Unlock()
 		return fmt.Errorf("sqsadapter: abandon message %q of group %q: no longer held: %w", m.MessageID, s.id, sequencer.ErrLockLost)
 	}
+	kept := s.g.takeKept()
 	rel := []heldMsg{*s.g.held[m.MessageID]}
 	for _, b := range s.g.buf {
 		if h := s.g.held[b.MessageID]; h != nil {
@@ -174,6 +191,7 @@ func (s *Session) Abandon(ctx context.Context, m *sequencer.Message) error {
 	}
 	s.g.buf = nil
 	s.src.mu.Unlock()
+	s.deleteKept(ctx, kept)
 	if len(rel) > 1 {
 		if err := s.src.release(ctx, "abandon", rel[1:]); err != nil {
 			s.src.log.WarnContext(ctx, "sqsadapter: releasing the group's later messages", slog.String("group", s.id), slog.Any("error", err))
@@ -195,6 +213,10 @@ func (s *Session) DeadLetter(ctx context.Context, m *sequencer.Message, p sequen
 	if err != nil {
 		return err
 	}
+	s.src.mu.Lock()
+	kept := s.g.takeKept()
+	s.src.mu.Unlock()
+	s.deleteKept(ctx, kept)
 	attrs := deadLetterAttributes(rec.Message.MessageAttributes, p)
 	if len(attrs) < len(rec.Message.MessageAttributes)+2 && (p.Reason != "" || p.Description != "") {
 		s.src.log.WarnContext(ctx, "sqsadapter: dead-letter reason left out: the message has too many attributes",
@@ -316,8 +338,9 @@ func (s *Session) holds(id, handle string) bool {
 	return h != nil && h.handle == handle && h.settling == 0
 }
 
-// Close releases the group: every held message becomes visible again at once, in order. Later
-// settlements of its messages fail with sequencer.ErrLockLost.
+// Close deletes the completion kept (see Complete) and releases the group: every other held
+// message becomes visible again at once, in order. Later settlements of its messages fail with
+// sequencer.ErrLockLost.
 func (s *Session) Close(ctx context.Context) error {
 	s.src.mu.Lock()
 	if s.closed {
@@ -325,6 +348,7 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	kept := s.g.takeKept()
 	rel := s.g.releases()
 	s.g.held = map[string]*heldMsg{}
 	s.g.buf = nil
@@ -332,9 +356,8 @@ func (s *Session) Close(ctx context.Context) error {
 	if s.src.groups[s.id] == s.g {
 		delete(s.src.groups, s.id)
 	}
-	s.g.wake()
 	s.src.mu.Unlock()
-	s.src.wakeLoop()
+	s.deleteKept(ctx, kept)
 	if len(rel) == 0 {
 		return nil
 	}

@@ -80,10 +80,8 @@ type Source struct {
 	groups  map[string]*group // every group this Source holds messages of or has a session for
 	offers  []*group          // groups without a session, in arrival order, for AcceptNext
 	waiters int               // AcceptNext calls waiting
-	// quietUntil holds back receives for waiting sessions after groups nobody took were released.
-	quietUntil time.Time
-	changed    chan struct{} // closed and replaced when offers arrive or the Source closes
-	closed     bool
+	changed chan struct{}     // closed and replaced when offers arrive or the Source closes
+	closed  bool
 
 	kick   chan struct{} // wakes the receive loop when there may be demand
 	cancel context.CancelFunc
@@ -97,7 +95,6 @@ type group struct {
 	held    map[string]*heldMsg  // by message id: every received message not settled or released
 	sess    *Session             // nil: waiting for AcceptNext (offered)
 	offered time.Time            // when it was offered; zero when not offered
-	notify  chan struct{}        // closed and replaced when buf grows or the session ends
 }
 
 type heldMsg struct {
@@ -105,15 +102,26 @@ type heldMsg struct {
 	seq      int64 // BrokerSequence, for releasing in order
 	until    time.Time
 	settling int // settlements under way
+	// kept: completed by the session and deleted when it closes or settles again (see
+	// Session.Complete); no longer the session's to settle.
+	kept bool
 }
 
 func newGroup(id string) *group {
-	return &group{id: id, held: map[string]*heldMsg{}, notify: make(chan struct{})}
+	return &group{id: id, held: map[string]*heldMsg{}}
 }
 
-func (g *group) wake() {
-	close(g.notify)
-	g.notify = make(chan struct{})
+// takeKept removes the kept completions from g.held and returns them in order, for their delete.
+func (g *group) takeKept() []heldMsg {
+	var out []heldMsg
+	for id, h := range g.held {
+		if h.kept {
+			out = append(out, *h)
+			delete(g.held, id)
+		}
+	}
+	slices.SortFunc(out, func(a, b heldMsg) int { return cmp.Compare(a.seq, b.seq) })
+	return out
 }
 
 // releases returns the held messages of g in order, for a release.
@@ -189,8 +197,9 @@ func deadLetterQueue(ctx context.Context, c *sqs.Client, queueURL, policy string
 
 var _ sequencer.CapableSource = (*Source)(nil)
 
-// Capabilities implements sequencer.CapableSource: SQS FIFO offers no deferral, no peek and no
-// session state, so a Runner holds early messages in the state store.
+// Capabilities implements sequencer.CapableSource: SQS FIFO offers no deferral, no peek, no
+// session state and no lock of a group beyond its messages in flight, so a Runner holds early
+// messages in the state store, and a session ends once nothing of its group is in flight.
 func (s *Source) Capabilities() sequencer.Capabilities { return sequencer.Capabilities{} }
 
 // DeadLetterQueueURL returns the URL of the queue's dead-letter queue, where DeadLetter sends.
@@ -227,7 +236,6 @@ func (s *Source) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 			if g.sess == nil && !g.offered.IsZero() && s.groups[g.id] == g {
 				sess := s.newSessionLocked(g)
 				s.mu.Unlock()
-				s.wakeLoop() // one offer fewer: a waiting session may be served now
 				return sess, nil
 			}
 		}
@@ -248,8 +256,9 @@ func (s *Source) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 	}
 }
 
-// Accept returns a session for the group sessionID, at once: it receives whatever of the group
-// the receive loop gets from now on (including what this Source holds of it without a session).
+// Accept returns a session for the group sessionID, at once, with what this Source holds of the
+// group without a session and whatever of it the receive loop gets while it is open (a Receive
+// with nothing of the group held returns at once, see Session.Receive).
 // It returns sequencer.ErrSessionLocked when this Source already has a session for the group. A
 // group another consumer holds is not known here: SQS serves its messages to no one else until
 // they are settled or their visibility lapses, so the session receives them only then.
@@ -281,30 +290,12 @@ func (s *Source) newSessionLocked(g *group) *Session {
 	return sess
 }
 
-// demandLocked reports whether a receive is wanted: an AcceptNext waits with nothing offered, or
-// a session waits in Receive with nothing of its group held (SQS serves a group only when none
-// of its messages is in flight). A session's wait does not count while groups received for
-// others wait for AcceptNext, nor for Linger after such groups were released: each receive of a
-// group nobody takes counts towards its maxReceiveCount. When a session's demand is held back,
-// retry is when to ask again. s.mu must be held.
-func (s *Source) demandLocked(now time.Time) (demand bool, retry time.Time) {
-	if s.waiters > 0 && len(s.offers) == 0 {
-		return true, time.Time{}
-	}
-	hungry := false
-	for _, g := range s.groups {
-		if g.sess != nil && g.sess.waiting > 0 && len(g.held) == 0 {
-			hungry = true
-			break
-		}
-	}
-	switch {
-	case !hungry || len(s.offers) > 0: // an offer taken or released wakes the loop
-		return false, time.Time{}
-	case now.Before(s.quietUntil):
-		return false, s.quietUntil
-	}
-	return true, time.Time{}
+// demandLocked reports whether a receive is wanted: an AcceptNext waits with nothing offered.
+// Only a free slot asks: a receive cannot be aimed at one group, and a group received for a
+// process with no slot free waits for one (up to Linger) while nobody else may have it. A
+// session never asks (see Session.Receive). s.mu must be held.
+func (s *Source) demandLocked() bool {
+	return s.waiters > len(s.offers)
 }
 
 // receiveLoop receives while there is demand and routes what arrives by group.
@@ -348,26 +339,14 @@ func (s *Source) receiveLoop(ctx context.Context) {
 func (s *Source) awaitDemand(ctx context.Context) bool {
 	for {
 		s.mu.Lock()
-		demand, retry := s.demandLocked(time.Now())
+		demand := s.demandLocked()
 		s.mu.Unlock()
 		if demand {
 			return true
 		}
-		var timer <-chan time.Time
-		var t *time.Timer
-		if !retry.IsZero() {
-			t = time.NewTimer(time.Until(retry))
-			timer = t.C
-		}
 		select {
 		case <-s.kick:
-		case <-timer:
 		case <-ctx.Done():
-		}
-		if t != nil {
-			t.Stop()
-		}
-		if ctx.Err() != nil {
 			return false
 		}
 	}
@@ -420,7 +399,6 @@ func (s *Source) route(ctx context.Context, msgs []types.Message, until time.Tim
 			s.offers = append(s.offers, g)
 			offered = true
 		}
-		g.wake()
 	}
 	if offered {
 		s.broadcastLocked()
@@ -455,12 +433,8 @@ func (s *Source) lingerLoop(ctx context.Context) {
 			g.offered = time.Time{}
 			return true
 		})
-		if len(rel) > 0 {
-			s.quietUntil = now.Add(s.cfg.Linger)
-		}
 		s.mu.Unlock()
 		if len(rel) > 0 {
-			s.wakeLoop()
 			if err := s.release(ctx, "not accepted", rel); err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "sqsadapter: releasing messages", slog.Any("error", err))
 			}

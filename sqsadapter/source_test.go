@@ -115,8 +115,9 @@ func TestLingerReleasesUnacceptedGroups(t *testing.T) {
 	require.NoError(t, sess.Close(t.Context()))
 }
 
-// TestAccept: a session for a named group at once, receiving what arrives for it; a second one
-// is refused while the first is open.
+// TestAccept: a session for a named group at once, a second one refused while the first is
+// open; with nothing of the group here it is idle at once. A group received and offered is
+// the session's that Accept opens for it.
 func TestAccept(t *testing.T) {
 	t.Parallel()
 	l := newLocal(t, nil)
@@ -126,25 +127,21 @@ func TestAccept(t *testing.T) {
 	require.Equal(t, "g", sess.ID())
 	_, err = src.Accept(ctxT(t), "g")
 	require.ErrorIs(t, err, sequencer.ErrSessionLocked)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	msgs, err := sess.Receive(ctx, 10)
-	cancel()
+	start := time.Now()
+	msgs, err := sess.Receive(ctxT(t), 10)
 	require.NoError(t, err, "idle: an empty slice and no error")
 	require.NotNil(t, msgs)
 	require.Empty(t, msgs)
+	require.Less(t, time.Since(start), time.Second, "nothing of the group in flight: idle at once")
+	require.NoError(t, sess.Close(t.Context()))
 
 	send(t, pub, "g", 1, 2)
 	send(t, pub, "other", 1)
-	var got []*sequencer.Message
-	for ctx := ctxT(t); len(got) < 2 && ctx.Err() == nil; {
-		ms, err := sess.Receive(ctx, 10)
-		require.NoError(t, err)
-		for _, m := range ms {
-			require.NoError(t, sess.Complete(t.Context(), m)) // the group's next come once these are settled
-		}
-		got = append(got, ms...)
-	}
+	sess, err = src.AcceptNext(ctxT(t)) // one receive: g's two messages, then other's
+	require.NoError(t, err)
+	require.Equal(t, "g", sess.ID(), "the group with the oldest message first")
+	got, err := sess.Receive(ctxT(t), 10)
+	require.NoError(t, err)
 	require.Len(t, got, 2)
 	for i, m := range got {
 		require.Equal(t, "g", m.SessionID)
@@ -155,12 +152,17 @@ func TestAccept(t *testing.T) {
 		rec := m.Raw.(*sqsadapter.Received)
 		require.NotEmpty(t, rec.ReceiptHandle)
 		require.NotEmpty(t, rec.SequenceNumber)
+		require.NoError(t, sess.Complete(t.Context(), m))
 	}
 	require.NoError(t, sess.Close(t.Context()))
 
-	other, err := src.AcceptNext(ctxT(t))
+	other, err := src.Accept(ctxT(t), "other")
 	require.NoError(t, err)
-	require.Equal(t, "other", other.ID())
+	ms, err := other.Receive(ctxT(t), 10)
+	require.NoError(t, err)
+	require.Len(t, ms, 1, "the offered group's message")
+	require.Equal(t, "other", ms[0].SessionID)
+	require.NoError(t, other.Complete(t.Context(), ms[0]))
 	require.NoError(t, other.Close(t.Context()))
 	sess, err = src.Accept(ctxT(t), "g")
 	require.NoError(t, err, "a closed session's group can be accepted again")
@@ -191,8 +193,11 @@ func TestRenewLockKeepsTheGroup(t *testing.T) {
 	clk.Advance(8 * time.Second) // 16s after the receive: lapsed without the renewal
 	require.Empty(t, peekVisible(t, l, pub.url), "the renewed message stays invisible")
 	require.NoError(t, sess.Complete(t.Context(), m[0]))
+	require.NoError(t, sess.Close(t.Context()))
 
 	send(t, pub, "g", 2)
+	sess, err = src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
 	m, err = sess.Receive(ctxT(t), 1)
 	require.NoError(t, err)
 	require.Len(t, m, 1)
@@ -245,11 +250,12 @@ func TestThrottled(t *testing.T) {
 		})
 	})
 	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second})
-	send(t, pub, "g", 1)
+	send(t, pub, "g", 1, 2) // the second keeps the first's completion from being kept (see Complete)
 	sess, err := src.AcceptNext(ctxT(t))
 	require.NoError(t, err)
-	m, err := sess.Receive(ctxT(t), 1)
+	m, err := sess.Receive(ctxT(t), 2)
 	require.NoError(t, err)
+	require.Len(t, m, 2)
 	throttle.Store(true)
 	err = sess.Complete(t.Context(), m[0])
 	require.ErrorIs(t, err, sequencer.ErrSettlementRefused)
@@ -259,7 +265,54 @@ func TestThrottled(t *testing.T) {
 	require.NotErrorIs(t, err, sequencer.ErrSettlementRefused)
 	throttle.Store(false)
 	require.NoError(t, sess.Complete(t.Context(), m[0]), "still held: a later completion lands")
+	require.NoError(t, sess.Complete(t.Context(), m[1]))
 	require.NoError(t, sess.Close(t.Context()))
+}
+
+// TestLastCompletionWaitsForClose: the completion that would leave nothing of the group in
+// flight is deleted when the session closes, so the group is nobody else's until then; a
+// completion after it deletes it first, and a kept one cannot be settled again.
+func TestLastCompletionWaitsForClose(t *testing.T) {
+	t.Parallel()
+	var deletes atomic.Int64
+	l := newLocalWith(t, nil, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessage" {
+				deletes.Add(1)
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 10 * time.Second, Wait: time.Second})
+	send(t, pub, "g", 1, 2)
+	sess, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	m, err := sess.Receive(ctxT(t), 2)
+	require.NoError(t, err)
+	require.Len(t, m, 2)
+	require.NoError(t, sess.Complete(t.Context(), m[0]))
+	require.EqualValues(t, 1, deletes.Load(), "another message of the group is held: deleted at once")
+	require.NoError(t, sess.Complete(t.Context(), m[1]))
+	require.EqualValues(t, 1, deletes.Load(), "the last one in flight: kept")
+	err = sess.Complete(t.Context(), m[1])
+	require.ErrorIs(t, err, sequencer.ErrLockLost, "a kept completion is settled")
+	require.ErrorIs(t, sess.Abandon(t.Context(), m[1]), sequencer.ErrLockLost)
+	other, err := src.Accept(ctxT(t), "g")
+	require.ErrorIs(t, err, sequencer.ErrSessionLocked, "still this session's: %v", other)
+
+	send(t, pub, "g", 3)
+	require.Empty(t, peekVisible(t, l, pub.url), "the group is in flight until the session closes")
+	require.NoError(t, sess.Close(t.Context()))
+	require.EqualValues(t, 2, deletes.Load(), "deleted at Close, not released")
+	sess, err = src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	again, err := sess.Receive(ctxT(t), 10)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.EqualValues(t, 3, again[0].Properties[contract.SequenceProperty], "only the new message: the completed ones are gone")
+	require.NoError(t, sess.Complete(t.Context(), again[0]))
+	require.NoError(t, sess.Close(t.Context()))
+	require.EqualValues(t, 3, deletes.Load())
 }
 
 // TestUndecodableAttributeIsKept: an attribute that does not decode is kept as its raw value,
@@ -332,8 +385,9 @@ func TestRenewAlongsideCompletions(t *testing.T) {
 	for round := range 3 {
 		group := fmt.Sprint("g", round)
 		send(t, pub, group, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
-		sess, err := src.Accept(ctxT(t), group)
+		sess, err := src.AcceptNext(ctxT(t))
 		require.NoError(t, err)
+		require.Equal(t, group, sess.ID())
 		var msgs []*sequencer.Message
 		for ctx := ctxT(t); len(msgs) < 10 && ctx.Err() == nil; {
 			ms, err := sess.Receive(ctx, 10)
