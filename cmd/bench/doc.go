@@ -37,8 +37,8 @@
 // (-retry-base changes the first wait; the worker's default of 1 s would make the exception
 // cells measure the backoff).
 //
-// With -provider sqs (it needs -database-url; pressure none) each cell runs on an in-process SQS
-// FIFO (emulator/sqs) instead: the replicas with SEQBUS_PROVIDER=sqs, state and early messages
+// With -provider sqs (it needs -database-url; pressure none or latency, each SQS call delayed by
+// -latency) each cell runs on an in-process SQS FIFO (emulator/sqs) instead: the replicas with SEQBUS_PROVIDER=sqs, state and early messages
 // in Postgres, then a plain AWS SDK FIFO consumer (ReceiveMessage up to 10, DeleteMessage each,
 // no ordering of its own) on a queue of its own with the same input. The broker calls of each
 // side are the SQS API calls the local SQS counted from that side's client; after the table it

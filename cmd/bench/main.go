@@ -209,7 +209,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		retryBase  time.Duration
 	)
 	o := &cfg.opts
-	fs.Func("provider", "broker of the cells: servicebus (the in-process emulator, or -connection-string) or sqs (the in-process SQS FIFO, state and early messages in Postgres at -database-url, beside a plain AWS SDK FIFO consumer; pressure none) (default servicebus)", func(v string) error {
+	fs.Func("provider", "broker of the cells: servicebus (the in-process emulator, or -connection-string) or sqs (the in-process SQS FIFO, state and early messages in Postgres at -database-url, beside a plain AWS SDK FIFO consumer; pressure none or latency) (default servicebus)", func(v string) error {
 		o.Provider = bench.Provider(v)
 		return nil
 	})

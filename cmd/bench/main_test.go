@@ -57,7 +57,8 @@ func TestRunWithThePostgresStore(t *testing.T) {
 	require.Contains(t, stdout.String(), "1 cells in ")
 }
 
-// TestRunOnSQS runs the SQS cells of one input, in order and shuffled, and prints the budgets.
+// TestRunOnSQS runs the SQS cells of one input, in order and shuffled, with and without the
+// latency pressure (the default pressures of SQS), and prints the budgets.
 func TestRunOnSQS(t *testing.T) {
 	t.Parallel()
 	_, schema := pgtest.NewPoolWithSchema(t, nil)
@@ -68,7 +69,8 @@ func TestRunOnSQS(t *testing.T) {
 		"-sessions", "4", "-messages", "10", "-database-url", pgtest.SchemaDSN(schema),
 		"-out", t.TempDir(), "-progress=false"}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr: %s", stderr.String())
-	require.Contains(t, stdout.String(), "2 cells in ")
+	require.Contains(t, stdout.String(), "4 cells in ")
+	require.Contains(t, stdout.String(), "pressure latency, 0% exceptions, in-order, early store: worker rate / plain rate: ")
 	require.Contains(t, stdout.String(), "in-order, early store: worker rate / plain rate: ")
 	require.Contains(t, stdout.String(), "shuffled, early store: worker SQS calls per message (in order + 0.3): ")
 }

@@ -19,7 +19,7 @@ import (
 // Options configure a matrix run. Zero fields take the defaults in brackets.
 type Options struct {
 	// Provider is the broker the cells run on [ProviderServiceBus]. ProviderSQS runs them on
-	// the in-process SQS FIFO and needs DatabaseURL; it has pressure none only.
+	// the in-process SQS FIFO and needs DatabaseURL; it has pressures none and latency.
 	Provider Provider
 	// The dimensions; every combination is one cell.
 	Replicas       []int      // [1 2 4 8]
@@ -111,8 +111,11 @@ func (o Options) WithDefaults() Options {
 	}
 	if len(o.Pressures) == 0 {
 		o.Pressures = DefaultPressures
-		if o.ConnectionString != "" || o.Provider == ProviderSQS {
+		switch {
+		case o.ConnectionString != "":
 			o.Pressures = []Pressure{PressureNone}
+		case o.Provider == ProviderSQS:
+			o.Pressures = []Pressure{PressureNone, PressureLatency}
 		}
 	}
 	if o.Provider == ProviderSQS && len(o.Early) == 0 {
@@ -167,8 +170,8 @@ func (o Options) Validate() error {
 		if o.ConnectionString != "" {
 			errs = append(errs, fmt.Errorf("provider %s runs on the in-process SQS FIFO: a connection string is Service Bus only", o.Provider))
 		}
-		if slices.ContainsFunc(o.Pressures, func(p Pressure) bool { return p != PressureNone }) {
-			errs = append(errs, fmt.Errorf("provider %s: the local SQS has pressure %s only", o.Provider, PressureNone))
+		if slices.Contains(o.Pressures, PressureThrottle) {
+			errs = append(errs, fmt.Errorf("provider %s: the local SQS has pressures %s and %s only", o.Provider, PressureNone, PressureLatency))
 		}
 		if slices.ContainsFunc(o.Early, func(e worker.EarlyMessages) bool { return e != worker.EarlyMessagesStore }) {
 			errs = append(errs, fmt.Errorf("provider %s holds early messages in the store (early %s) only", o.Provider, worker.EarlyMessagesStore))

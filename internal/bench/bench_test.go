@@ -50,7 +50,7 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "sqs", opts: Options{Provider: ProviderSQS, DatabaseURL: "postgres://127.0.0.1/test"}},
 		{name: "unknown provider", opts: Options{Provider: "kafka"}, wantErr: `provider: "kafka" is neither servicebus nor sqs`},
 		{name: "sqs without a database", opts: Options{Provider: ProviderSQS}, wantErr: "provider sqs: the replicas keep their state and early messages in Postgres"},
-		{name: "sqs with throttle", opts: Options{Provider: ProviderSQS, DatabaseURL: "postgres://127.0.0.1/test", Pressures: []Pressure{PressureThrottle}}, wantErr: "the local SQS has pressure none only"},
+		{name: "sqs with throttle", opts: Options{Provider: ProviderSQS, DatabaseURL: "postgres://127.0.0.1/test", Pressures: []Pressure{PressureThrottle}}, wantErr: "the local SQS has pressures none and latency only"},
 		{name: "sqs deferring", opts: Options{Provider: ProviderSQS, DatabaseURL: "postgres://127.0.0.1/test", Early: []worker.EarlyMessages{worker.EarlyMessagesDefer}}, wantErr: "holds early messages in the store (early store) only"},
 		{name: "session connections not dividing", opts: Options{SessionsPerReplica: 8, SessionConnections: 3}, wantErr: "session connections 3 must be positive and divide sessions per replica 8"},
 	}

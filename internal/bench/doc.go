@@ -26,8 +26,9 @@
 // With Options.Provider ProviderSQS a cell runs on the in-process SQS FIFO (emulator/sqs), behind
 // an http.Handler that counts the API calls of each side by the header its client sets: the
 // replicas (SEQBUS_PROVIDER=sqs, state and early messages in a Postgres schema of the cell's
-// own) on one queue, then PlainSQSConsumer on another with the same input. SQSBudgets checks
-// the results against the SQS budgets.
+// own) on one queue, then PlainSQSConsumer on another with the same input; with the latency
+// pressure every call waits Options.Latency first. SQSBudgets checks the results against the
+// SQS budgets.
 //
 // This package may import anything of seqbus; only cmd/bench and tests import it.
 package bench

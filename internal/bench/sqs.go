@@ -51,14 +51,26 @@ const (
 )
 
 // callCounter is an http.Handler in front of the local SQS counting its API calls per side (the
-// client's sideHeader) and per operation (X-Amz-Target).
+// client's sideHeader) and per operation (X-Amz-Target). With latency, every call waits that
+// long before the local SQS serves it (the latency pressure: a network and a service that take
+// time, as the real SQS does).
 type callCounter struct {
-	next http.Handler
-	mu   sync.Mutex
-	by   map[string]map[string]uint64 // side → operation → calls
+	next    http.Handler
+	latency time.Duration
+	mu      sync.Mutex
+	by      map[string]map[string]uint64 // side → operation → calls
 }
 
 func (c *callCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c.latency > 0 {
+		t := time.NewTimer(c.latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
 	side, op := r.Header.Get(sideHeader), r.Header.Get("X-Amz-Target")
 	c.mu.Lock()
 	if c.by[side] == nil {
@@ -105,8 +117,11 @@ type localSQS struct {
 	drop     func()
 }
 
-func startLocalSQS(ctx context.Context, o Options) (_ *localSQS, err error) {
+func startLocalSQS(ctx context.Context, o Options, cell Cell) (_ *localSQS, err error) {
 	l := &localSQS{counter: &callCounter{next: sqs.New(sqs.Config{Logger: o.Logger.With(slog.String("component", "sqs"))}), by: map[string]map[string]uint64{}}}
+	if cell.Pressure == PressureLatency {
+		l.counter.latency = o.Latency
+	}
 	defer func() {
 		if err != nil {
 			l.close()
@@ -168,7 +183,7 @@ func runSQSCell(ctx context.Context, o Options, index int, cell Cell) Result {
 	res := Result{Cell: cell, Sessions: o.Sessions, Messages: o.Sessions * o.Messages}
 	ctx, cancel := context.WithTimeout(ctx, o.CellTimeout)
 	defer cancel()
-	l, err := startLocalSQS(ctx, o)
+	l, err := startLocalSQS(ctx, o, cell)
 	if err != nil {
 		res.Err = err
 		return res
@@ -304,7 +319,8 @@ func runSQSPlain(ctx context.Context, o Options, index int, cell Cell, l *localS
 		ids[i] = fmt.Sprintf("%s-c%02d-p%04d", o.RunID, index, i)
 	}
 	var finished sessionsFinished
-	p := &PlainSQSConsumer{Client: l.client(sidePlain), QueueURL: l.plainQ, Consumers: cell.Replicas,
+	// As many receive loops as the replicas have sessions at once: the same concurrency.
+	p := &PlainSQSConsumer{Client: l.client(sidePlain), QueueURL: l.plainQ, Consumers: cell.Replicas * o.SessionsPerReplica,
 		Expect: o.Sessions * o.Messages, PerGroup: o.Messages, GroupDone: finished.add}
 	callsBefore := l.counter.calls(sidePlain)
 	start := time.Now()

@@ -11,9 +11,10 @@ import (
 	"github.com/seqbus/seqbus/worker"
 )
 
-// TestSQSCellMeasuresWorkerAndPlainConsumer runs one tiny cell on the local SQS FIFO: every
-// message handled in order by the replicas and deleted by the plain consumer, each side's SQS
-// calls counted apart (a delete per message at least, plus receives).
+// TestSQSCellMeasuresWorkerAndPlainConsumer runs one tiny cell on the local SQS FIFO under each
+// of SQS's default pressures (none, latency): every message handled in order by the replicas and
+// deleted by the plain consumer, each side's SQS calls counted apart (a delete per message at
+// least, plus receives).
 func TestSQSCellMeasuresWorkerAndPlainConsumer(t *testing.T) {
 	t.Parallel()
 	_, schema := pgtest.NewPoolWithSchema(t, nil)
@@ -25,18 +26,23 @@ func TestSQSCellMeasuresWorkerAndPlainConsumer(t *testing.T) {
 		Sessions: 4, Messages: 15, CellTimeout: 45 * time.Second,
 	}, nil)
 	require.NoError(t, err)
-	require.Len(t, results, 1)
-	r := results[0]
-	require.NoError(t, r.Err)
-	require.Equal(t, worker.EarlyMessagesStore, r.Early)
-	require.Zero(t, r.Violations)
-	require.Zero(t, r.Incomplete)
-	require.Positive(t, r.HandlerErrors, "a tenth of the calls failed")
-	require.Positive(t, r.Rate)
-	require.Positive(t, r.PlainRate)
-	require.Greater(t, r.BrokerCalls, uint64(60), "a delete per message and the receives")
-	require.Greater(t, r.PlainBrokerCalls, uint64(60), "a delete per message and the receives")
-	require.Positive(t, r.StoreCalls)
+	require.Len(t, results, 2)
+	require.Equal(t, []Pressure{PressureNone, PressureLatency}, []Pressure{results[0].Pressure, results[1].Pressure})
+	for _, r := range results {
+		require.NoError(t, r.Err)
+		require.Equal(t, worker.EarlyMessagesStore, r.Early)
+		require.Zero(t, r.Violations)
+		require.Zero(t, r.Incomplete)
+		require.Positive(t, r.HandlerErrors, "a tenth of the calls failed")
+		require.Positive(t, r.Rate)
+		require.Positive(t, r.PlainRate)
+		require.Greater(t, r.BrokerCalls, uint64(60), "a delete per message and the receives")
+		require.Greater(t, r.PlainBrokerCalls, uint64(60), "a delete per message and the receives")
+		require.Positive(t, r.StoreCalls)
+	}
+	// Every call of the latency cell waits 5 ms: its 60 messages take the plain consumer's 8
+	// loops at least 60 × 5 ms ÷ 8.
+	require.Less(t, results[1].PlainRate, 60/(60*0.005/8))
 }
 
 func TestSQSBudgets(t *testing.T) {
