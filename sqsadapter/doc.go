@@ -40,9 +40,10 @@
 //   - BrokerSequence: the SQS SequenceNumber (a decimal of up to 128 bits) modulo 2^63 (see
 //     [BrokerSequence]). Distinct numbers stay distinct and keep their order within a group,
 //     except across a multiple of 2^63.
-//   - Complete: DeleteMessage (the last message in flight at Close, see above). Abandon: visibility 0 for the message and for the group's messages
-//     received but not yet returned by Receive (so that the group comes again in order from the
-//     abandoned message). Close: visibility 0 for everything held of the group.
+//   - Complete: DeleteMessage (of the last message in flight, at Close: see above). Abandon:
+//     visibility 0 for the message and for the group's messages received but not yet returned
+//     by Receive (so that the group comes again in order from the abandoned message). Close:
+//     DeleteMessage of a kept completion, visibility 0 for everything else held of the group.
 //   - DeadLetter: SendMessage of a copy to the dead-letter queue of the queue's RedrivePolicy
 //     (same group, deduplication id "dl-" and the message id, the message's attributes plus
 //     DeadLetterReason and DeadLetterErrorDescription), then DeleteMessage. A crash between the

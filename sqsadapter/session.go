@@ -139,7 +139,9 @@ func (s *Session) settleErr(what string, m *sequencer.Message, rec *Received, er
 // the session. A kept completion is deleted at the session's next settlement or at Close, before
 // anything else, so deletes land in the order of the Complete calls. Deleting it later is safe: a
 // message completed here is covered by the state, and should the process die first, SQS
-// delivers it again and the engine takes it for the duplicate it is.
+// delivers it again and the engine takes it for the duplicate it is. Completions alongside each
+// other (an engine with MaxPendingSettlements above 1) may each find the other still held and
+// delete at once; the worker settles one at a time on SQS.
 func (s *Session) Complete(ctx context.Context, m *sequencer.Message) error {
 	rec, err := s.held("complete", m)
 	if err != nil {

@@ -435,6 +435,7 @@ func (s *Source) lingerLoop(ctx context.Context) {
 		})
 		s.mu.Unlock()
 		if len(rel) > 0 {
+			s.wakeLoop() // fewer offers: AcceptNext calls waiting may want a receive
 			if err := s.release(ctx, "not accepted", rel); err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "sqsadapter: releasing messages", slog.Any("error", err))
 			}
