@@ -115,9 +115,10 @@ type Capabilities struct {
 	// SessionLock: an accepted session holds its whole group until it is closed, whether or not
 	// a message of it is in flight, so its later and abandoned messages come to it (Service Bus
 	// session locks). Without it (SQS FIFO, whose lock is the visibility of the messages in
-	// flight), a session holds its group only while one of its messages is in flight: once
-	// none is, Receive returns an empty slice at once and the group's next messages go to
-	// whichever session accepts the group next.
+	// flight), a session holds its group only while one of its messages is in flight, and
+	// nothing more of the group comes meanwhile: Receive returns what was received for the
+	// session and then an empty slice at once, and the group's next messages go to whichever
+	// session accepts the group next.
 	SessionLock bool
 }
 

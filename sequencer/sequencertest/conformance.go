@@ -122,9 +122,9 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		return out
 	}
 	// receiveGroup receives n messages of f's group on *sess, settling each with settle (nil:
-	// leave it in flight). A provider without a session lock ends a session once nothing of
-	// its group is in flight (an empty receive): the group's next messages then come to the
-	// next session AcceptNext gives, which replaces *sess.
+	// leave it in flight). A provider without a session lock ends a session once it took what
+	// was received for it (an empty receive): the group's next messages then come to the next
+	// session AcceptNext gives, which replaces *sess.
 	receiveGroup := func(t *testing.T, f fixture, sess *sequencer.Session, n int, settle func(sequencer.Session, *sequencer.Message) error) []*sequencer.Message {
 		ctx := ctxWait(t)
 		var out []*sequencer.Message
@@ -350,9 +350,9 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		require.Equal(t, p.Description, dl[0].Description)
 	})
 
-	// Without a session lock, a session with nothing of its group in flight has nothing more to
+	// Without a session lock, a session that took what was received for it has nothing more to
 	// wait for: its receive returns empty at once, and the group's next messages go to the next
-	// AcceptNext. (With one, ReceiveInOrderAndComplete and the abandon cases check that they stay.)
+	// AcceptNext. (With one, the abandon cases check that they stay with the session.)
 	t.Run("WithoutSessionLockTheGroupMovesOn", func(t *testing.T) {
 		t.Parallel()
 		if o.Capabilities.SessionLock {
@@ -367,7 +367,7 @@ func RunSessionConformance(t *testing.T, newSource func(t *testing.T) (sequencer
 		start := time.Now()
 		msgs, err := sess.Receive(ctxWait(t), 1)
 		require.NoError(t, err)
-		require.Empty(t, msgs, "nothing of the group in flight: the session is done")
+		require.Empty(t, msgs, "nothing more comes to the session: it is done")
 		require.Less(t, time.Since(start), wait/2, "an empty receive at once, not at the end of the wait")
 		require.NoError(t, sess.Close(t.Context()))
 		sess = acceptNext(t, f)
