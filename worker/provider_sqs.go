@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/seqbus/seqbus/outbox"
 	"github.com/seqbus/seqbus/sessionstate/postgres"
 	"github.com/seqbus/seqbus/sqsadapter"
 )
@@ -203,5 +205,20 @@ func sqsMessages(client *sqs.Client, queueURL string, calls func(op string, n in
 			n += v
 		}
 		return n, nil
+	}
+}
+
+// sqsSenders opens the outbox relay's sender of an entity with ProviderSQS: the SQS FIFO queue of
+// that name (GetQueueUrl), so that the outbox names an SQS queue as it names a Service Bus queue.
+func sqsSenders(client *sqs.Client) func(context.Context, string) (outbox.Sender, error) {
+	return func(ctx context.Context, entity string) (outbox.Sender, error) {
+		if !strings.HasSuffix(entity, ".fifo") {
+			return nil, fmt.Errorf("worker: relay: entity %q is not the name of an SQS FIFO queue (such names end in .fifo)", entity)
+		}
+		out, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(entity)})
+		if err != nil {
+			return nil, fmt.Errorf("worker: relay: queue %q: %w", entity, err)
+		}
+		return sqsadapter.NewSender(client, aws.ToString(out.QueueUrl))
 	}
 }

@@ -233,3 +233,19 @@ func TestScalerOnSQS(t *testing.T) {
 	require.Equal(t, 20, sc.SessionsReady, "the queue's 20 messages, an upper bound of its 5 groups")
 	require.Equal(t, 3, sc.ReplicasWanted)
 }
+
+// The relay's senders on SQS: an entity is the name of a FIFO queue; another name, or a queue
+// that does not exist, is an error that names it.
+func TestSQSSenders(t *testing.T) {
+	t.Parallel()
+	client := localSQS(t)
+	fifoQueue(t, client, "relayed.fifo")
+	open := sqsSenders(client)
+	s, err := open(t.Context(), "relayed.fifo")
+	require.NoError(t, err)
+	require.NotNil(t, s)
+	_, err = open(t.Context(), "relayed")
+	require.ErrorContains(t, err, `entity "relayed" is not the name of an SQS FIFO queue`)
+	_, err = open(t.Context(), "missing.fifo")
+	require.ErrorContains(t, err, `queue "missing.fifo"`)
+}

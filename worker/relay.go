@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -19,12 +20,19 @@ import (
 )
 
 // RelayConfig configures a Relay, the transactional outbox's relay run as a service (`worker
-// relay`): the messages applications enqueue in Postgres (package outbox) go to Service Bus in
-// each session's order. Its settings follow Config's rules: DefaultRelayConfig holds the
-// defaults, FromEnv reads the variables of the envconfig tags, 0 is zero (RelayEndedRetention 0
-// keeps ended sessions forever).
+// relay`): the messages applications enqueue in Postgres (package outbox) go to Service Bus, or
+// with ProviderSQS to SQS FIFO queues, in each session's order. Its settings follow Config's
+// rules: DefaultRelayConfig holds the defaults, FromEnv reads the variables of the envconfig
+// tags, 0 is zero (RelayEndedRetention 0 keeps ended sessions forever).
 type RelayConfig struct {
+	// Provider is where the relay sends: ProviderServiceBus (the default; the outbox's entities
+	// are queues and topics of ServiceBus's namespace) or ProviderSQS (each entity is the name
+	// of an SQS FIFO queue, found with GetQueueUrl; a session goes out as a message group).
+	Provider Provider `envconfig:"PROVIDER" desc:"Where the relay sends: servicebus (the outbox's entities are queues and topics of the namespace) or sqs (each entity is the name of an SQS FIFO queue; region and credentials from the standard AWS chain)."`
 	ServiceBus
+	// SQSClient is the SQS client of ProviderSQS to use instead of one built from the standard
+	// AWS chain; the caller owns it.
+	SQSClient *sqs.Client `ignored:"true" desc:"An SQS client to use instead of one built from the standard AWS chain (tests, a local SQS)."`
 	// Database holds the outbox (required).
 	Database
 	// SequenceProperty and LastProperty name the application properties the worker reads.
@@ -58,6 +66,7 @@ type RelayConfig struct {
 // gives.
 func DefaultRelayConfig() RelayConfig {
 	return RelayConfig{
+		Provider:         ProviderServiceBus,
 		SequenceProperty: contract.SequenceProperty,
 		LastProperty:     contract.LastProperty,
 		BatchSize:        outbox.DefaultBatchSize,
@@ -76,7 +85,17 @@ func DefaultRelayConfig() RelayConfig {
 // and variable. NewRelay calls it.
 func (c *RelayConfig) Validate() error {
 	var p problems[RelayConfig]
-	checkServiceBus(&p, c.ServiceBus)
+	oneOf(&p, "Provider", c.Provider, ProviderServiceBus, ProviderSQS)
+	switch c.Provider {
+	case ProviderServiceBus:
+		checkServiceBus(&p, c.ServiceBus)
+	case ProviderSQS:
+		for field, set := range map[string]bool{"ConnectionString": c.ConnectionString != "", "Namespace": c.Namespace != "", "Credential": c.Credential != nil} {
+			if set {
+				p.add(field, "is a Service Bus setting, refused with %s=%s", p.v("Provider"), ProviderSQS)
+			}
+		}
+	}
 	checkDatabase(&p, c.Database, "required: the outbox lives in Postgres")
 	checkContract(&p, c.SequenceProperty, c.LastProperty)
 	for _, e := range c.Entities {
@@ -110,7 +129,7 @@ func (c RelayConfig) String() string { return c.LogValue().String() }
 type Relay struct {
 	cfg    RelayConfig
 	log    *slog.Logger
-	client *azservicebus.Client
+	client *azservicebus.Client // nil with ProviderSQS
 	pool   *pgxpool.Pool
 	own    bool
 	relay  *outbox.Relay
@@ -131,16 +150,27 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	}
 	cfg.Service = cfg.Service.withDefaults()
 	r := &Relay{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
-	var err error
-	if r.client, err = newServiceBusClient(cfg.ServiceBus, &azservicebus.ClientOptions{RetryOptions: managementRetries}); err != nil {
-		return nil, err
+	var newSender func(context.Context, string) (outbox.Sender, error)
+	switch cfg.Provider {
+	case ProviderSQS:
+		client, err := newSQSClient(context.Background(), SQS{SQSClient: cfg.SQSClient})
+		if err != nil {
+			return nil, err
+		}
+		newSender = sqsSenders(client)
+	default:
+		var err error
+		if r.client, err = newServiceBusClient(cfg.ServiceBus, &azservicebus.ClientOptions{RetryOptions: managementRetries}); err != nil {
+			return nil, err
+		}
 	}
+	var err error
 	if r.pool, r.own, err = openPool(context.Background(), cfg.Database); err != nil {
 		r.close()
 		return nil, err
 	}
 	ocfg := outbox.RelayConfig{
-		Pool: r.pool, Client: r.client, Logger: r.log, Clock: cfg.Clock,
+		Pool: r.pool, Client: r.client, NewSender: newSender, Logger: r.log, Clock: cfg.Clock,
 		Entities: cfg.Entities, BatchSize: cfg.BatchSize, Concurrency: cfg.Concurrency,
 		PollInterval: cfg.PollInterval, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff,
 		SendTimeout: cfg.SendTimeout, SequenceProperty: cfg.SequenceProperty, LastProperty: cfg.LastProperty,

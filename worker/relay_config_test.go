@@ -31,6 +31,12 @@ func TestRelayConfigValidate(t *testing.T) {
 		{"negative retention", func(c *RelayConfig) { c.EndedRetention = -time.Hour }, "SEQBUS_RELAY_ENDED_RETENTION: must not be negative"},
 		{"backoff below its floor", func(c *RelayConfig) { c.MaxBackoff = time.Millisecond }, "SEQBUS_RELAY_MAX_BACKOFF: must be at least SEQBUS_RELAY_MIN_BACKOFF"},
 		{"zero shutdown timeout", func(c *RelayConfig) { c.SoftStopTimeout = 0 }, "SEQBUS_SHUTDOWN_TIMEOUT"},
+		{"sqs", func(c *RelayConfig) { c.Provider, c.ConnectionString = ProviderSQS, "" }, ""},
+		{"sqs with a connection string", func(c *RelayConfig) { c.Provider = ProviderSQS }, "SEQBUS_CONNECTION_STRING: is a Service Bus setting, refused with SEQBUS_PROVIDER=sqs"},
+		{"sqs with a namespace", func(c *RelayConfig) {
+			c.Provider, c.ConnectionString, c.Namespace = ProviderSQS, "", "x.servicebus.windows.net"
+		}, "SEQBUS_NAMESPACE: is a Service Bus setting"},
+		{"unknown provider", func(c *RelayConfig) { c.Provider = "kafka" }, "SEQBUS_PROVIDER"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 const usage = `usage: worker [run | relay | scaler | console | doctor | migrate up|down|status | sessions … | dlq … | help]
 
   run (default)   run the worker; configured by SEQBUS_* environment variables
-  relay           publish the Postgres outbox to Service Bus in each session's order
+  relay           publish the Postgres outbox to Service Bus (or SQS FIFO) in each session's order
   scaler          serve the scaling signal (GET /scale, /metrics) with the worker's settings;
                   consumes nothing (one small always-on pod, for scaling from zero)
   console         serve the web console (SEQBUS_CONSOLE_ADDR; SEQBUS_CONSOLE_TOKEN,

@@ -80,8 +80,9 @@ func configurationSections() []configdoc.Section {
 		},
 		{
 			Title: "Relay",
-			Intro: "`worker relay` sends what applications enqueued in the Postgres outbox to Service Bus, " +
-				"in each session's order. It reads these; the fields set from Go only are the worker's.",
+			Intro: "`worker relay` sends what applications enqueued in the Postgres outbox to Service Bus " +
+				"(or, with `SEQBUS_PROVIDER=sqs`, to SQS FIFO queues), in each session's order. It reads these; " +
+				"the fields set from Go only are the worker's.",
 			Prefix: worker.EnvPrefix, Defaults: worker.DefaultRelayConfig(), Valid: rv, Format: sizes,
 			Validate: func(v any) error { c := v.(worker.RelayConfig); return c.Validate() },
 		},

@@ -2,7 +2,7 @@
 // application order and hands them to a handler.
 //
 //	worker [run]                    run the worker (configured by SEQBUS_* variables)
-//	worker relay                    publish the Postgres outbox to Service Bus in session order
+//	worker relay                    publish the Postgres outbox to Service Bus (or SQS FIFO) in session order
 //	worker scaler                   serve the scaling signal (GET /scale, /metrics, /healthz)
 //	                                with the worker's settings, consuming nothing
 //	worker console                  serve the web console of the entity's sessions and dead

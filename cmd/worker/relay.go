@@ -31,7 +31,8 @@ func (c *cli) fromEnv(cfg any) (*slog.Logger, error) {
 }
 
 // relay runs the outbox relay until a signal arrives: the messages applications enqueued in the
-// Postgres outbox go to Service Bus in each session's order. A first signal lets the sends in
+// Postgres outbox go to Service Bus (or, with SEQBUS_PROVIDER=sqs, to SQS FIFO queues) in each
+// session's order. A first signal lets the sends in
 // flight finish within SEQBUS_SHUTDOWN_TIMEOUT.
 func (c *cli) relay(ctx context.Context, args []string) error {
 	if len(args) > 0 {
@@ -39,17 +40,6 @@ func (c *cli) relay(ctx context.Context, args []string) error {
 	}
 	sigs, stopSignals := c.signals()
 	defer stopSignals()
-	// The relay sends to Service Bus: a SEQBUS_PROVIDER=sqs environment gets a refusal that says
-	// so, not a missing connection string.
-	var provider struct {
-		Provider worker.Provider `envconfig:"PROVIDER"`
-	}
-	if err := worker.FromEnv(&provider); err != nil {
-		return err
-	}
-	if provider.Provider == worker.ProviderSQS {
-		return errors.New("worker relay: not available with SEQBUS_PROVIDER=sqs in this build: it sends to Service Bus; a program relays to SQS FIFO with outbox.NewRelay and sqsadapter.Sender (docs/sqs-worker.md)")
-	}
 	cfg := worker.DefaultRelayConfig()
 	logger, err := c.fromEnv(&cfg)
 	if err != nil {

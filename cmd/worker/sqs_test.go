@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/emulator/sqs"
@@ -27,6 +28,8 @@ import (
 	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/internal/testio"
 	"github.com/seqbus/seqbus/internal/workerbin"
+	"github.com/seqbus/seqbus/migrations"
+	"github.com/seqbus/seqbus/outbox"
 	"github.com/seqbus/seqbus/publisher"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sqsadapter"
@@ -205,6 +208,51 @@ func TestSQSWorkerProcess(t *testing.T) {
 		require.Contains(t, log, `"duplicates":10`, "the 10 copies were dropped")
 	})
 
+	// The outbox on SQS, as docs/outbox.md sets it up: an application enqueues in Postgres under
+	// the queue's name, `worker relay` with SEQBUS_PROVIDER=sqs sends each session as a message
+	// group, and the worker hands every message over in order.
+	t.Run("relayed from the outbox", func(t *testing.T) {
+		t.Parallel()
+		endpoint, client, queueURL := sqsQueue(t, "relayed")
+		pool, schema := pgtest.NewPoolWithSchema(t, nil)
+		_, err := migrations.New(pool, nil).Up(ctx, migrations.UpOptions{})
+		require.NoError(t, err)
+		const groups, perGroup = 3, 12
+		for i := range perGroup {
+			for g := range groups {
+				require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := outbox.Enqueue(ctx, tx, outbox.EnqueueParams{Entity: "relayed.fifo", SessionID: fmt.Sprintf("order-%d", g),
+						Body: fmt.Appendf(nil, `{"step":%d}`, i+1), Last: i == perGroup-1})
+					return err
+				}))
+			}
+		}
+		relay := exec.CommandContext(ctx, bin, "relay")
+		relay.Env = append(awsEnv(t, endpoint), "PATH="+os.Getenv("PATH"), "SEQBUS_PROVIDER=sqs",
+			"SEQBUS_DATABASE_URL="+pgtest.SchemaDSN(schema), "SEQBUS_HTTP_ADDR=off", "SEQBUS_RELAY_POLL_INTERVAL=100ms")
+		relayErr := &testio.SyncBuffer{}
+		relay.Stderr = relayErr
+		require.NoError(t, relay.Start())
+
+		w := startSQSWorker(ctx, t, bin, endpoint, queueURL, schema)
+		checker := demo.NewChecker(ids(groups), perGroup)
+		w.handled(ctx, t, groups*perGroup, checker)
+		require.Empty(t, checker.Violations())
+		require.Empty(t, checker.Incomplete(), "every group handled once each, in order")
+		empty(t, client, queueURL, w)
+		var left int64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM seqbus_outbox WHERE sent_at IS NULL").Scan(&left))
+		require.Zero(t, left, "the relay sent every message")
+
+		for _, p := range []*exec.Cmd{relay, w.cmd} {
+			require.NoError(t, p.Process.Signal(syscall.SIGTERM))
+		}
+		require.NoError(t, relay.Wait(), "relay stderr: %s", relayErr.String())
+		require.NoError(t, w.cmd.Wait(), "stderr: %s", w.stderr.String())
+		require.Contains(t, relayErr.String(), `"provider":"sqs"`)
+		require.Contains(t, relayErr.String(), fmt.Sprintf(`"msg":"worker: relay stopped","sent":%d,"failures":0`, groups*perGroup))
+	})
+
 	t.Run("killed and replaced", func(t *testing.T) {
 		t.Parallel()
 		endpoint, client, queueURL := sqsQueue(t, "killed")
@@ -284,7 +332,7 @@ func TestSQSWorkerRefusals(t *testing.T) {
 		})
 	}
 	// The commands that read Service Bus only say so.
-	for _, cmd := range [][]string{{"doctor"}, {"console"}, {"relay"}} {
+	for _, cmd := range [][]string{{"doctor"}, {"console"}} {
 		clearEnv(t)
 		t.Setenv("SEQBUS_PROVIDER", "sqs")
 		t.Setenv("SEQBUS_SQS_QUEUE_URL", queueURL)
