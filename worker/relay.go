@@ -90,9 +90,12 @@ func (c *RelayConfig) Validate() error {
 	case ProviderServiceBus:
 		checkServiceBus(&p, c.ServiceBus)
 	case ProviderSQS:
-		for field, set := range map[string]bool{"ConnectionString": c.ConnectionString != "", "Namespace": c.Namespace != "", "Credential": c.Credential != nil} {
-			if set {
-				p.add(field, "is a Service Bus setting, refused with %s=%s", p.v("Provider"), ProviderSQS)
+		for _, f := range []struct {
+			field string
+			set   bool
+		}{{"ConnectionString", c.ConnectionString != ""}, {"Namespace", c.Namespace != ""}, {"Credential", c.Credential != nil}} {
+			if f.set {
+				p.add(f.field, "is a Service Bus setting, refused with %s=%s", p.v("Provider"), ProviderSQS)
 			}
 		}
 	}

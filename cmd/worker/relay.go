@@ -32,8 +32,7 @@ func (c *cli) fromEnv(cfg any) (*slog.Logger, error) {
 
 // relay runs the outbox relay until a signal arrives: the messages applications enqueued in the
 // Postgres outbox go to Service Bus (or, with SEQBUS_PROVIDER=sqs, to SQS FIFO queues) in each
-// session's order. A first signal lets the sends in
-// flight finish within SEQBUS_SHUTDOWN_TIMEOUT.
+// session's order. A first signal lets the sends in flight finish within SEQBUS_SHUTDOWN_TIMEOUT.
 func (c *cli) relay(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		return fmt.Errorf("%w: relay takes no arguments, got %q", errUsage, args)
