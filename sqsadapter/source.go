@@ -258,7 +258,7 @@ func (s *Source) AcceptNext(ctx context.Context) (sequencer.Session, error) {
 
 // Accept returns a session for the group sessionID, at once, with what this Source holds of the
 // group without a session and whatever of it the receive loop gets while it is open (a Receive
-// with nothing of the group held returns at once, see Session.Receive).
+// with nothing received for the session returns at once, see Session.Receive).
 // It returns sequencer.ErrSessionLocked when this Source already has a session for the group. A
 // group another consumer holds is not known here: SQS serves its messages to no one else until
 // they are settled or their visibility lapses, so the session receives them only then.
