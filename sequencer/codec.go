@@ -16,7 +16,8 @@ import (
 //	version    1 byte   1
 //	flags      uv       bit 0: Parked present, bit 1: EndedAt set, bit 2: GapSince set,
 //	                    bit 3: UpdatedAt set, bit 4: SkippedPoison present, bit 5: InFlight present,
-//	                    bit 6: Blocked present, bit 7: Retrying present, bit 8: Ahead (no data)
+//	                    bit 6: Blocked present, bit 7: Retrying present, bit 8: Ahead (no data),
+//	                    bit 9: Parked.Held (no data)
 //	next       sv
 //	last       sv
 //	counters   7 × uv   Handled, Deferred, Duplicates, Invalid, DeadLettered, Retries, Skipped
@@ -37,7 +38,8 @@ import (
 // Flags a decoder does not know make the state unreadable to it: a state with Blocked (written by
 // a worker that uses PoisonBlock) cannot be read by a worker from before Blocked existed, nor one
 // with Retrying (RetryReleaseAfter) by a worker from before Retrying existed, nor one with Ahead
-// (SaveEachMessage with Pipelined) by a worker from before Ahead existed.
+// (SaveEachMessage with Pipelined) by a worker from before Ahead existed, nor one parked with
+// Parked.Held (EarlyStore) by a worker from before Parked.Held existed.
 //
 // A time is sv seconds since the Unix epoch followed by uv nanoseconds (< 1e9), decoded in UTC.
 // Sorted application sequences are usually consecutive and broker sequence numbers grow with them,
@@ -56,7 +58,8 @@ const (
 	flagBlocked  = 1 << 6
 	flagRetrying = 1 << 7
 	flagAhead    = 1 << 8
-	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight | flagBlocked | flagRetrying | flagAhead
+	flagHeld     = 1 << 9
+	flagsKnown   = flagParked | flagEnded | flagGap | flagUpdated | flagSkipped | flagInFlight | flagBlocked | flagRetrying | flagAhead | flagHeld
 	maxReasonLen = 4096
 )
 
@@ -69,6 +72,9 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	var flags uint64
 	if s.Parked != nil {
 		flags |= flagParked
+		if s.Parked.Held {
+			flags |= flagHeld
+		}
 	}
 	if !s.EndedAt.IsZero() {
 		flags |= flagEnded
@@ -189,7 +195,10 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		p.BrokerSequence = d.varint("parked.broker_sequence")
 		p.At = d.time("parked.at")
 		p.Reason = d.reason("parked.reason")
+		p.Held = flags&flagHeld != 0
 		out.Parked = p
+	} else if flags&flagHeld != 0 {
+		d.fail("held flag without a parked mark")
 	}
 	out.Deferred = d.index("deferred")
 	if flags&flagSkipped != 0 {

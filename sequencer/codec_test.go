@@ -51,15 +51,20 @@ func sampleStates() map[string]*sequencer.State {
 		Retrying: &sequencer.Retrying{Sequence: 6, BrokerSequence: 88, At: at.Add(30 * time.Second), Attempts: 4, Reason: "partner API: 503"},
 	}
 	ahead := &sequencer.State{Next: 31, Ahead: true, Counters: sequencer.Counters{Handled: 30}, UpdatedAt: at}
+	heldParked := &sequencer.State{
+		Next:   14,
+		Parked: &sequencer.Parked{Sequence: 14, BrokerSequence: 9, Reason: "handler: boom", At: at, Held: true},
+	}
 	return map[string]*sequencer.State{
-		"ahead":      ahead,
-		"retrying":   retrying,
-		"new":        sequencer.NewState(),
-		"full":       full,
-		"extreme":    extreme,
-		"in-flight":  inFlight,
-		"blocked":    blocked,
-		"gap-parked": gapParked,
+		"held-parked": heldParked,
+		"ahead":       ahead,
+		"retrying":    retrying,
+		"new":         sequencer.NewState(),
+		"full":        full,
+		"extreme":     extreme,
+		"in-flight":   inFlight,
+		"blocked":     blocked,
+		"gap-parked":  gapParked,
 	}
 }
 
@@ -126,6 +131,7 @@ func requireStateEqual(t *testing.T, want, got *sequencer.State) {
 	require.Equal(t, want.Parked.Sequence, got.Parked.Sequence)
 	require.Equal(t, want.Parked.BrokerSequence, got.Parked.BrokerSequence)
 	require.Equal(t, want.Parked.Reason, got.Parked.Reason)
+	require.Equal(t, want.Parked.Held, got.Parked.Held)
 	require.True(t, want.Parked.At.Equal(got.Parked.At))
 }
 
@@ -174,6 +180,7 @@ func TestStateCodecRejectsGarbage(t *testing.T) {
 		{"bad magic", []byte("xx\x01")},
 		{"future version", []byte("sq\x02\x00")},
 		{"unknown flag", []byte("sq\x01\x20")},
+		{"held flag without a parked mark", []byte("sq\x01\x80\x04\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00")},
 		{"empty skipped index", []byte("sq\x01\x10\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")},
 		{"truncated", valid[:len(valid)-1]},
 		{"trailing", append(append([]byte{}, valid...), 0)},

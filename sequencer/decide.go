@@ -198,13 +198,17 @@ func (v view) decide(m *msg) action {
 		return settle(settleDecision{kind: settleInvalid, desc: fmt.Sprintf("application property %q = %d is %d ahead of the next expected sequence %d (max gap %d)",
 			prop, m.seq, m.seq-st.Next, st.Next, v.cfg.MaxGap)})
 	}
+	duplicate := settle(settleDecision{kind: settleDuplicate})
 	// The message the parked mark names is dead-lettered whatever other copy is in hand: a copy
 	// delivered ahead of it (out of broker order) must not make it a duplicate, which would
-	// complete the failing message instead of dead-lettering it.
+	// complete the failing message instead of dead-lettering it. Once it is in the store's dead
+	// letters (Parked.Held), every copy of it is a duplicate.
 	if p := st.Parked; p != nil && m.seq == p.Sequence && m.bs == p.BrokerSequence {
+		if p.Held {
+			return duplicate
+		}
 		return settle(settleDecision{kind: settleFinishPark})
 	}
-	duplicate := settle(settleDecision{kind: settleDuplicate})
 	if h, ok := v.w.held[m.seq]; ok && h.bs != m.bs {
 		return duplicate
 	}

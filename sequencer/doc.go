@@ -352,8 +352,12 @@
 //   - A held message that turns poison, or is invalid once the last sequence is known, is moved
 //     to the store's dead letters with the state that records it (parked on it, passed by
 //     PoisonSkip, its index entry gone) in one write (DeadLetterHeld): no crash leaves the mark
-//     without the move, nor a skip that removed the message before it was moved. PoisonBlock,
-//     which gives the message back to the broker, does not go with EarlyStore.
+//     without the move, nor a skip that removed the message before it was moved. The parked mark
+//     says where the message went (Parked.Held): a copy the broker delivers again, its
+//     completion cut off, is then a duplicate, and the session parks on a held message through
+//     the store's copy even when the broker's copy failed (the broker's is completed), so that
+//     one dead letter is left whichever copy a later run sees. PoisonBlock, which gives the
+//     message back to the broker, does not go with EarlyStore.
 //
 // The broker offers no session whose messages all left it, so a session whose Next is held needs
 // a wake: the index makes State.NeedsWake true as for a deferred Next, and the sweepers wake it.

@@ -434,6 +434,7 @@ func (r *run) invalid(m *msg, desc string) error {
 
 func (r *run) deadLetterParked(m *msg) error {
 	if m.stored {
+		r.st.Parked.Held = true
 		if err := r.deadLetterHeld(m, ReasonHandlerFailed, r.st.Parked.Reason); err != nil {
 			return err
 		}

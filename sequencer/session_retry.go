@@ -202,9 +202,13 @@ func (r *run) poison(m *msg, herr error) error {
 	// poisonPark
 	r.e.observe(Event{Kind: EventDeadLettered, SessionID: r.s.id, Sequence: m.seq, Err: herr})
 	r.st.park(m.seq, m.bs, herr.Error(), r.now())
+	held, err := r.heldCopyOf(m)
+	if err != nil {
+		return err
+	}
 	// Save first: a crash before the dead-lettering finds the parked mark and finishes it. A
 	// message held in the store is dead-lettered with the parked mark, in one write.
-	if !m.stored {
+	if held == nil {
 		if err := r.save(); err != nil {
 			return err
 		}
@@ -212,5 +216,37 @@ func (r *run) poison(m *msg, herr error) error {
 	r.e.stats.parked.Add(1)
 	r.phase = parkedHere
 	r.e.observe(Event{Kind: EventParked, SessionID: r.s.id, Sequence: m.seq, Err: herr})
-	return r.deadLetterParked(m)
+	if held == nil {
+		return r.deadLetterParked(m)
+	}
+	if err := r.deadLetterParked(held); err != nil {
+		return err
+	}
+	if held != m {
+		// The copy at the broker of the message now in the store's dead letters.
+		return r.s.completeLater(m, nil)
+	}
+	return nil
+}
+
+// heldCopyOf returns the copy of m the store holds: m itself when it was read from the store;
+// for a copy delivered by the broker whose sequence the index lists as held with m's broker
+// sequence number (a Hold committed, the completion at the broker did not land), the store's
+// copy, if the store has it. nil when the store holds none: m is the only copy. Dead-lettering
+// the store's copy with the parked mark, and completing the broker's, leaves one dead letter
+// whatever crash follows; dead-lettering the broker's would leave the held copy for a later
+// run to dead-letter again.
+func (r *run) heldCopyOf(m *msg) (*msg, error) {
+	if m.stored {
+		return m, nil
+	}
+	h, ok := r.e.keep.(*holding)
+	if !ok || m.deferred || r.st.Deferred[m.seq] != m.bs {
+		return nil, nil
+	}
+	got, err := r.heldCopies(h.store, map[int64]int64{m.seq: m.bs})
+	if err != nil || len(got) == 0 || got[0].seq != m.seq {
+		return nil, err
+	}
+	return &got[0], nil
 }

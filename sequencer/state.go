@@ -69,6 +69,10 @@ type Parked struct {
 	Reason string
 	// At is when the session was parked.
 	At time.Time
+	// Held: the message was held in the store (EarlyStore) and went to the store's dead letters
+	// in the write that stored this mark. Nothing is left to finish: a copy the broker delivers
+	// again is a duplicate.
+	Held bool
 }
 
 // OnGap reports whether the session was parked on a missing sequence (GapPark) rather than on a
