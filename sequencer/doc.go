@@ -247,6 +247,15 @@
 // gap. As with pipelined completion, the first failed complete stops the run before its next
 // handler call, and every other settlement, the end and the release wait for the pipeline.
 //
+// A provider may land completions later than Complete returns: one that keeps a session's
+// completions until the session closes (Capabilities.CompletionsAtClose: SQS FIFO deleting them in
+// one batch) leaves them all at the broker should the run not reach Close, as if that many
+// completes were in flight. The inference above does not change (a kept message is still at the
+// broker, and handed over again in order); the window does, so a Runner over such a provider
+// refuses an EngineConfig whose ReplayWindow is smaller. Complete returns only while the lock
+// lasts (a provider keeping a completion after its lock lapsed would claim an answer it does not
+// have), so the lease above still bounds a holder that lost its lock.
+//
 // A lost lock is not always known at once: after a cut connection the broker gives the session to
 // another replica while the old run's completions hang in the SDK's recovery, and without a bound
 // the old run would go on calling the handler for the entries in hand (up to MaxPendingSettlements

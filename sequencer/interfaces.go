@@ -120,6 +120,13 @@ type Capabilities struct {
 	// session and then an empty slice at once, and the group's next messages go to whichever
 	// session accepts the group next.
 	SessionLock bool
+	// CompletionsAtClose is how many completions of a session the provider may keep until the
+	// session closes (SQS FIFO deleting them in batches): Complete returns once the message is
+	// the session's to complete, and the completion lands at Close. A crash or a lapsed lock
+	// before then brings those messages back, so they count in the engine's replay window: a
+	// Runner refuses an EngineConfig whose ReplayWindow is below it. 0: every completion
+	// lands before Complete returns, or is the session's last and nothing is handled after it.
+	CompletionsAtClose int
 }
 
 // CapableSource is a SessionSource that says what its sessions offer. A Runner picks the early

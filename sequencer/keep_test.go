@@ -207,6 +207,45 @@ func TestRunnerPicksTheKeeperTheProviderSupports(t *testing.T) {
 	require.Equal(t, sequencer.EarlyDefer, r.Engine().Config().EarlyMessages, "a source that says nothing keeps the default")
 }
 
+// completingAtClose is a source whose sessions keep up to n completions until they close (as
+// SQS FIFO deleting in batches).
+type completingAtClose struct {
+	sequencer.SessionSource
+	n int
+}
+
+func (c completingAtClose) Capabilities() sequencer.Capabilities {
+	return sequencer.Capabilities{CompletionsAtClose: c.n}
+}
+
+// A Runner refuses an engine whose replay window does not cover the completions its provider
+// keeps until a session closes.
+func TestRunnerRefusesAReplayWindowBelowTheCompletionsKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sequencer.EngineConfig{})
+	for _, tt := range []struct {
+		name    string
+		engine  sequencer.EngineConfig
+		refused bool
+	}{
+		{"awaited", sequencer.EngineConfig{Pipelining: sequencer.Awaited}, true},
+		{"pipelined, window 9", sequencer.EngineConfig{Pipelining: sequencer.Pipelined, MaxPendingSettlements: 8}, true},
+		{"pipelined, window 10", sequencer.EngineConfig{Pipelining: sequencer.Pipelined, MaxPendingSettlements: 9}, false},
+		{"pipelined, the default window", sequencer.EngineConfig{}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := sequencer.NewRunner(sequencer.RunnerConfig{Source: completingAtClose{b.client, 10}, Store: b.storeClient().Holding(),
+				Handler: sequencer.HandlerFunc(b.handle), Engine: tt.engine})
+			if tt.refused {
+				require.ErrorContains(t, err, "keeps up to 10 completions of a session until the session closes")
+				require.ErrorContains(t, err, "MaxPendingSettlements of at least 9")
+				return
+			}
+			require.NoError(t, err)
+		})
+	}
+}
+
 // A message the store cannot keep (a property of a type it does not keep) stays at the broker,
 // as past a bound; nothing is lost.
 func TestEarlyStoreNotHoldable(t *testing.T) {

@@ -84,6 +84,12 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		return nil, fmt.Errorf("sequencer: RunnerConfig: MaxConcurrentSessions %d must be positive, timeouts not negative",
 			cfg.MaxConcurrentSessions)
 	}
+	if cs, ok := cfg.Source.(CapableSource); ok {
+		if n := cs.Capabilities().CompletionsAtClose; n > 0 && cfg.Engine.ReplayWindow() < n {
+			return nil, fmt.Errorf("sequencer: RunnerConfig: %T keeps up to %d completions of a session until the session closes, so a crash may hand %d messages over again, "+
+				"more than the engine's replay window of %d: run it Pipelined with MaxPendingSettlements of at least %d", cfg.Source, n, n, cfg.Engine.ReplayWindow(), n-1)
+		}
+	}
 	if cs, ok := cfg.Source.(CapableSource); ok && !cs.Capabilities().Deferral {
 		switch cfg.Engine.EarlyMessages {
 		case "":

@@ -86,13 +86,23 @@ func deadLetters(ctx context.Context, c *awssqs.Client, dlq, group string) ([]se
 // no deferral, no peek, no session state), and with the dead-letter queue checked.
 func TestSessionConformance(t *testing.T) {
 	t.Parallel()
-	l := newLocal(t, nil)
-	sequencertest.RunSessionConformance(t, func(t *testing.T) (sequencer.SessionSource, sequencertest.Publisher) {
-		return newSource(t, l, sqsadapter.Config{Visibility: 2 * time.Second, Wait: time.Second})
-	}, &sequencertest.ConformanceOptions{
-		Wait: 3 * time.Second,
-		DeadLetters: func(ctx context.Context, src sequencer.SessionSource, sessionID string) ([]sequencertest.DeadLettered, error) {
-			return deadLetters(ctx, l.Client, src.(*sqsadapter.Source).DeadLetterQueueURL(), sessionID)
-		},
-	})
+	for _, deletes := range []sqsadapter.Deletes{sqsadapter.DeleteEach, sqsadapter.DeleteAtClose} {
+		t.Run(deletes.String(), func(t *testing.T) {
+			t.Parallel()
+			l := newLocal(t, nil)
+			var caps sequencer.Capabilities
+			if deletes == sqsadapter.DeleteAtClose {
+				caps.CompletionsAtClose = sqsadapter.MaxReceive
+			}
+			sequencertest.RunSessionConformance(t, func(t *testing.T) (sequencer.SessionSource, sequencertest.Publisher) {
+				return newSource(t, l, sqsadapter.Config{Visibility: 2 * time.Second, Wait: time.Second, Deletes: deletes})
+			}, &sequencertest.ConformanceOptions{
+				Wait:         3 * time.Second,
+				Capabilities: caps,
+				DeadLetters: func(ctx context.Context, src sequencer.SessionSource, sessionID string) ([]sequencertest.DeadLettered, error) {
+					return deadLetters(ctx, l.Client, src.(*sqsadapter.Source).DeadLetterQueueURL(), sessionID)
+				},
+			})
+		})
+	}
 }

@@ -26,6 +26,11 @@
 // message deleted at Close, after the engine's last save: the group is nobody else's until the
 // session ends. Capabilities reports no SessionLock.
 //
+// Config.Deletes says when the other completions are deleted: each at once (DeleteEach), or all
+// of the session's at Close with one DeleteMessageBatch (DeleteAtClose), which makes a session
+// two calls (its receive and its deletes) but brings back every message it handled should it not
+// reach Close (Capabilities.CompletionsAtClose; the engine's replay window must cover them).
+//
 // The group's lock is the visibility of its held messages: Config.Visibility from the receive,
 // extended by RenewLock (ChangeMessageVisibilityBatch); LockedUntil is the earliest expiry (a
 // group with nothing held reports its accept or last renewal plus Visibility). A message whose
@@ -40,10 +45,11 @@
 //   - BrokerSequence: the SQS SequenceNumber (a decimal of up to 128 bits) modulo 2^63 (see
 //     [BrokerSequence]). Distinct numbers stay distinct and keep their order within a group,
 //     except across a multiple of 2^63.
-//   - Complete: DeleteMessage (of the last message in flight, at Close: see above). Abandon:
-//     visibility 0 for the message and for the group's messages received but not yet returned
-//     by Receive (so that the group comes again in order from the abandoned message). Close:
-//     DeleteMessage of a kept completion, visibility 0 for everything else held of the group.
+//   - Complete: DeleteMessage (of the last message in flight, or with DeleteAtClose of every
+//     message, at Close: see above). Abandon: visibility 0 for the message and for the group's
+//     messages received but not yet returned by Receive (so that the group comes again in order
+//     from the abandoned message). Close: the deletes of the kept completions (DeleteMessage,
+//     or DeleteMessageBatch per 10), visibility 0 for everything else held of the group.
 //   - DeadLetter: SendMessage of a copy to the dead-letter queue of the queue's RedrivePolicy
 //     (same group, deduplication id "dl-" and the message id, the message's attributes plus
 //     DeadLetterReason and DeadLetterErrorDescription), then DeleteMessage. A crash between the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -91,6 +92,11 @@ func (s *Session) held(what string, m *sequencer.Message) (*Received, error) {
 	case h == nil || h.handle != rec.ReceiptHandle || h.kept:
 		return nil, fmt.Errorf("sqsadapter: %s message %q of group %q: no longer held (settled, released or its visibility lapsed): %w",
 			what, m.MessageID, s.id, sequencer.ErrLockLost)
+	case !time.Now().Before(h.until):
+		// SQS may have given it to someone else: a completion kept now would be no answer of
+		// the lock, and a call would fail on the receipt handle.
+		return nil, fmt.Errorf("sqsadapter: %s message %q of group %q: its visibility lapsed at %s: %w",
+			what, m.MessageID, s.id, h.until.Format(time.RFC3339Nano), sequencer.ErrLockLost)
 	}
 	h.settling++ // until drop or settleErr: a renewal alongside may find it gone
 	return rec, nil
@@ -105,15 +111,36 @@ func (s *Session) drop(rec *Received, id string) {
 	s.src.mu.Unlock()
 }
 
-// deleteKept deletes completions kept for later (Complete), in order. A delete that fails is
-// logged, not returned: the completion was reported, and the message SQS delivers again is a
-// duplicate the engine completes then.
+// deleteKept deletes completions kept for later (Complete): one DeleteMessage, or a
+// DeleteMessageBatch per 10. A delete that fails is logged, not returned: the completion was
+// reported, and the message SQS delivers again is a duplicate the engine completes then (or,
+// before the engine's save covered it, a replay within its window).
 func (s *Session) deleteKept(ctx context.Context, kept []heldMsg) {
-	for _, h := range kept {
+	warn := func(n int, err error) {
+		s.src.log.WarnContext(ctx, "sqsadapter: deleting completed messages (they come back)",
+			slog.String("group", s.id), slog.Int("messages", n), slog.Any("error", err))
+	}
+	if len(kept) == 1 {
 		if _, err := s.src.cfg.Client.DeleteMessage(ctx, &sqs.DeleteMessageInput{
-			QueueUrl: aws.String(s.src.cfg.QueueURL), ReceiptHandle: aws.String(h.handle)}); err != nil {
-			s.src.log.WarnContext(ctx, "sqsadapter: deleting a completed message (it comes back as a duplicate)",
-				slog.String("group", s.id), slog.Any("error", mapErr("complete", true, err)))
+			QueueUrl: aws.String(s.src.cfg.QueueURL), ReceiptHandle: aws.String(kept[0].handle)}); err != nil {
+			warn(1, mapErr("complete", true, err))
+		}
+		return
+	}
+	for lo := 0; lo < len(kept); lo += 10 {
+		batch := kept[lo:min(lo+10, len(kept))]
+		entries := make([]types.DeleteMessageBatchRequestEntry, len(batch))
+		for i, h := range batch {
+			entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h.handle)}
+		}
+		out, err := s.src.cfg.Client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
+			QueueUrl: aws.String(s.src.cfg.QueueURL), Entries: entries})
+		if err != nil {
+			warn(len(batch), mapErr("complete", true, err))
+			continue
+		}
+		for _, f := range out.Failed {
+			warn(1, &batchErr{aws.ToString(f.Code), aws.ToString(f.Message)})
 		}
 	}
 }
@@ -134,23 +161,28 @@ func (s *Session) settleErr(what string, m *sequencer.Message, rec *Received, er
 }
 
 // Complete deletes the message from the queue, or keeps it in flight until the session closes
-// when it is the last message of the group the session holds: a group with nothing in flight is
-// anyone's at SQS, so the delete that frees it waits for Close, after the engine's last save of
-// the session. A kept completion is deleted at the session's next settlement or at Close, before
-// anything else, so deletes land in the order of the Complete calls. Deleting it later is safe: a
-// message completed here is covered by the state, and should the process die first, SQS
-// delivers it again and the engine takes it for the duplicate it is. Completions alongside each
-// other (an engine with MaxPendingSettlements above 1) may each find the other still held and
-// delete at once; the worker settles one at a time on SQS.
+// (Config.Deletes). With DeleteEach it keeps the completion that would leave nothing of the
+// group in flight: a group with nothing in flight is anyone's at SQS, so the delete that frees
+// it waits for Close, after the engine's last save of the session; a kept completion is deleted
+// at the session's next settlement or at Close, before anything else, so deletes land in the
+// order of the Complete calls. Completions alongside each other (an engine with
+// MaxPendingSettlements above 1) may each find the other still held and delete at once: with
+// DeleteEach, settle one at a time. With DeleteAtClose it keeps every completion, and Close,
+// Abandon and DeadLetter delete those kept first. Either way a completion is kept only while the
+// message's visibility lasts (a lapsed one is sequencer.ErrLockLost, as a call would be).
 func (s *Session) Complete(ctx context.Context, m *sequencer.Message) error {
 	rec, err := s.held("complete", m)
 	if err != nil {
 		return err
 	}
 	s.src.mu.Lock()
-	kept := s.g.takeKept()
+	var kept []heldMsg
+	atClose := s.src.cfg.Deletes == DeleteAtClose
+	if !atClose {
+		kept = s.g.takeKept()
+	}
 	h := s.g.held[m.MessageID]
-	keep := h != nil && h.handle == rec.ReceiptHandle && len(s.g.held) == 1 && !s.closed
+	keep := h != nil && h.handle == rec.ReceiptHandle && !s.closed && (atClose || len(s.g.held) == 1)
 	if keep {
 		h.settling--
 		h.kept = true
@@ -340,7 +372,7 @@ func (s *Session) holds(id, handle string) bool {
 	return h != nil && h.handle == handle && h.settling == 0
 }
 
-// Close deletes the completion kept (see Complete) and releases the group: every other held
+// Close deletes the completions kept (see Complete) and releases the group: every other held
 // message becomes visible again at once, in order. Later settlements of its messages fail with
 // sequencer.ErrLockLost.
 func (s *Session) Close(ctx context.Context) error {

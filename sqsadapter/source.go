@@ -31,13 +31,49 @@ type Config struct {
 	Visibility time.Duration
 	// Wait is the long poll of each ReceiveMessage (default 20s; whole seconds, 1s to 20s).
 	Wait time.Duration
-	// MaxMessages is the most messages one ReceiveMessage asks for (default and at most 10).
+	// MaxMessages is the most messages one ReceiveMessage asks for (default and at most
+	// MaxReceive).
 	MaxMessages int
 	// Linger is how long the messages of a received group wait for AcceptNext before they are
 	// released to the queue (default Visibility/3; less than Visibility).
 	Linger time.Duration
+	// Deletes says when a completion is deleted (default DeleteEach).
+	Deletes Deletes
 	// Logger receives the adapter's log lines (default slog.Default()).
 	Logger *slog.Logger
+}
+
+// MaxReceive is the most messages SQS returns to one ReceiveMessage, and so the most a session
+// holds (a session is one receive long).
+const MaxReceive = 10
+
+// Deletes is when a session's completions are deleted from the queue.
+type Deletes int
+
+const (
+	// DeleteEach deletes each completion at once (DeleteMessage), but for the one that would
+	// leave nothing of the group in flight: that one is deleted at Close, after the engine's
+	// last save, and nothing is handled after it in the session. A crash hands over again at
+	// most the message in hand, as with any broker: an engine of any replay window fits.
+	DeleteEach Deletes = iota
+	// DeleteAtClose keeps every completion of a session and deletes them at Close, with one
+	// DeleteMessageBatch per 10: about one call per session for its receive and one for its
+	// deletes instead of one per message. A crash or a lapsed lock before Close brings every
+	// message the session handled back (Capabilities.CompletionsAtClose), so the engine must
+	// hand them over again as a replay: a sequencer.Runner refuses an engine whose replay window
+	// does not cover a whole session (Pipelined, MaxPendingSettlements of at least MaxMessages
+	// - 1).
+	DeleteAtClose
+)
+
+func (d Deletes) String() string {
+	switch d {
+	case DeleteEach:
+		return "each"
+	case DeleteAtClose:
+		return "at-close"
+	}
+	return fmt.Sprintf("Deletes(%d)", int(d))
 }
 
 func (c *Config) setDefaults() error {
@@ -55,13 +91,16 @@ func (c *Config) setDefaults() error {
 	if c.Wait < time.Second || c.Wait > 20*time.Second || c.Wait%time.Second != 0 {
 		return fmt.Errorf("%w: Wait %s: want whole seconds from 1s to 20s", ErrConfig, c.Wait)
 	}
-	c.MaxMessages = cmp.Or(c.MaxMessages, 10)
-	if c.MaxMessages < 1 || c.MaxMessages > 10 {
-		return fmt.Errorf("%w: MaxMessages %d: want 1 to 10", ErrConfig, c.MaxMessages)
+	c.MaxMessages = cmp.Or(c.MaxMessages, MaxReceive)
+	if c.MaxMessages < 1 || c.MaxMessages > MaxReceive {
+		return fmt.Errorf("%w: MaxMessages %d: want 1 to %d", ErrConfig, c.MaxMessages, MaxReceive)
 	}
 	c.Linger = cmp.Or(c.Linger, c.Visibility/3)
 	if c.Linger <= 0 || c.Linger >= c.Visibility {
 		return fmt.Errorf("%w: Linger %s: want more than 0 and less than Visibility %s", ErrConfig, c.Linger, c.Visibility)
+	}
+	if c.Deletes != DeleteEach && c.Deletes != DeleteAtClose {
+		return fmt.Errorf("%w: Deletes %s: want DeleteEach or DeleteAtClose", ErrConfig, c.Deletes)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -199,8 +238,14 @@ var _ sequencer.CapableSource = (*Source)(nil)
 
 // Capabilities implements sequencer.CapableSource: SQS FIFO offers no deferral, no peek, no
 // session state and no lock of a group beyond its messages in flight, so a Runner holds early
-// messages in the state store, and a session ends once nothing of its group is in flight.
-func (s *Source) Capabilities() sequencer.Capabilities { return sequencer.Capabilities{} }
+// messages in the state store, and a session ends once nothing of its group is in flight. With
+// DeleteAtClose a session keeps up to MaxMessages completions until it closes.
+func (s *Source) Capabilities() sequencer.Capabilities {
+	if s.cfg.Deletes == DeleteAtClose {
+		return sequencer.Capabilities{CompletionsAtClose: s.cfg.MaxMessages}
+	}
+	return sequencer.Capabilities{}
+}
 
 // DeadLetterQueueURL returns the URL of the queue's dead-letter queue, where DeadLetter sends.
 func (s *Source) DeadLetterQueueURL() string { return s.dlqURL }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -313,6 +315,95 @@ func TestLastCompletionWaitsForClose(t *testing.T) {
 	require.NoError(t, sess.Complete(t.Context(), again[0]))
 	require.NoError(t, sess.Close(t.Context()))
 	require.EqualValues(t, 3, deletes.Load())
+}
+
+// TestDeleteAtClose: with DeleteAtClose a session's completions make no call; Close deletes them
+// with one DeleteMessageBatch, before it releases what was not settled; a dead-lettering deletes
+// those kept first. A session that never closes leaves its completions at the queue: after the
+// visibility lapses they come back, in order, and a completion asked for then is refused.
+func TestDeleteAtClose(t *testing.T) {
+	t.Parallel()
+	var calls sync.Map // X-Amz-Target → *atomic.Int64
+	count := func(target string) int64 {
+		n, _ := calls.LoadOrStore(target, new(atomic.Int64))
+		return n.(*atomic.Int64).Load()
+	}
+	l := newLocalWith(t, nil, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := calls.LoadOrStore(strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS."), new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			next.ServeHTTP(w, r)
+		})
+	})
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 2 * time.Second, Wait: time.Second, Deletes: sqsadapter.DeleteAtClose})
+	require.Equal(t, sequencer.Capabilities{CompletionsAtClose: sqsadapter.MaxReceive}, src.Capabilities())
+
+	t.Run("closed", func(t *testing.T) {
+		send(t, pub, "g", 1, 2, 3, 4)
+		sess, err := src.AcceptNext(ctxT(t))
+		require.NoError(t, err)
+		m, err := sess.Receive(ctxT(t), 10)
+		require.NoError(t, err)
+		require.Len(t, m, 4)
+		for _, x := range m[:3] {
+			require.NoError(t, sess.Complete(t.Context(), x))
+		}
+		require.ErrorIs(t, sess.Complete(t.Context(), m[0]), sequencer.ErrLockLost, "a kept completion is settled")
+		require.Zero(t, count("DeleteMessage")+count("DeleteMessageBatch"), "nothing deleted before Close")
+		require.NoError(t, sess.Close(t.Context()))
+		require.EqualValues(t, 1, count("DeleteMessageBatch"), "one batch at Close")
+		require.Zero(t, count("DeleteMessage"))
+		sess, err = src.AcceptNext(ctxT(t))
+		require.NoError(t, err)
+		again, err := sess.Receive(ctxT(t), 10)
+		require.NoError(t, err)
+		require.Len(t, again, 1, "only the message left unsettled comes back")
+		require.EqualValues(t, 4, again[0].Properties[contract.SequenceProperty])
+		require.NoError(t, sess.Complete(t.Context(), again[0]))
+		require.NoError(t, sess.Close(t.Context()))
+		require.EqualValues(t, 1, count("DeleteMessage"), "one kept completion: DeleteMessage")
+		require.Empty(t, peekVisible(t, l, pub.url))
+	})
+
+	t.Run("dead-lettered", func(t *testing.T) {
+		send(t, pub, "d", 1, 2)
+		sess, err := src.AcceptNext(ctxT(t))
+		require.NoError(t, err)
+		m, err := sess.Receive(ctxT(t), 10)
+		require.NoError(t, err)
+		require.Len(t, m, 2)
+		require.NoError(t, sess.Complete(t.Context(), m[0]))
+		before := count("DeleteMessage")
+		require.NoError(t, sess.DeadLetter(t.Context(), m[1], sequencer.DeadLetterParams{Reason: "r"}))
+		require.EqualValues(t, before+2, count("DeleteMessage"), "the kept completion, then the dead-lettered message")
+		require.NoError(t, sess.Close(t.Context()))
+	})
+
+	t.Run("lapsed", func(t *testing.T) {
+		send(t, pub, "x", 1, 2)
+		sess, err := src.AcceptNext(ctxT(t))
+		require.NoError(t, err)
+		m, err := sess.Receive(ctxT(t), 10)
+		require.NoError(t, err)
+		require.Len(t, m, 2)
+		require.NoError(t, sess.Complete(t.Context(), m[0]))
+		time.Sleep(time.Until(sess.LockedUntil()) + time.Second)
+		require.ErrorIs(t, sess.Complete(t.Context(), m[1]), sequencer.ErrLockLost, "completing after the visibility lapsed")
+		other, err := sqsadapter.New(sqsadapter.Config{Client: l.Client, QueueURL: pub.url, Visibility: 2 * time.Second, Wait: time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = other.Close(context.Background()) })
+		sess2, err := other.AcceptNext(ctxT(t))
+		require.NoError(t, err)
+		again, err := sess2.Receive(ctxT(t), 10)
+		require.NoError(t, err)
+		require.Equal(t, []any{int64(1), int64(2)}, []any{again[0].Properties[contract.SequenceProperty], again[1].Properties[contract.SequenceProperty]},
+			"the kept completion was not deleted: both come back, in order")
+		for _, x := range again {
+			require.NoError(t, sess2.Complete(t.Context(), x))
+		}
+		require.NoError(t, sess2.Close(t.Context()))
+		_ = sess.Close(t.Context())
+	})
 }
 
 // TestUndecodableAttributeIsKept: an attribute that does not decode is kept as its raw value,

@@ -22,6 +22,7 @@ import (
 	"github.com/seqbus/seqbus/handler"
 	"github.com/seqbus/seqbus/sbadapter"
 	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sqsadapter"
 )
 
 // EnvPrefix prefixes every environment variable: a field tagged envconfig:"QUEUE" is set by
@@ -334,16 +335,28 @@ func (c Config) engine() sequencer.EngineConfig {
 		e.WindowMessages = sequencer.NoWindow
 	}
 	if c.Provider == ProviderSQS {
-		// SQS deletes one message a call, each on its own: two deletes of a group in flight at
-		// once may land in either order, and a crash between would replay an earlier message
-		// without the later one (its copy gone). One at a time they land in the order handled,
-		// which keeps the replay window exact (1).
+		// Awaited, each completion is deleted at once (sqsadapter.DeleteEach), one at a time, in
+		// the order handled: a replay window of 1. Pipelined, a session's completions are deleted
+		// when it closes (DeleteAtClose): a crash before then hands over again up to the
+		// session's messages, one receive (sqsadapter.MaxReceive), which the window must cover.
 		e.MaxPendingSettlements = 1
+		if e.WithDefaults().Pipelining == sequencer.Pipelined {
+			e.MaxPendingSettlements = sqsadapter.MaxReceive - 1
+		}
 	}
 	if c.TombstoneTTL == 0 {
 		e.TombstoneTTL = sequencer.NoTombstone
 	}
 	return e
+}
+
+// sqsDeletes is when the SQS FIFO sessions delete their completions: at close, in batches, when
+// the engine runs pipelined (its replay window covers a session), each at once otherwise.
+func (c Config) sqsDeletes() sqsadapter.Deletes {
+	if c.EngineConfig().WithDefaults().Pipelining == sequencer.Pipelined {
+		return sqsadapter.DeleteAtClose
+	}
+	return sqsadapter.DeleteEach
 }
 
 // ConfigError is a problem with one setting, found by New (the value) or Start (what it leads

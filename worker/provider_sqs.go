@@ -169,7 +169,7 @@ func connectSQS(ctx context.Context, cfg Config, c *Connections, log *slog.Logge
 		return err
 	}
 	c.SQS = client
-	if c.SQSSource, err = sqsadapter.New(sqsadapter.Config{Client: client, QueueURL: cfg.SQSQueueURL, Logger: log}); err != nil {
+	if c.SQSSource, err = sqsadapter.New(sqsadapter.Config{Client: client, QueueURL: cfg.SQSQueueURL, Deletes: cfg.sqsDeletes(), Logger: log}); err != nil {
 		return configError("SQSQueueURL", err)
 	}
 	if c.Pool, c.ownPool, err = openPool(ctx, cfg.Database); err != nil {

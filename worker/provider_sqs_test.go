@@ -20,6 +20,7 @@ import (
 	emusqs "github.com/seqbus/seqbus/emulator/sqs"
 	"github.com/seqbus/seqbus/internal/pgtest"
 	"github.com/seqbus/seqbus/sequencer"
+	"github.com/seqbus/seqbus/sqsadapter"
 )
 
 const testQueueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders.fifo"
@@ -79,6 +80,20 @@ func TestValidateSQS(t *testing.T) {
 }
 
 // A queue URL belongs to the SQS provider: a Service Bus worker given one says so.
+// On SQS the sessions delete their completions at close when the engine runs pipelined, whose
+// replay window then covers a session's messages, and each at once when it awaits each one.
+func TestSQSDeletesFollowTheReplayWindow(t *testing.T) {
+	t.Parallel()
+	c := validSQS()
+	require.Equal(t, sqsadapter.DeleteAtClose, c.sqsDeletes())
+	require.Equal(t, sqsadapter.MaxReceive, c.EngineConfig().ReplayWindow(), "a crash hands a session's messages over again")
+	c.PipelineRuns = false
+	require.Equal(t, sqsadapter.DeleteEach, c.sqsDeletes())
+	require.Equal(t, 1, c.EngineConfig().ReplayWindow())
+	sb := DefaultConfig()
+	require.Equal(t, 17, sb.EngineConfig().ReplayWindow(), "Service Bus keeps its window")
+}
+
 func TestValidateQueueURLWithServiceBus(t *testing.T) {
 	t.Parallel()
 	c := valid()

@@ -236,9 +236,9 @@ func run(ctx context.Context, o Options, b backend, sum Summary, start time.Time
 	for i := range ids {
 		ids[i] = SessionID(i)
 	}
-	// The replicas run the worker's defaults (startReplica), and so does the replay the checker
-	// allows after the crash.
-	checker := NewReplayChecker(ids, o.Messages, worker.DefaultConfig().EngineConfig().ReplayWindow())
+	// The replicas run the backend's configuration (startReplica), and so does the replay the
+	// checker allows after the crash.
+	checker := NewReplayChecker(ids, o.Messages, b.replica().EngineConfig().ReplayWindow())
 	var logHandler sequencer.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
 	if o.Verbose {
 		logHandler = handler.NewLog(o.Out)

@@ -44,9 +44,9 @@ var sqsChaosShort = chaosPreset{
 // and starts a replacement, with a handler that fails transiently; the groups' messages are
 // shuffled, with duplicates sent under ids of their own (past SQS's deduplication), and garbage
 // without a sequence. Then the faults stop and the run must finish by itself: every sequence of
-// every group handled (nothing lost), every handler call in order within the replay window (1
-// on SQS: the deletes of a group land one at a time), the queue empty and the dead-letter queue
-// holding exactly the garbage.
+// every group handled (nothing lost), every handler call in order within the replay window (on
+// SQS with pipelined runs a session's messages, up to 10: their deletes land when it closes), the
+// queue empty and the dead-letter queue holding exactly the garbage.
 //
 //	go test ./test/e2e -run TestSQSChaos -v
 func TestSQSChaos(t *testing.T) {
