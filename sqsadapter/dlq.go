@@ -89,6 +89,7 @@ func (d *DeadLetters) Receive(ctx context.Context) ([]*azservicebus.ReceivedMess
 	for {
 		res, err := d.cfg.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(d.cfg.DeadLetterQueueURL),
+			ReceiveRequestAttemptId:     aws.String(attemptID()),
 			MaxNumberOfMessages:         10,
 			WaitTimeSeconds:             receiveWait,
 			VisibilityTimeout:           int32(d.cfg.Visibility / time.Second),

@@ -3,6 +3,7 @@ package sqsadapter
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -347,12 +348,14 @@ func (s *Source) demandLocked() bool {
 func (s *Source) receiveLoop(ctx context.Context) {
 	defer s.wg.Done()
 	backoff := time.Duration(0)
+	attempt := attemptID() // kept through a failed receive: its retry may get the lost answer
 	for {
 		if !s.awaitDemand(ctx) {
 			return
 		}
 		out, err := s.cfg.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(s.cfg.QueueURL),
+			ReceiveRequestAttemptId:     aws.String(attempt),
 			MaxNumberOfMessages:         int32(s.cfg.MaxMessages),
 			WaitTimeSeconds:             int32(s.cfg.Wait / time.Second),
 			VisibilityTimeout:           int32(s.cfg.Visibility / time.Second),
@@ -375,10 +378,16 @@ func (s *Source) receiveLoop(ctx context.Context) {
 			}
 			continue
 		}
-		backoff = 0
+		backoff, attempt = 0, attemptID()
 		s.route(ctx, out.Messages, s.expiry(time.Now()))
 	}
 }
+
+// attemptID returns a new ReceiveRequestAttemptId. The SDK retries a receive whose answer it did
+// not get (a cut connection) with the same input: with the same attempt id, a FIFO queue answers
+// the retry with the messages it gave the lost attempt, where without one those stay in flight,
+// seen by nobody, and hold their group back until their visibility lapses.
+func attemptID() string { return rand.Text() }
 
 // awaitDemand waits until a receive is wanted; false when ctx ended.
 func (s *Source) awaitDemand(ctx context.Context) bool {

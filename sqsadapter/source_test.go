@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,12 +13,14 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/clock"
 	"github.com/seqbus/seqbus/contract"
+	"github.com/seqbus/seqbus/emulator/sqs"
 	"github.com/seqbus/seqbus/sequencer"
 	"github.com/seqbus/seqbus/sqsadapter"
 )
@@ -509,4 +512,51 @@ func TestRenewAlongsideCompletions(t *testing.T) {
 		require.NoError(t, <-renewErr)
 		require.NoError(t, sess.Close(t.Context()))
 	}
+}
+
+// TestLostReceiveAnswerIsRetried: a receive whose answer is lost (the connection cut after the
+// queue handed the messages out) is retried by the SDK with the same attempt id, and the queue
+// answers the retry with the same messages: the group is served at once, not held in flight by
+// nobody until its visibility lapses.
+func TestLostReceiveAnswerIsRetried(t *testing.T) {
+	t.Parallel()
+	var cut atomic.Bool
+	emu := sqs.New(sqs.Config{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") != "AmazonSQS.ReceiveMessage" || cut.Load() {
+			emu.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		emu.ServeHTTP(rec, r)
+		if strings.Contains(rec.Body.String(), "ReceiptHandle") && cut.CompareAndSwap(false, true) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			require.NoError(t, err)
+			require.NoError(t, conn.Close())
+			return
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	}))
+	t.Cleanup(srv.Close)
+	l := &local{URL: srv.URL, Client: awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("any", "any", "")})} // the SDK's retries
+	src, pub := newSource(t, l, sqsadapter.Config{Visibility: 30 * time.Second, Wait: time.Second})
+	send(t, pub, "g", 1, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	sess, err := src.AcceptNext(ctx)
+	require.NoError(t, err, "the group comes at once")
+	m, err := sess.Receive(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, m, 2)
+	require.True(t, cut.Load(), "the first answer was lost")
+	require.EqualValues(t, 1, m[0].DeliveryCount, "the retry is the same receive, not another")
+	for _, x := range m {
+		require.NoError(t, sess.Complete(t.Context(), x))
+	}
+	require.NoError(t, sess.Close(t.Context()))
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -374,6 +375,9 @@ func (p *PlainSQSConsumer) Run(ctx context.Context) (int, error) {
 			for ctx.Err() == nil {
 				out, err := p.Client.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
 					QueueUrl: &p.QueueURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+					// As AWS advises for FIFO queues: a retry after a lost answer gets that
+					// answer's messages instead of leaving them in flight.
+					ReceiveRequestAttemptId:     aws.String(cryptorand.Text()),
 					MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId},
 				})
 				if err != nil {
