@@ -343,11 +343,7 @@ func TestDeleteAtClose(t *testing.T) {
 
 	t.Run("closed", func(t *testing.T) {
 		send(t, pub, "g", 1, 2, 3, 4)
-		sess, err := src.AcceptNext(ctxT(t))
-		require.NoError(t, err)
-		m, err := sess.Receive(ctxT(t), 10)
-		require.NoError(t, err)
-		require.Len(t, m, 4)
+		sess, m := acceptReceive(t, src, 4)
 		for _, x := range m[:3] {
 			require.NoError(t, sess.Complete(t.Context(), x))
 		}
@@ -356,11 +352,7 @@ func TestDeleteAtClose(t *testing.T) {
 		require.NoError(t, sess.Close(t.Context()))
 		require.EqualValues(t, 1, count("DeleteMessageBatch"), "one batch at Close")
 		require.Zero(t, count("DeleteMessage"))
-		sess, err = src.AcceptNext(ctxT(t))
-		require.NoError(t, err)
-		again, err := sess.Receive(ctxT(t), 10)
-		require.NoError(t, err)
-		require.Len(t, again, 1, "only the message left unsettled comes back")
+		sess, again := acceptReceive(t, src, 1) // only the message left unsettled comes back
 		require.EqualValues(t, 4, again[0].Properties[contract.SequenceProperty])
 		require.NoError(t, sess.Complete(t.Context(), again[0]))
 		require.NoError(t, sess.Close(t.Context()))
@@ -370,11 +362,7 @@ func TestDeleteAtClose(t *testing.T) {
 
 	t.Run("dead-lettered", func(t *testing.T) {
 		send(t, pub, "d", 1, 2)
-		sess, err := src.AcceptNext(ctxT(t))
-		require.NoError(t, err)
-		m, err := sess.Receive(ctxT(t), 10)
-		require.NoError(t, err)
-		require.Len(t, m, 2)
+		sess, m := acceptReceive(t, src, 2)
 		require.NoError(t, sess.Complete(t.Context(), m[0]))
 		before := count("DeleteMessage")
 		require.NoError(t, sess.DeadLetter(t.Context(), m[1], sequencer.DeadLetterParams{Reason: "r"}))
@@ -384,11 +372,7 @@ func TestDeleteAtClose(t *testing.T) {
 
 	t.Run("lapsed", func(t *testing.T) {
 		send(t, pub, "x", 1, 2)
-		sess, err := src.AcceptNext(ctxT(t))
-		require.NoError(t, err)
-		m, err := sess.Receive(ctxT(t), 10)
-		require.NoError(t, err)
-		require.Len(t, m, 2)
+		sess, m := acceptReceive(t, src, 2)
 		require.NoError(t, sess.Complete(t.Context(), m[0]))
 		time.Sleep(time.Until(sess.LockedUntil()) + time.Second)
 		require.ErrorIs(t, sess.Complete(t.Context(), m[1]), sequencer.ErrLockLost, "completing after the visibility lapsed")
@@ -407,6 +391,17 @@ func TestDeleteAtClose(t *testing.T) {
 		require.NoError(t, sess2.Close(t.Context()))
 		_ = sess.Close(t.Context())
 	})
+}
+
+// acceptReceive accepts the next group of src and receives its n messages.
+func acceptReceive(t *testing.T, src *sqsadapter.Source, n int) (sequencer.Session, []*sequencer.Message) {
+	t.Helper()
+	sess, err := src.AcceptNext(ctxT(t))
+	require.NoError(t, err)
+	m, err := sess.Receive(ctxT(t), 10)
+	require.NoError(t, err)
+	require.Len(t, m, n)
+	return sess, m
 }
 
 // TestUndecodableAttributeIsKept: an attribute that does not decode is kept as its raw value,
