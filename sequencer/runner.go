@@ -85,17 +85,18 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 			cfg.MaxConcurrentSessions)
 	}
 	if cs, ok := cfg.Source.(CapableSource); ok {
-		if n := cs.Capabilities().CompletionsAtClose; n > 0 && cfg.Engine.ReplayWindow() < n {
+		caps := cs.Capabilities()
+		if n := caps.CompletionsAtClose; n > 0 && cfg.Engine.ReplayWindow() < n {
 			return nil, fmt.Errorf("sequencer: RunnerConfig: %T keeps up to %d completions of a session until the session closes, so a crash may hand %d messages over again, "+
 				"more than the engine's replay window of %d: run it Pipelined with MaxPendingSettlements of at least %d", cfg.Source, n, n, cfg.Engine.ReplayWindow(), n-1)
 		}
-	}
-	if cs, ok := cfg.Source.(CapableSource); ok && !cs.Capabilities().Deferral {
-		switch cfg.Engine.EarlyMessages {
-		case "":
-			cfg.Engine.EarlyMessages = EarlyStore
-		case EarlyDefer:
-			return nil, fmt.Errorf("sequencer: RunnerConfig: EarlyMessages %s needs a provider that defers; %T cannot: use %s", EarlyDefer, cfg.Source, EarlyStore)
+		if !caps.Deferral {
+			switch cfg.Engine.EarlyMessages {
+			case "":
+				cfg.Engine.EarlyMessages = EarlyStore
+			case EarlyDefer:
+				return nil, fmt.Errorf("sequencer: RunnerConfig: EarlyMessages %s needs a provider that defers; %T cannot: use %s", EarlyDefer, cfg.Source, EarlyStore)
+			}
 		}
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, waking: map[string]bool{},
