@@ -49,6 +49,10 @@ func TestSettlementRefusedAsBusyIsNoticedFromTheSDKLog(t *testing.T) {
 	require.NoError(t, e.Send(ctx, batch))
 	source, err := sbadapter.NewSource(srv.Client, sbadapter.Config{Entity: sbadapter.Entity{Queue: "sq"}})
 	require.NoError(t, err)
+	// The credits come with each second of the wall clock: start at the top of one, so that
+	// the receive and the settlements share its credits (a second beginning between them
+	// would pay for the settlements).
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	sess, err := source.Accept(ctx, "s1")
 	require.NoError(t, err)
 	msgs := receiveN(ctx, t, sess, messages)
