@@ -208,25 +208,20 @@ func (r *run) poison(m *msg, herr error) error {
 	}
 	// Save first: a crash before the dead-lettering finds the parked mark and finishes it. A
 	// message held in the store is dead-lettered with the parked mark, in one write.
-	if held == nil {
-		if err := r.save(); err != nil {
-			return err
-		}
+	target := m
+	if held != nil {
+		target = held
+	} else if err := r.save(); err != nil {
+		return err
 	}
 	r.e.stats.parked.Add(1)
 	r.phase = parkedHere
 	r.e.observe(Event{Kind: EventParked, SessionID: r.s.id, Sequence: m.seq, Err: herr})
-	if held == nil {
-		return r.deadLetterParked(m)
-	}
-	if err := r.deadLetterParked(held); err != nil {
+	if err := r.deadLetterParked(target); err != nil || target == m {
 		return err
 	}
-	if held != m {
-		// The copy at the broker of the message now in the store's dead letters.
-		return r.s.completeLater(m, nil)
-	}
-	return nil
+	// The copy at the broker of the message now in the store's dead letters.
+	return r.s.completeLater(m, nil)
 }
 
 // heldCopyOf returns the copy of m the store holds: m itself when it was read from the store;
