@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +26,7 @@ type Config struct {
 	// messages go to its dead-letter queue.
 	QueueURL string
 	// Visibility is the group's lock: the visibility timeout of every received message, renewed
-	// by RenewLock (default 30s; whole seconds, 1s to 12h).
+	// by RenewLock (default DefaultVisibility; whole seconds, 1s to 12h).
 	Visibility time.Duration
 	// Wait is the long poll of each ReceiveMessage (default 20s; whole seconds, 1s to 20s).
 	Wait time.Duration
@@ -43,6 +41,9 @@ type Config struct {
 	// Logger receives the adapter's log lines (default slog.Default()).
 	Logger *slog.Logger
 }
+
+// DefaultVisibility is a group's lock when Config.Visibility is zero.
+const DefaultVisibility = 30 * time.Second
 
 // MaxReceive is the most messages SQS returns to one ReceiveMessage, and so the most a session
 // holds (a session is one receive long).
@@ -84,7 +85,7 @@ func (c *Config) setDefaults() error {
 	if c.QueueURL == "" {
 		return fmt.Errorf("%w: QueueURL is required", ErrConfig)
 	}
-	c.Visibility = cmp.Or(c.Visibility, 30*time.Second)
+	c.Visibility = cmp.Or(c.Visibility, DefaultVisibility)
 	if c.Visibility < time.Second || c.Visibility > 12*time.Hour || c.Visibility%time.Second != 0 {
 		return fmt.Errorf("%w: Visibility %s: want whole seconds from 1s to 12h", ErrConfig, c.Visibility)
 	}
@@ -213,24 +214,17 @@ func deadLetterQueue(ctx context.Context, c *sqs.Client, queueURL, policy string
 	if policy == "" {
 		return "", fmt.Errorf("%w: queue %s has no RedrivePolicy: seqbus dead-letters poison messages and needs a FIFO dead-letter queue (set RedrivePolicy with deadLetterTargetArn and maxReceiveCount)", ErrConfig, queueURL)
 	}
-	var p struct {
-		Target string `json:"deadLetterTargetArn"`
+	p, err := ParseRedrivePolicy(policy)
+	if err != nil {
+		return "", fmt.Errorf("%w (queue %s)", err, queueURL)
 	}
-	if err := json.Unmarshal([]byte(policy), &p); err != nil || p.Target == "" {
-		return "", fmt.Errorf("%w: queue %s: RedrivePolicy %q has no deadLetterTargetArn", ErrConfig, queueURL, policy)
-	}
-	// arn:aws:sqs:<region>:<account>:<name>
-	parts := strings.Split(p.Target, ":")
-	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[5] == "" {
-		return "", fmt.Errorf("%w: queue %s: deadLetterTargetArn %q is not an SQS queue ARN", ErrConfig, queueURL, p.Target)
-	}
-	in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
-	if parts[4] != "" {
-		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(p.Name)}
+	if p.Account != "" {
+		in.QueueOwnerAWSAccountId = aws.String(p.Account)
 	}
 	out, err := c.GetQueueUrl(ctx, in)
 	if err != nil {
-		return "", mapErr(fmt.Sprintf("sqsadapter: dead-letter queue %s of %s", p.Target, queueURL), false, err)
+		return "", mapErr(fmt.Sprintf("sqsadapter: dead-letter queue %s of %s", p.DeadLetterTargetARN, queueURL), false, err)
 	}
 	return aws.ToString(out.QueueUrl), nil
 }

@@ -104,15 +104,18 @@ func (d *doctor) set(i int, result DoctorResult, detail, action string) {
 // receive, defer, receive deferred, complete, dead-letter, set and get session state, renew the
 // lock), on a scratch session queue it creates with the entity's partitioning and deletes
 // afterwards (Manage right), or else on a session of its own in the entity itself when that is a
-// queue. A check that cannot run says why. It never returns an error: each problem is a line of
-// the report.
+// queue. With ProviderSQS: the endpoint and the credentials; the queue (it exists, is FIFO, its
+// dead-letter queue, its max receive count); the group lock against the settings; the state
+// store; then a round trip of the worker's SQS calls on a scratch FIFO queue and dead-letter
+// queue it creates and deletes (skipped when the credentials may not create queues). A check
+// that cannot run says why. It never returns an error: each problem is a line of the report.
 func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 	cfg := p.Config
 	if cfg.Handler == nil && !cfg.Journal {
 		// The doctor hands nothing to a handler; Validate asks for one all the same.
 		cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
 	}
-	d := &doctor{cfg: cfg, log: p.Logger, step: p.StepTimeout, report: &DoctorReport{Entity: cfg.Entity.String()}}
+	d := &doctor{cfg: cfg, log: p.Logger, step: p.StepTimeout, report: &DoctorReport{Entity: cfg.entityName()}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -123,8 +126,12 @@ func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 		d.add("settings", DoctorFail, err.Error(), "correct the settings it names")
 		return *d.report
 	}
-	d.add("settings", DoctorPass, fmt.Sprintf("%s, state store %s, early messages %s", cfg.Entity, cfg.StateStore, cfg.EarlyMessages), "")
+	d.add("settings", DoctorPass, fmt.Sprintf("%s, state store %s, early messages %s", cfg.entityName(), cfg.StateStore, cfg.EarlyMessages), "")
 	cfg.Logger = d.log
+	if cfg.Provider == ProviderSQS {
+		d.runSQS(ctx)
+		return *d.report
+	}
 	conn, err := Connect(ctx, cfg)
 	if err != nil {
 		d.add("connection and credentials", DoctorFail, err.Error(), "correct the setting it names")
@@ -337,24 +344,34 @@ func (d *doctor) checkEntity(props EntityProperties, listenErr, manageErr error)
 
 // checkLockDuration compares the entity's lock duration with the settings that depend on it.
 func (d *doctor) checkLockDuration(lock time.Duration) {
+	d.checkLock("entity lock duration", "", "session", lock)
+}
+
+// checkLock adds the line check: lock (what, when set, says what it is) against
+// SEQBUS_LOCK_RENEW_INTERVAL, which renews the locks of a kind ("session", "group").
+func (d *doctor) checkLock(check, what, kind string, lock time.Duration) {
 	cfg := d.cfg
+	seen := lock.String()
+	if what != "" {
+		seen += " (" + what + ")"
+	}
 	switch {
 	case lock <= 0:
-		d.add("entity lock duration", DoctorWarn, "the entity reports no lock duration", "")
+		d.add(check, DoctorWarn, "the entity reports no lock duration", "")
 	case cfg.LockRenewInterval >= lock:
-		d.add("entity lock duration", DoctorFail,
-			fmt.Sprintf("%s, but SEQBUS_LOCK_RENEW_INTERVAL is %s: the session locks expire before they are renewed", lock, cfg.LockRenewInterval),
+		d.add(check, DoctorFail,
+			fmt.Sprintf("%s, but SEQBUS_LOCK_RENEW_INTERVAL is %s: the %s locks expire before they are renewed", seen, cfg.LockRenewInterval, kind),
 			"set SEQBUS_LOCK_RENEW_INTERVAL well below the lock duration (0 renews at half the remaining lock time)")
 	case cfg.LockRenewInterval > lock/2:
-		d.add("entity lock duration", DoctorWarn,
-			fmt.Sprintf("%s, and SEQBUS_LOCK_RENEW_INTERVAL is %s: one slow renewal loses the lock", lock, cfg.LockRenewInterval),
+		d.add(check, DoctorWarn,
+			fmt.Sprintf("%s, and SEQBUS_LOCK_RENEW_INTERVAL is %s: one slow renewal loses the lock", seen, cfg.LockRenewInterval),
 			"set SEQBUS_LOCK_RENEW_INTERVAL to at most half the lock duration (or 0)")
 	default:
 		renew := "at half the remaining lock time"
 		if cfg.LockRenewInterval > 0 {
 			renew = "every " + cfg.LockRenewInterval.String()
 		}
-		d.add("entity lock duration", DoctorPass, fmt.Sprintf("%s, renewed %s", lock, renew), "")
+		d.add(check, DoctorPass, fmt.Sprintf("%s, renewed %s", seen, renew), "")
 	}
 }
 

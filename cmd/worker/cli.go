@@ -22,9 +22,9 @@ const usage = `usage: worker [run | relay | scaler | console | doctor | migrate 
                   consumes nothing (one small always-on pod, for scaling from zero)
   console         serve the web console (SEQBUS_CONSOLE_ADDR; SEQBUS_CONSOLE_TOKEN,
                   SEQBUS_CONSOLE_READ_TOKEN or SEQBUS_CONSOLE_PROXY_USER_HEADER required)
-  doctor          check the namespace, entity and state store with the worker's settings, with a
-                  live round trip of every broker call the worker makes [--json] (exit 1: a check
-                  failed)
+  doctor          check the namespace and entity (or the SQS queue) and the state store with the
+                  worker's settings, with a live round trip of every broker call the worker makes
+                  [--json] (exit 1: a check failed)
   migrate up      apply pending Postgres migrations (SEQBUS_DATABASE_URL)
   migrate down    roll back the latest migration
   migrate status  list migrations and whether they are applied

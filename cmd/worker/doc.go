@@ -11,10 +11,10 @@
 //	                                embedded migrations, which status lists; up and down take
 //	                                [--target-version N] [--max-steps N] [--dry-run] (prints the
 //	                                SQL, changes nothing)
-//	worker doctor [--json]          check the namespace, the entity and the state store with the
-//	                                worker's settings, with a live round trip of every broker call
-//	                                the worker makes (docs/doctor.md); exit 0 all pass, 1 a check
-//	                                failed, 2 a bad argument
+//	worker doctor [--json]          check the namespace and the entity (or the SQS queue) and the
+//	                                state store with the worker's settings, with a live round trip
+//	                                of every broker call the worker makes (docs/doctor.md); exit 0
+//	                                all pass, 1 a check failed, 2 a bad argument
 //	worker sessions list|show|resume|skip|retry-now   operator commands on the entity's sessions
 //	worker dlq list|replay          operator commands on the entity's dead-letter queue
 //
