@@ -77,17 +77,17 @@ func (d *doctor) runSQS(ctx context.Context) {
 		d.add("connection and credentials", DoctorFail, err.Error(), "set AWS_REGION (or a profile with a region) and the credentials the AWS chain reads")
 		return
 	}
-	pool, own, err := openPool(ctx, cfg.Database)
-	if err != nil {
-		d.add("connection and credentials", DoctorPass, "not checked before the state store", "")
-		d.add("state store: database reachable", DoctorFail, err.Error(), "correct SEQBUS_DATABASE_URL")
-		return
-	}
+	pool, own, poolErr := openPool(ctx, cfg.Database)
 	d.conn = &Connections{SQS: client, Pool: pool, ownPool: own}
 	defer d.conn.Close(ctx)
 
 	policy, ok := d.checkQueue(ctx, client)
-	d.checkStore(ctx)
+	if poolErr != nil {
+		d.add("state store: database reachable", DoctorFail, poolErr.Error(), "correct SEQBUS_DATABASE_URL")
+		d.add("state store: migrations applied", DoctorSkip, "the database cannot be reached", "")
+	} else {
+		d.checkStore(ctx)
+	}
 	if !ok {
 		return
 	}
