@@ -384,13 +384,7 @@ func (d *doctor) checkDeliveryCount(max int32) {
 		d.add("entity max delivery count", DoctorPass, fmt.Sprint(max), "")
 		return
 	}
-	need := 1 + doctorMinDrains
-	why := fmt.Sprintf("its first delivery and %d fetches of it deferred", doctorMinDrains)
-	if cfg.RetryReleaseAfter > 0 {
-		released := cfg.MaxHandlerAttempts - cfg.RetryReleaseAfter
-		need += released
-		why += fmt.Sprintf(", and the %d released retries of SEQBUS_RETRY_RELEASE_AFTER", released)
-	}
+	need, why := d.deliveriesNeeded("delivery", doctorMinDrains, "fetches of it deferred")
 	if int(max) < need {
 		d.add("entity max delivery count", DoctorWarn,
 			fmt.Sprintf("%d: a deferred message counts a delivery each time it is fetched back; %d would cover %s", max, need, why),
@@ -398,6 +392,20 @@ func (d *doctor) checkDeliveryCount(max int32) {
 		return
 	}
 	d.add("entity max delivery count", DoctorPass, fmt.Sprintf("%d (at least %d: %s)", max, need, why), "")
+}
+
+// deliveriesNeeded is how many deliveries a message may take before the worker settles it, and
+// why: its first (a "delivery", a "receive"), extra more (what they are), and one for each
+// released retry.
+func (d *doctor) deliveriesNeeded(first string, extra int, what string) (int, string) {
+	need := 1 + extra
+	why := fmt.Sprintf("its first %s and %d %s", first, extra, what)
+	if d.cfg.RetryReleaseAfter > 0 {
+		released := d.cfg.MaxHandlerAttempts - d.cfg.RetryReleaseAfter
+		need += released
+		why += fmt.Sprintf(", and the %d released retries of SEQBUS_RETRY_RELEASE_AFTER", released)
+	}
+	return need, why
 }
 
 // checkStore checks the state store: Postgres reachable, its migrations applied. With the

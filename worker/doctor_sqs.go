@@ -207,14 +207,7 @@ func (d *doctor) checkDeadLetterQueue(ctx context.Context, client *sqs.Client, r
 // receives it again) and sqsDoctorMinReleases more. SQS moves it without a reason, and the
 // group waits on the gap it leaves.
 func (d *doctor) checkMaxReceiveCount(maxReceive int) {
-	cfg := d.cfg
-	need := 1 + sqsDoctorMinReleases
-	why := fmt.Sprintf("its first receive and %d releases", sqsDoctorMinReleases)
-	if cfg.RetryReleaseAfter > 0 {
-		released := cfg.MaxHandlerAttempts - cfg.RetryReleaseAfter
-		need += released
-		why += fmt.Sprintf(", and the %d released retries of SEQBUS_RETRY_RELEASE_AFTER", released)
-	}
+	need, why := d.deliveriesNeeded("receive", sqsDoctorMinReleases, "releases")
 	if maxReceive < need {
 		d.add("queue max receive count", DoctorWarn,
 			fmt.Sprintf("%d: every receive counts, and SQS moves a message to the dead-letter queue without a reason when the count runs out; %d would cover %s", maxReceive, need, why),

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -64,14 +63,7 @@ func TestDoctorSQSExitCodes(t *testing.T) {
 				require.Contains(t, stdout.String(), s)
 			}
 			if tt.jsonReport {
-				var rep struct {
-					Entity string `json:"entity"`
-					Checks []struct {
-						Check  string `json:"check"`
-						Result string `json:"result"`
-					} `json:"checks"`
-				}
-				require.NoError(t, json.Unmarshal([]byte(stdout.String()), &rep), stdout.String())
+				rep := decodeDoctorJSON(t, stdout.String())
 				require.Equal(t, "sqs:000000000000/doctor.fifo", rep.Entity)
 				require.Greater(t, len(rep.Checks), 15)
 				for _, c := range rep.Checks {

@@ -75,14 +75,7 @@ func TestDoctorExitCodes(t *testing.T) {
 				require.Contains(t, stderr.String(), s)
 			}
 			if tt.jsonReport {
-				var rep struct {
-					Entity string `json:"entity"`
-					Checks []struct {
-						Check  string `json:"check"`
-						Result string `json:"result"`
-					} `json:"checks"`
-				}
-				require.NoError(t, json.Unmarshal([]byte(stdout.String()), &rep), stdout.String())
+				rep := decodeDoctorJSON(t, stdout.String())
 				require.Equal(t, "orders", rep.Entity)
 				require.NotEmpty(t, rep.Checks)
 				for _, c := range rep.Checks {
@@ -91,6 +84,22 @@ func TestDoctorExitCodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// doctorJSON is what a script reads of `worker doctor --json`.
+type doctorJSON struct {
+	Entity string `json:"entity"`
+	Checks []struct {
+		Check  string `json:"check"`
+		Result string `json:"result"`
+	} `json:"checks"`
+}
+
+func decodeDoctorJSON(t *testing.T, out string) doctorJSON {
+	t.Helper()
+	var rep doctorJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	return rep
 }
 
 // A signal cuts the doctor short: it reports what ran, exits 1 and leaves no scratch queue.
