@@ -12,7 +12,8 @@ import (
 // CreateFIFO creates the FIFO queue name.fifo with the FIFO dead-letter queue name-dlq.fifo that
 // its RedrivePolicy names (maxReceiveCount as given: leave room for the releases the package
 // documentation describes), as a Source needs it, and returns both URLs. Creating a queue that
-// exists with the same attributes returns it.
+// exists with the same attributes returns it. SQS asks for a second between creating a queue and
+// using it.
 func CreateFIFO(ctx context.Context, c *sqs.Client, name string, maxReceiveCount int) (queueURL, dlqURL string, err error) {
 	dlq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq.fifo"),
 		Attributes: map[string]string{"FifoQueue": "true"}})

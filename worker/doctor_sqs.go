@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -20,6 +21,9 @@ import (
 // handled (a group no slot took in time, a session closed before settling, a crash) before the
 // max receive count check warns: each receive counts towards the redrive.
 const sqsDoctorMinReleases = 3
+
+// sqsQueueReady is how long SQS asks a caller to wait after creating a queue before using it.
+const sqsQueueReady = time.Second
 
 // sqsRights are the calls a worker makes on its queue and on the queue's dead-letter queue, as
 // IAM actions.
@@ -240,6 +244,11 @@ func (d *doctor) sqsRoundTrip(ctx context.Context, client *sqs.Client, policy sq
 		return
 	}
 	d.add("round trip: scratch queue", DoctorPass, fmt.Sprintf("created %s.fifo and %s-dlq.fifo", name, name), "")
+	// SQS asks for a second between creating a queue and using it.
+	select {
+	case <-time.After(sqsQueueReady):
+	case <-ctx.Done():
+	}
 	defer func() {
 		var failed []string
 		for _, u := range []string{queueURL, dlqURL} {
