@@ -332,7 +332,7 @@ func TestSQSWorkerRefusals(t *testing.T) {
 		})
 	}
 	// The commands that read Service Bus only say so.
-	for _, cmd := range [][]string{{"doctor"}, {"console"}} {
+	for _, cmd := range [][]string{{"doctor"}} {
 		clearEnv(t)
 		t.Setenv("SEQBUS_PROVIDER", "sqs")
 		t.Setenv("SEQBUS_SQS_QUEUE_URL", queueURL)
