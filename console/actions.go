@@ -46,7 +46,7 @@ var actions = map[string]action{
 		run: func(ctx context.Context, c *Console, a actionArgs) (any, error) {
 			return c.cfg.Operations.RetryNow(ctx, operator.RetryNowParams{SessionID: a.Sessions[0], Wait: c.cfg.ActionWait})
 		}},
-	"replay": {Name: "replay", Title: "Replay dead letters", many: true, Does: "Each session's dead letters are sent back to the entity in ascending application sequence, session by session; each is completed only after its copy was sent.",
+	"replay": {Name: "replay", Title: "Replay dead letters", many: true, Does: "Each session's dead letters, those of the dead-letter queue and those held in the state store, are sent back to the entity the workers read in ascending application sequence, session by session; each is removed only after its copy was sent.",
 		run: func(ctx context.Context, c *Console, a actionArgs) (any, error) {
 			var out []*operator.DLQReplayResult
 			for _, id := range a.Sessions {

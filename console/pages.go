@@ -151,9 +151,15 @@ type overview struct {
 	// SessionsTruncated: more sessions match than the overview reads.
 	SessionsTruncated bool `json:"sessions_truncated,omitempty"`
 
+	// DeadLetters counts those of the dead-letter queue and those the state store holds (early
+	// messages it held that turned poison).
 	DeadLetters          int           `json:"dead_letters"`
 	DeadLettersByReason  []reasonCount `json:"dead_letters_by_reason"`
 	DeadLettersTruncated bool          `json:"dead_letters_truncated,omitempty"`
+	// DeadLettersUnread counts, on SQS, the dead letters the listing could not read (a FIFO
+	// queue hands out no more of a group while its first are in flight): the count is a bound
+	// from below then.
+	DeadLettersUnread int `json:"dead_letters_unread,omitempty"`
 
 	Scale     *worker.Scale `json:"scale,omitempty"`
 	Reachable []probeResult `json:"reachable"`
@@ -168,8 +174,9 @@ func (o *overview) counts() map[string]int {
 }
 
 // overviewTTL is how long an overview is served again before it is read anew: the overview lists
-// the sessions (with Service Bus session state a brief lock of each) and peeks the dead-letter
-// queue, and every open overview polls it. An action forgets it.
+// the sessions (with Service Bus session state a brief lock of each) and reads the dead-letter
+// queue (a peek on Service Bus; on SQS, which has no peek, a receive of every dead letter and
+// their release), and every open overview polls it. An action forgets it.
 const overviewTTL = 10 * time.Second
 
 // cachedOverview returns the overview, read anew when the last is older than overviewTTL.
@@ -231,10 +238,13 @@ func (c *Console) overview(ctx context.Context) *overview {
 	if err != nil {
 		ov.Errors = append(ov.Errors, "dead letters: "+err.Error())
 	} else {
-		ov.DeadLetters, ov.DeadLettersTruncated = len(dl.Messages), dl.Truncated
+		ov.DeadLetters, ov.DeadLettersTruncated, ov.DeadLettersUnread = len(dl.Messages)+len(dl.Held), dl.Truncated, dl.Unread
 		by := map[string]int{}
 		for _, m := range dl.Messages {
 			by[cmp.Or(m.Reason, "(none)")]++
+		}
+		for _, h := range dl.Held {
+			by[cmp.Or(h.Reason, "(none)")]++
 		}
 		for _, reason := range slices.Sorted(maps.Keys(by)) {
 			ov.DeadLettersByReason = append(ov.DeadLettersByReason, reasonCount{Reason: reason, Count: by[reason]})
@@ -379,10 +389,13 @@ func (c *Console) sessionPage(w http.ResponseWriter, r *http.Request, id identit
 
 // ---- dead letters ----
 
-// deadLetterList is the dead letters page's data.
+// deadLetterList is the dead letters page's data: those of the dead-letter queue (Messages, with
+// Unread on SQS) and those the state store holds (Held).
 type deadLetterList struct {
 	Session, Reason string
 	Messages        []operator.BrokerMessage
+	Held            []operator.HeldInfo
+	Unread          int
 	Truncated       bool
 }
 
@@ -397,7 +410,7 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request, id ide
 		c.failOp(w, r, err)
 		return
 	}
-	data.Messages, data.Truncated = res.Messages, res.Truncated
+	data.Messages, data.Held, data.Unread, data.Truncated = res.Messages, res.Held, res.Unread, res.Truncated
 	c.render(w, r, http.StatusOK, "deadletters", page{Title: "Dead letters", ID: id, Data: data})
 }
 

@@ -74,8 +74,10 @@
 // back a group's next messages while its first are in flight: DLQListResult.Unread counts them),
 // and DLQReplay goes in rounds of receive, send, delete, until a round offers nothing selected,
 // then waits up to DLQReplayParams.Wait for dead letters in flight elsewhere (a replay that
-// crashed holds them until their visibility timeout lapses).
-// Show says that a group's messages cannot be listed.
+// crashed holds them until their visibility timeout lapses). One Operator reads that queue once at
+// a time (a listing, a dead letter, a replay wait for their turn): a read alongside another
+// would find the dead letters in flight and miss them. Show says that a group's messages cannot
+// be listed.
 //
 // The dead-letter queue is not a session queue, so a replay peeks it first to plan, then
 // receives it in order, holding the other sessions' messages in front of those it replays until

@@ -64,6 +64,10 @@ type Config struct {
 type Operator struct {
 	cfg Config
 	log *slog.Logger
+	// queueTurn admits one read of a DeadLetterQueue at a time (a token in the channel): a read
+	// receives every dead letter it is offered, so another alongside it would find them in
+	// flight and miss them.
+	queueTurn chan struct{}
 }
 
 // New checks cfg and returns an Operator. It connects to nothing.
@@ -94,7 +98,7 @@ func New(cfg Config) (*Operator, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
 	}
-	return &Operator{cfg: cfg, log: cfg.Logger}, nil
+	return &Operator{cfg: cfg, log: cfg.Logger, queueTurn: make(chan struct{}, 1)}, nil
 }
 
 // Errors of the operations. Each is wrapped with the session or item it is about; the CLI maps

@@ -39,6 +39,18 @@ type DeadLetterQueue interface {
 	InFlight(ctx context.Context) (int, error)
 }
 
+// takeQueue waits for the turn to read the DeadLetterQueue, until ctx ends; done gives it back.
+// The reads of one Operator (a console's pages and actions) thus each see every dead letter
+// that no other process holds.
+func (o *Operator) takeQueue(ctx context.Context) (done func(), err error) {
+	select {
+	case o.queueTurn <- struct{}{}:
+		return func() { <-o.queueTurn }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for another read of the dead-letter queue: %w", ctx.Err())
+	}
+}
+
 // readQueue receives the whole dead-letter queue, counts what stayed unread, and releases
 // everything again; the messages are returned in broker sequence order.
 func (o *Operator) readQueue(ctx context.Context) (msgs []*azservicebus.ReceivedMessage, unread int, err error) {
@@ -73,6 +85,11 @@ func (o *Operator) releaseQueue(ctx context.Context, msgs []*azservicebus.Receiv
 
 // queueList is DLQList on a DeadLetterQueue.
 func (o *Operator) queueList(ctx context.Context, p DLQListParams) (*DLQListResult, error) {
+	done, err := o.takeQueue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	msgs, unread, err := o.readQueue(ctx)
 	if err != nil {
 		return nil, err
@@ -93,6 +110,11 @@ func (o *Operator) queueList(ctx context.Context, p DLQListParams) (*DLQListResu
 
 // queueMessage is DLQMessage on a DeadLetterQueue.
 func (o *Operator) queueMessage(ctx context.Context, p DLQMessageParams) (*azservicebus.ReceivedMessage, error) {
+	done, err := o.takeQueue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	msgs, _, err := o.readQueue(ctx)
 	if err != nil {
 		return nil, err
@@ -118,6 +140,11 @@ func (o *Operator) queueReplay(ctx context.Context, p DLQReplayParams) (*DLQRepl
 	if p.Target != "" && p.Target != dl.Target() {
 		return nil, fmt.Errorf("%w: --target: the copies of an SQS dead letter go back to the queue the workers read (%s)", ErrInvalidInput, dl.Target())
 	}
+	done, err := o.takeQueue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	res := &DLQReplayResult{Target: dl.Target(), DryRun: p.DryRun, Sessions: []ReplayedSession{}}
 	held, _, err := o.heldDeadLetters(ctx, p.SessionID, p.Reason, 0)
 	if err != nil {

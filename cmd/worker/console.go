@@ -11,9 +11,9 @@ import (
 	"github.com/seqbus/seqbus/worker"
 )
 
-// console serves the web console of the entity (SEQBUS_CONSOLE_ADDR) on the operator API, with
-// the scaling signal's evaluation for its overview and the scaler's /metrics, /healthz and
-// /readyz on SEQBUS_HTTP_ADDR, until a signal arrives.
+// console serves the web console of the entity (SEQBUS_CONSOLE_ADDR; a Service Bus entity or an
+// SQS FIFO queue) on the operator API, with the scaling signal's evaluation for its overview and
+// the scaler's /metrics, /healthz and /readyz on SEQBUS_HTTP_ADDR, until a signal arrives.
 func (c *cli) console(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		return fmt.Errorf("%w: console takes no arguments (it is configured by SEQBUS_CONSOLE_* variables), got %q", errUsage, args)
@@ -22,9 +22,6 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	defer stopSignals()
 	cfg, st, err := c.loadWorker()
 	if err != nil {
-		return err
-	}
-	if err := serviceBusOnly(cfg, "console"); err != nil {
 		return err
 	}
 	cs := worker.DefaultConsoleSettings()
@@ -45,12 +42,12 @@ func (c *cli) console(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	probes := []console.Probe{{Name: "service bus", Check: conn.ManagementSource.Probe}}
+	probes := []console.Probe{{Name: conn.Broker(), Check: conn.ProbeBroker}}
 	if conn.Pool != nil {
 		probes = append(probes, console.Probe{Name: "postgres", Check: conn.Pool.Ping})
 	}
 	con, err := console.New(console.Config{
-		Operations: op, Entity: cfg.Entity.String(),
+		Operations: op, Entity: cfg.EntityName(),
 		Token: cs.ConsoleToken, ReadToken: cs.ConsoleReadToken, ProxyUserHeader: cs.ConsoleProxyUserHeader,
 		Scale: scaler.Last, Probes: probes, Logger: logger,
 	})

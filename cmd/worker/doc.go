@@ -39,9 +39,10 @@
 //
 // worker console serves the web console of the entity's sessions and dead letters on
 // SEQBUS_CONSOLE_ADDR, with the worker's variables (as the operator commands read them) and its
-// own SEQBUS_CONSOLE_* ones, at least one way to authenticate among them. It also evaluates the
-// scaling signal for the overview and serves the scaler's endpoints on SEQBUS_HTTP_ADDR.
-// docs/console.md describes it.
+// own SEQBUS_CONSOLE_* ones, at least one way to authenticate among them: a Service Bus entity's,
+// or with SEQBUS_PROVIDER=sqs an SQS FIFO queue's message groups and its redrive dead-letter
+// queue. It also evaluates the scaling signal for the overview and serves the scaler's endpoints
+// on SEQBUS_HTTP_ADDR. docs/console.md describes it.
 //
 // # Operator commands
 //

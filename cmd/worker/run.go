@@ -98,15 +98,6 @@ func (c *cli) loadWorker() (worker.Config, settings, error) {
 	return cfg, s, nil
 }
 
-// serviceBusOnly refuses, with SEQBUS_PROVIDER=sqs, a command that runs on Service Bus only.
-// The operator commands (`worker sessions …`, `worker dlq …`) run on both.
-func serviceBusOnly(cfg worker.Config, command string) error {
-	if cfg.Provider != worker.ProviderSQS {
-		return nil
-	}
-	return fmt.Errorf("worker %s: not available with SEQBUS_PROVIDER=sqs in this build: it reads the Service Bus entity", command)
-}
-
 // runWorker loads the configuration, builds the worker and runs it until a signal arrives. The
 // first SIGINT/SIGTERM drains within SEQBUS_SHUTDOWN_TIMEOUT; a second one cancels the work in
 // hand. A stop that had to cancel the work because the timeout passed exits non-zero.

@@ -331,16 +331,4 @@ func TestSQSWorkerRefusals(t *testing.T) {
 			require.Contains(t, errOut.String(), tt.wantErr)
 		})
 	}
-	// The commands that read Service Bus only say so.
-	for _, cmd := range [][]string{{"console"}} {
-		clearEnv(t)
-		t.Setenv("SEQBUS_PROVIDER", "sqs")
-		t.Setenv("SEQBUS_SQS_QUEUE_URL", queueURL)
-		t.Setenv("SEQBUS_STATE_STORE", "postgres")
-		t.Setenv("SEQBUS_DATABASE_URL", pgtest.SchemaDSN(schema))
-		t.Setenv("SEQBUS_EARLY_MESSAGES", "store")
-		c, _, errOut := newTestCLI()
-		require.Equal(t, 1, c.run(t.Context(), cmd), errOut.String())
-		require.Contains(t, errOut.String(), "worker "+strings.Join(cmd, " ")+": not available with SEQBUS_PROVIDER=sqs in this build", cmd)
-	}
 }
