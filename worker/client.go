@@ -87,7 +87,7 @@ func New(cfg Config) (*Client, error) {
 		tp = noop.NewTracerProvider()
 	}
 	h = handler.Chain(h, append([]handler.Middleware{
-		tracingMiddleware(tp, cfg.entityName()),
+		tracingMiddleware(tp, cfg.EntityName()),
 		c.m.handlerMiddleware,
 		handler.WithRecover(c.log), // the worker's one panic recovery, for either ordering
 		handler.WithTimeout(cfg.HandlerTimeout),
@@ -153,7 +153,7 @@ func New(cfg Config) (*Client, error) {
 	if c.conn.Postgres != nil {
 		sw.attention = listerAttention{lister: c.conn.Lister}
 		sw.held = c.conn.Postgres
-		sw.lease = &advisoryLease{pool: c.conn.Pool, entity: cfg.entityName()}
+		sw.lease = &advisoryLease{pool: c.conn.Pool, entity: cfg.EntityName()}
 	} else {
 		src := countingSource{SessionSource: c.conn.ScanSource, calls: calls}
 		l := &sessionLease{source: src, maxState: int(cfg.StateMaxBytes)}
@@ -321,7 +321,7 @@ func (c *Client) Start(ctx context.Context) error {
 			return fail(fmt.Errorf("worker: start: %w", err))
 		}
 	}
-	c.log.InfoContext(ctx, "worker: running", slog.String("provider", string(c.cfg.Provider)), slog.String("entity", c.cfg.entityName()),
+	c.log.InfoContext(ctx, "worker: running", slog.String("provider", string(c.cfg.Provider)), slog.String("entity", c.cfg.EntityName()),
 		slog.String("state_store", string(c.cfg.StateStore)), slog.String("http_addr", c.HTTPAddr()))
 	return nil
 }

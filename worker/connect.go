@@ -125,7 +125,7 @@ func Connect(ctx context.Context, cfg Config) (_ *Connections, err error) {
 		if c.Pool, c.ownPool, err = openPool(ctx, cfg.Database); err != nil {
 			return nil, err
 		}
-		if c.Postgres, err = postgres.New(c.Pool, &postgres.Config{Entity: cfg.entityName()}); err != nil {
+		if c.Postgres, err = postgres.New(c.Pool, &postgres.Config{Entity: cfg.EntityName()}); err != nil {
 			return nil, err
 		}
 		c.Store, c.Lister = c.Postgres, c.Postgres

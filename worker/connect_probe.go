@@ -25,7 +25,3 @@ func (c *Connections) ProbeBroker(ctx context.Context) error {
 	}
 	return errors.New("worker: no broker connection to probe")
 }
-
-// EntityName is the entity as the logs, the state store and the console name it:
-// "sqs:<account>/<queue>" with ProviderSQS, the Service Bus entity's path otherwise.
-func (c Config) EntityName() string { return c.entityName() }

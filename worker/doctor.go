@@ -115,7 +115,7 @@ func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 		// The doctor hands nothing to a handler; Validate asks for one all the same.
 		cfg.Handler = sequencer.HandlerFunc(func(context.Context, *sequencer.Message) error { return nil })
 	}
-	d := &doctor{cfg: cfg, log: p.Logger, step: p.StepTimeout, report: &DoctorReport{Entity: cfg.entityName()}}
+	d := &doctor{cfg: cfg, log: p.Logger, step: p.StepTimeout, report: &DoctorReport{Entity: cfg.EntityName()}}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -126,7 +126,7 @@ func RunDoctor(ctx context.Context, p DoctorParams) DoctorReport {
 		d.add("settings", DoctorFail, err.Error(), "correct the settings it names")
 		return *d.report
 	}
-	d.add("settings", DoctorPass, fmt.Sprintf("%s, state store %s, early messages %s", cfg.entityName(), cfg.StateStore, cfg.EarlyMessages), "")
+	d.add("settings", DoctorPass, fmt.Sprintf("%s, state store %s, early messages %s", cfg.EntityName(), cfg.StateStore, cfg.EarlyMessages), "")
 	cfg.Logger = d.log
 	if cfg.Provider == ProviderSQS {
 		d.runSQS(ctx)

@@ -108,7 +108,7 @@ func (d *doctor) checkQueue(ctx context.Context, client *sqs.Client) (sqsadapter
 		QueueUrl: aws.String(cfg.SQSQueueURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
 	})
 	cancel()
-	name := cfg.entityName()
+	name := cfg.EntityName()
 	switch classifySQS(err) {
 	case sqsNoAnswer:
 		d.add("connection and credentials", DoctorFail, fmt.Sprintf("the SQS endpoint did not answer: %v", err),

@@ -97,9 +97,10 @@ func SQSEntity(queueURL string) (string, error) {
 	return "sqs:" + account + "/" + name, nil
 }
 
-// entityName is the entity as the logs, the traces, the state store and the sweeper's lease
-// name it.
-func (c Config) entityName() string {
+// EntityName is the entity as the logs, the traces, the state store, the sweeper's lease and
+// the console name it: "sqs:<account>/<queue>" with ProviderSQS, the Service Bus entity's path
+// otherwise.
+func (c Config) EntityName() string {
 	if c.Provider == ProviderSQS {
 		name, err := SQSEntity(c.SQSQueueURL)
 		if err != nil {
@@ -175,7 +176,7 @@ func connectSQS(ctx context.Context, cfg Config, c *Connections, log *slog.Logge
 	if c.Pool, c.ownPool, err = openPool(ctx, cfg.Database); err != nil {
 		return err
 	}
-	if c.Postgres, err = postgres.New(c.Pool, &postgres.Config{Entity: cfg.entityName()}); err != nil {
+	if c.Postgres, err = postgres.New(c.Pool, &postgres.Config{Entity: cfg.EntityName()}); err != nil {
 		return err
 	}
 	c.Store, c.Lister = c.Postgres, c.Postgres

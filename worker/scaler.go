@@ -371,7 +371,7 @@ func (s *Scaler) Start(ctx context.Context) error {
 			return fail(fmt.Errorf("worker: scaler: start: %w", err))
 		}
 	}
-	s.log.InfoContext(ctx, "worker: scaler running", slog.String("provider", string(s.cfg.Provider)), slog.String("entity", s.cfg.entityName()),
+	s.log.InfoContext(ctx, "worker: scaler running", slog.String("provider", string(s.cfg.Provider)), slog.String("entity", s.cfg.EntityName()),
 		slog.String("state_store", string(s.cfg.StateStore)), slog.String("http_addr", s.HTTPAddr()),
 		slog.String("scale_interval", s.cfg.ScaleInterval.String()))
 	return nil
