@@ -25,12 +25,11 @@ const sqsDoctorMinReleases = 3
 // sqsQueueReady is how long SQS asks a caller to wait after creating a queue before using it.
 const sqsQueueReady = time.Second
 
-// sqsRights are the calls a worker makes on its queue and on the queue's dead-letter queue, as
-// IAM actions.
-const sqsRights = "sqs:GetQueueAttributes, sqs:ReceiveMessage, sqs:ChangeMessageVisibility, " +
-	"sqs:ChangeMessageVisibilityBatch, sqs:DeleteMessage and sqs:DeleteMessageBatch on the queue; " +
-	"sqs:GetQueueUrl and sqs:SendMessage on its dead-letter queue (sqs:ReceiveMessage, sqs:DeleteMessage " +
-	"and sqs:SendMessage on the queue too for `worker dlq`)"
+// sqsRights are the IAM actions a worker needs on its queue and on the queue's dead-letter queue
+// (the single calls' actions grant the batch calls too).
+const sqsRights = "sqs:GetQueueAttributes, sqs:ReceiveMessage, sqs:ChangeMessageVisibility and sqs:DeleteMessage " +
+	"on the queue; sqs:GetQueueUrl and sqs:SendMessage on its dead-letter queue (docs/security.md lists " +
+	"what the operator commands need)"
 
 // sqsErrorClass sorts an SQS answer for the doctor.
 type sqsErrorClass int

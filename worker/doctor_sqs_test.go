@@ -125,7 +125,7 @@ func TestDoctorSQS(t *testing.T) {
 				require.Equal(t, worker.DoctorPass, line(t, rep, check).Result, "%s\n%s", check, out)
 			}
 			require.Equal(t, worker.DoctorSkip, line(t, rep, "rights").Result, out)
-			require.Contains(t, line(t, rep, "rights").Detail, "sqs:ChangeMessageVisibilityBatch")
+			require.Contains(t, line(t, rep, "rights").Detail, "sqs:ChangeMessageVisibility and sqs:DeleteMessage on the queue")
 			require.Contains(t, line(t, rep, "queue dead-letter queue").Detail, "orders-dlq.fifo")
 			require.Contains(t, line(t, rep, "queue max receive count").Detail, "50 (at least 4")
 			require.Contains(t, line(t, rep, "group lock").Detail, "30s")
