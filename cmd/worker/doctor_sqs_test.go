@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqbus/seqbus/internal/pgtest"
-	"github.com/seqbus/seqbus/internal/testio"
 )
 
 // TestDoctorSQSExitCodes runs `worker doctor` on a local SQS with the worker's settings from the
@@ -42,22 +41,17 @@ func TestDoctorSQSExitCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clearEnv(t)
-			env := map[string]string{
+			setEnv(t, map[string]string{
 				"SEQBUS_PROVIDER": "sqs", "SEQBUS_SQS_QUEUE_URL": queueURL, "SEQBUS_STATE_STORE": "postgres",
 				"SEQBUS_DATABASE_URL": pgtest.SchemaDSN(schema), "SEQBUS_MIGRATE_ON_START": "true", "SEQBUS_EARLY_MESSAGES": "store",
-			}
+			})
 			for _, kv := range awsEnv(t, endpoint) {
 				k, v, _ := strings.Cut(kv, "=")
-				env[k] = v
-			}
-			for k, v := range tt.env {
-				env[k] = v
-			}
-			for k, v := range env {
 				t.Setenv(k, v)
 			}
-			var stdout, stderr testio.SyncBuffer
-			code := newCLI(&stdout, &stderr).run(ctx, tt.args)
+			setEnv(t, tt.env)
+			c, stdout, stderr := newTestCLI()
+			code := c.run(ctx, tt.args)
 			require.Equal(t, tt.code, code, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 			for _, s := range tt.stdout {
 				require.Contains(t, stdout.String(), s)
